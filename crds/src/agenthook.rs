@@ -1,0 +1,283 @@
+//! The `AgentHook` custom resource (DESIGN "API: AgentHook").
+//!
+//! Schema-level rules (enums, bounds, "exactly one handler block", "prompt needs a
+//! filter", "agent scope iff agentIds") live here as OpenAPI bounds and CEL
+//! `x-kubernetes-validations`, so the API server refuses such objects itself. Rules that
+//! need code (regex and CEL compile, tenant of a namespace, edition) live in
+//! [`crate::validation`].
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use crate::event::HookEvent;
+
+/// Default per-hook timeout, in milliseconds (seed "Safeguards summary": 5 s).
+pub const DEFAULT_TIMEOUT_MS: u64 = 5_000;
+/// Largest per-hook timeout, in milliseconds (seed: max 10 s).
+pub const MAX_TIMEOUT_MS: u64 = 10_000;
+/// Default prompt per-turn cap (seed: 5).
+pub const DEFAULT_MAX_INVOCATIONS_PER_TURN: u32 = 5;
+
+/// Spec of an AgentHook: what runs at one lifecycle event, for whom, in which order.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "agenthooks.io",
+    version = "v1alpha1",
+    kind = "AgentHook",
+    plural = "agenthooks",
+    shortname = "ah",
+    category = "agenthooks",
+    namespaced,
+    status = "AgentHookStatus",
+    derive = "PartialEq",
+    doc = "A lifecycle hook for LLM agents: what runs at one event, for which tenant or agents.",
+    printcolumn(name = "Event", type_ = "string", json_path = ".spec.event"),
+    printcolumn(name = "Scope", type_ = "string", json_path = ".spec.scope"),
+    printcolumn(name = "Handler", type_ = "string", json_path = ".spec.handler.type"),
+    printcolumn(name = "Priority", type_ = "integer", json_path = ".spec.priority"),
+    printcolumn(
+        name = "Accepted",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Accepted\")].status"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[x_kube(validation = Rule::new("self.scope != 'agent' || size(self.agentIds) > 0").message("spec.agentIds: scope agent needs at least one agent id").field_path(".agentIds"))]
+#[x_kube(validation = Rule::new("self.scope == 'agent' || size(self.agentIds) == 0").message("spec.agentIds: only scope agent takes agent ids").field_path(".agentIds"))]
+#[x_kube(validation = Rule::new("self.handler.type != 'prompt' || self.matcher != '' || self.ifExpr != ''").message("spec.matcher/spec.ifExpr: a prompt hook needs a non-empty matcher or ifExpr (runaway-cost guard)").field_path(".matcher"))]
+#[serde(rename_all = "camelCase")]
+pub struct AgentHookSpec {
+    /// The lifecycle event this hook runs at.
+    pub event: HookEvent,
+    /// Who the hook applies to: `global` (master namespace only), `tenant`, or `agent`.
+    #[serde(default)]
+    pub scope: HookScope,
+    /// Tenant of the hook; defaults to the namespace's tenant and, outside the master
+    /// namespace, must equal it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub tenant: Option<String>,
+    /// Agents the hook applies to; required (non-empty) iff `scope` is `agent`.
+    #[serde(default)]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 253)))]
+    pub agent_ids: Vec<String>,
+    /// Higher runs first; ties: oldest first, then namespace/name.
+    #[serde(default)]
+    pub priority: i32,
+    /// A disabled hook never runs.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// Regex on `tool_name` (Rust `regex` syntax, unanchored); empty matches all events,
+    /// non-empty never matches an event without a tool name.
+    #[serde(default)]
+    #[schemars(length(max = 1024))]
+    pub matcher: String,
+    /// CEL over `{tool_name, tool_input, depth}`; must be boolean; empty matches all.
+    #[serde(default)]
+    #[schemars(length(max = 2048))]
+    pub if_expr: String,
+    /// Per-hook timeout in milliseconds; absent or 0 means 5000; at most 10000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 10000))]
+    pub timeout_ms: Option<i64>,
+    /// What a timeout means; default `block` for blocking events, `allow` otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_timeout: Option<OnTimeout>,
+    /// What runs.
+    pub handler: HandlerSpec,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// Scope of a hook (seed "Scopes").
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum HookScope {
+    Global,
+    #[default]
+    Tenant,
+    Agent,
+}
+
+/// Decision taken when a hook times out.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OnTimeout {
+    Allow,
+    Block,
+}
+
+/// Handler type (seed "Handler types").
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum HandlerType {
+    Command,
+    Http,
+    Prompt,
+}
+
+impl HandlerType {
+    /// `command`, `http` or `prompt`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HandlerType::Command => "command",
+            HandlerType::Http => "http",
+            HandlerType::Prompt => "prompt",
+        }
+    }
+}
+
+/// The handler: `type` plus exactly the matching block.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(validation = Rule::new("has(self.command) == (self.type == 'command') && has(self.http) == (self.type == 'http') && has(self.prompt) == (self.type == 'prompt')").message("spec.handler: exactly the block named by spec.handler.type must be set (command, http or prompt)"))]
+pub struct HandlerSpec {
+    /// `command` (Lite only), `http` or `prompt`.
+    #[serde(rename = "type")]
+    pub type_: HandlerType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<CommandHandlerSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpHandlerSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<PromptHandlerSpec>,
+}
+
+/// `command` handler: `sh -c <command>` with the event on stdin (CONTRACT §5 command).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CommandHandlerSpec {
+    #[schemars(length(min = 1, max = 4096))]
+    pub command: String,
+    /// Environment variables passed through from the dispatcher; nothing else is.
+    #[serde(default)]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 256)))]
+    pub allowed_env_vars: Vec<String>,
+    /// Working directory; must exist when the hook runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
+    pub cwd: Option<String>,
+}
+
+/// `http` handler: POST of the event JSON (CONTRACT §5 http).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct HttpHandlerSpec {
+    /// `http://` or `https://` URL, no userinfo.
+    #[schemars(length(min = 1, max = 2048))]
+    pub url: String,
+    #[serde(default)]
+    #[schemars(length(max = 32))]
+    pub headers: Vec<HttpHeader>,
+}
+
+/// One request header: a literal `value` or a `valueFrom.secretKeyRef`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.value) != has(self.valueFrom)").message("spec.handler.http.headers[]: set exactly one of value or valueFrom"))]
+pub struct HttpHeader {
+    #[schemars(length(min = 1, max = 256))]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 8192))]
+    pub value: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_from: Option<HeaderValueSource>,
+}
+
+/// Where a header value comes from.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HeaderValueSource {
+    pub secret_key_ref: SecretKeyRef,
+}
+
+/// A key of a Secret in the hook's namespace.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct SecretKeyRef {
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    #[schemars(length(min = 1, max = 253))]
+    pub key: String,
+}
+
+/// `prompt` handler: an LLM decides through a `decide` tool call (CONTRACT §5 prompt).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PromptHandlerSpec {
+    #[schemars(length(min = 1, max = 16384))]
+    pub prompt_template: String,
+    /// Model alias (e.g. `haiku`) resolved by the dispatcher's provider configuration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub model: Option<String>,
+    /// Evaluator calls allowed per `turn_id`; default 5.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub max_invocations_per_turn: Option<u32>,
+}
+
+/// Status of an AgentHook, written by the operator and dispatchers.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentHookStatus {
+    /// The `metadata.generation` the conditions describe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Accepted`, `Ready`, `CircuitOpen` (Kubernetes API conventions).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+    /// Circuit-breaker state, when it has tripped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub breaker: Option<BreakerStatus>,
+    /// Execution counts by decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executions: Option<ExecutionsStatus>,
+}
+
+/// Breaker state (CONTRACT §6).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BreakerStatus {
+    /// `Open` or `Closed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tripped_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The dispatcher that tripped it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatcher: Option<String>,
+}
+
+/// Execution counts (CONTRACT §7, issue "execution status").
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutionsStatus {
+    #[serde(default)]
+    pub allow: i64,
+    #[serde(default)]
+    pub block: i64,
+    #[serde(default)]
+    pub error: i64,
+    #[serde(default)]
+    pub timeout: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_execution_time: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_decision: Option<String>,
+}

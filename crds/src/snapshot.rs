@@ -1,0 +1,67 @@
+//! The snapshot the operator compiles and dispatchers serve (DESIGN "Sync").
+//!
+//! Served as JSON by `GET /v1/snapshot?after=<version>` on the operator's sync port. A
+//! snapshot is complete (not a delta): a dispatcher replaces its state with it. Versions
+//! only grow while one operator leader lives; a dispatcher that sees a smaller version
+//! (a new leader) takes it as well, since it names a different `epoch`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::agenthook::AgentHookSpec;
+
+/// Everything a dispatcher needs to decide.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Snapshot {
+    /// Random per operator process; with `version`, identifies a snapshot.
+    pub epoch: String,
+    /// Grows by one on every change the operator publishes.
+    pub version: u64,
+    /// The operator's master namespace (hooks there may rewrite input).
+    pub master_namespace: String,
+    /// Accepted, breaker-closed hooks (enabled or not: the dispatcher filters).
+    pub hooks: Vec<SnapshotHook>,
+}
+
+/// One accepted hook.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotHook {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    /// `metadata.generation`: the hook's version.
+    pub generation: i64,
+    /// `metadata.creationTimestamp`, RFC 3339 (ties in priority: oldest first).
+    pub created_at: String,
+    /// The tenant of the hook's namespace, resolved by the operator.
+    pub namespace_tenant: String,
+    pub spec: AgentHookSpec,
+    /// Header values from Secrets, sealed with the sync key ([`crate::sealed`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sealed_headers: Vec<SealedHeader>,
+}
+
+/// A header whose value came from a Secret.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SealedHeader {
+    pub name: String,
+    pub sealed: String,
+}
+
+/// Query of a long poll: return at once if the operator's version differs from `after`
+/// (or `epoch` differs), else wait up to `timeoutSeconds` for a change.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotQuery {
+    #[serde(default)]
+    pub after: u64,
+    #[serde(default)]
+    pub epoch: String,
+    /// Seconds to wait for a change; at most 60.
+    #[serde(default)]
+    pub timeout_seconds: Option<u64>,
+    /// Who is asking (for Ready tracking): the dispatcher's stable id.
+    #[serde(default)]
+    pub dispatcher: String,
+}

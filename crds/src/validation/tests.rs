@@ -1,0 +1,275 @@
+use super::*;
+use crate::agenthook::AgentHookSpec;
+
+const MASTER: &str = "agenthooks-system";
+
+fn spec(yaml: &str) -> AgentHookSpec {
+    serde_norway::from_str(yaml).expect("test spec parses")
+}
+
+fn ctx(ns: &'static str, edition: Edition) -> ValidationContext<'static> {
+    ValidationContext {
+        namespace: ns,
+        namespace_tenant: if ns == "tenant-acme" { "acme" } else { ns },
+        master_namespace: MASTER,
+        edition,
+    }
+}
+
+fn lite(ns: &'static str) -> ValidationContext<'static> {
+    ctx(ns, Edition::Lite)
+}
+
+fn reasons(r: Result<CompiledHook, ValidationErrors>) -> Vec<(&'static str, Reason)> {
+    match r {
+        Ok(_) => vec![],
+        Err(e) => e.0.into_iter().map(|f| (f.field, f.reason)).collect(),
+    }
+}
+
+const HTTP: &str =
+    "event: pre_tool_use\nhandler: {type: http, http: {url: 'https://policy.example.com/hook'}}\n";
+
+#[test]
+fn defaults_timeout_5000_and_on_timeout_by_event() {
+    let h = validate(&spec(HTTP), &lite("tenant-acme")).unwrap();
+    assert_eq!(h.timeout_ms, 5000);
+    assert_eq!(
+        h.on_timeout,
+        OnTimeout::Block,
+        "blocking event defaults to block"
+    );
+    assert_eq!(h.tenant, "acme");
+    assert!(!h.master);
+    let s = spec(
+        "event: post_tool_use\ntimeoutMs: 0\nhandler: {type: http, http: {url: 'https://x.example'}}",
+    );
+    let h = validate(&s, &lite("tenant-acme")).unwrap();
+    assert_eq!(h.timeout_ms, 5000, "0 means the default");
+    assert_eq!(
+        h.on_timeout,
+        OnTimeout::Allow,
+        "non-blocking event defaults to allow"
+    );
+}
+
+#[test]
+fn timeout_bounds() {
+    for (t, ok) in [(-1i64, false), (1, true), (10_000, true), (10_001, false)] {
+        let mut s = spec(HTTP);
+        s.timeout_ms = Some(t);
+        let r = validate(&s, &lite("tenant-acme"));
+        assert_eq!(r.is_ok(), ok, "timeoutMs {t}");
+        if !ok {
+            assert_eq!(reasons(r), vec![("spec.timeoutMs", Reason::InvalidTimeout)]);
+        }
+    }
+}
+
+#[test]
+fn explicit_on_timeout_wins() {
+    let mut s = spec(HTTP);
+    s.on_timeout = Some(OnTimeout::Allow);
+    assert_eq!(
+        validate(&s, &lite("tenant-acme")).unwrap().on_timeout,
+        OnTimeout::Allow
+    );
+}
+
+#[test]
+fn prompt_needs_filter_and_template() {
+    let s = spec(
+        "event: pre_tool_use\nhandler: {type: prompt, prompt: {promptTemplate: 'Is it safe?'}}",
+    );
+    assert_eq!(
+        reasons(validate(&s, &lite("tenant-acme"))),
+        vec![("spec.matcher", Reason::PromptNeedsFilter)]
+    );
+    let s = spec(
+        "event: pre_tool_use\nmatcher: exec\nhandler: {type: prompt, prompt: {promptTemplate: '  '}}",
+    );
+    assert_eq!(
+        reasons(validate(&s, &lite("tenant-acme"))),
+        vec![("spec.handler.prompt.promptTemplate", Reason::InvalidField)]
+    );
+    let s = spec(
+        "event: pre_tool_use\nifExpr: depth > 1\nhandler: {type: prompt, prompt: {promptTemplate: 'x', maxInvocationsPerTurn: 9}}",
+    );
+    assert_eq!(
+        validate(&s, &lite("tenant-acme"))
+            .unwrap()
+            .max_invocations_per_turn,
+        9
+    );
+    let s = spec(
+        "event: pre_tool_use\nmatcher: exec\nhandler: {type: prompt, prompt: {promptTemplate: 'x'}}",
+    );
+    assert_eq!(
+        validate(&s, &lite("tenant-acme"))
+            .unwrap()
+            .max_invocations_per_turn,
+        5
+    );
+}
+
+#[test]
+fn exactly_the_named_handler_block() {
+    let s = spec("event: pre_tool_use\nhandler: {type: http, command: {command: 'true'}}");
+    assert_eq!(
+        reasons(validate(&s, &lite("tenant-acme"))),
+        vec![("spec.handler", Reason::HandlerMismatch)]
+    );
+    let s = spec(
+        "event: pre_tool_use\nhandler: {type: http, http: {url: 'https://a.example'}, command: {command: 'true'}}",
+    );
+    assert_eq!(
+        reasons(validate(&s, &lite("tenant-acme"))),
+        vec![("spec.handler", Reason::HandlerMismatch)]
+    );
+}
+
+#[test]
+fn bad_regex_and_bad_cel_name_their_field() {
+    let mut s = spec(HTTP);
+    s.matcher = "(unclosed".into();
+    s.if_expr = "tool_name ==".into();
+    let e = validate(&s, &lite("tenant-acme")).unwrap_err();
+    assert_eq!(e.0.len(), 2);
+    assert_eq!(
+        (e.0[0].field, e.0[0].reason),
+        ("spec.matcher", Reason::InvalidMatcher)
+    );
+    assert_eq!(
+        (e.0[1].field, e.0[1].reason),
+        ("spec.ifExpr", Reason::InvalidIfExpr)
+    );
+    assert!(
+        e.to_string()
+            .starts_with("spec.matcher: \"(unclosed\" is not a valid regex"),
+        "{e}"
+    );
+}
+
+#[test]
+fn matcher_is_unanchored() {
+    let mut s = spec(HTTP);
+    s.matcher = "mcp__github__.*".into();
+    let h = validate(&s, &lite("tenant-acme")).unwrap();
+    assert!(h.matcher.unwrap().is_match("xmcp__github__create_issue"));
+}
+
+#[test]
+fn global_only_in_master_namespace() {
+    let mut s = spec(HTTP);
+    s.scope = HookScope::Global;
+    assert_eq!(
+        reasons(validate(&s, &lite("tenant-acme"))),
+        vec![("spec.scope", Reason::GlobalOutsideMasterNamespace)]
+    );
+    let h = validate(&s, &lite(MASTER)).unwrap();
+    assert!(h.master);
+}
+
+#[test]
+fn agent_scope_iff_agent_ids() {
+    let mut s = spec(HTTP);
+    s.scope = HookScope::Agent;
+    assert_eq!(
+        reasons(validate(&s, &lite("tenant-acme"))),
+        vec![("spec.agentIds", Reason::AgentIdsRequired)]
+    );
+    s.agent_ids = vec!["a1".into()];
+    assert!(validate(&s, &lite("tenant-acme")).is_ok());
+    s.scope = HookScope::Tenant;
+    assert_eq!(
+        reasons(validate(&s, &lite("tenant-acme"))),
+        vec![("spec.agentIds", Reason::AgentIdsWithoutAgentScope)]
+    );
+}
+
+#[test]
+fn tenant_must_match_namespace_tenant_outside_master() {
+    let mut s = spec(HTTP);
+    s.tenant = Some("globex".into());
+    assert_eq!(
+        reasons(validate(&s, &lite("tenant-acme"))),
+        vec![("spec.tenant", Reason::TenantMismatch)]
+    );
+    s.tenant = Some("acme".into());
+    assert_eq!(validate(&s, &lite("tenant-acme")).unwrap().tenant, "acme");
+    s.tenant = Some("globex".into());
+    assert_eq!(
+        validate(&s, &lite(MASTER)).unwrap().tenant,
+        "globex",
+        "the master namespace may name any tenant"
+    );
+}
+
+#[test]
+fn command_only_on_lite() {
+    let s = spec("event: pre_tool_use\nhandler: {type: command, command: {command: 'exit 0'}}");
+    assert!(validate(&s, &lite("tenant-acme")).is_ok());
+    assert_eq!(
+        reasons(validate(&s, &ctx("tenant-acme", Edition::Standard))),
+        vec![("spec.handler.type", Reason::EditionForbidsCommand)]
+    );
+}
+
+#[test]
+fn url_rules() {
+    for bad in [
+        "file:///etc/passwd",
+        "gopher://127.0.0.1:6379/_INFO",
+        "http://[fe80::1%25eth0]/",
+        "http://evil.example@127.0.0.1/",
+        "http://user:pw@example.com/",
+        "not a url",
+    ] {
+        assert!(check_url(bad).is_err(), "{bad}");
+        let mut s = spec(HTTP);
+        s.handler.http.as_mut().unwrap().url = bad.into();
+        assert_eq!(
+            reasons(validate(&s, &lite("tenant-acme"))),
+            vec![("spec.handler.http.url", Reason::InvalidUrl)],
+            "{bad}"
+        );
+    }
+    assert!(check_url("https://policy.example.com/hook").is_ok());
+    assert!(check_url("HTTP://example.com/").is_ok());
+}
+
+#[test]
+fn header_rules() {
+    let base = "event: pre_tool_use\nhandler: {type: http, http: {url: 'https://a.example', headers: [HEADER]}}";
+    let ok = spec(&base.replace(
+        "HEADER",
+        "{name: Authorization, valueFrom: {secretKeyRef: {name: tok, key: token}}}",
+    ));
+    assert!(validate(&ok, &lite("tenant-acme")).is_ok());
+    for bad in [
+        "{name: Host, value: x}",
+        "{name: 'bad name', value: x}",
+        "{name: X-A}",
+        "{name: X-A, value: x, valueFrom: {secretKeyRef: {name: a, key: b}}}",
+        "{name: X-A, value: \"a\\r\\nB: c\"}",
+    ] {
+        let s = spec(&base.replace("HEADER", bad));
+        assert_eq!(
+            reasons(validate(&s, &lite("tenant-acme"))),
+            vec![("spec.handler.http.headers", Reason::InvalidHeader)],
+            "{bad}"
+        );
+    }
+}
+
+#[test]
+fn messages_name_the_field_and_rule() {
+    let mut s = spec(HTTP);
+    s.timeout_ms = Some(20_000);
+    let e = validate(&s, &lite("tenant-acme")).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "spec.timeoutMs: 20000 ms is over the 10000 ms maximum"
+    );
+    assert_eq!(e.reason().as_str(), "InvalidTimeout");
+}
