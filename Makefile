@@ -1,0 +1,45 @@
+# agenthooks — the two commands a newcomer needs: `make run` and `make test`.
+SHELL := /bin/bash
+CARGO ?= cargo
+LISTEN ?= 127.0.0.1:8080
+CLUSTER_DIR ?= $(CURDIR)/.cluster
+
+.PHONY: run test deps build crds lint bench cluster cluster-down controlplane
+
+## run: the dispatcher in standalone mode on the sample hooks, on $(LISTEN)
+run:
+	$(CARGO) run -p agenthooks-dispatcher -- --hooks config/samples --listen $(LISTEN)
+
+## deps: install what a fresh Debian machine lacks for the tests
+deps:
+	@bash scripts/install-deps.sh
+
+## test: every test — unit, then end-to-end on a real kube-apiserver + etcd
+test: deps
+	bash e2e/controlplane/build.sh >/dev/null
+	$(CARGO) test --workspace --no-fail-fast
+
+build:
+	$(CARGO) build --workspace
+
+## crds: regenerate the CRD YAML from the Rust types
+crds:
+	$(CARGO) run -q -p agenthooks-crds --bin crdgen -- --write
+
+lint:
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+## bench: dispatch overhead against a bare axum handler, side by side in one run
+bench:
+	$(CARGO) bench -p agenthooks-dispatcher --bench dispatch_overhead
+
+controlplane:
+	bash e2e/controlplane/build.sh
+
+## cluster: a real control plane + CRDs + operator + two dispatchers, in the background
+cluster:
+	bash scripts/cluster.sh up "$(CLUSTER_DIR)"
+
+cluster-down:
+	bash scripts/cluster.sh down "$(CLUSTER_DIR)"
