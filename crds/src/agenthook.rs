@@ -6,6 +6,10 @@
 //! need code (regex and CEL compile, tenant of a namespace, edition) live in
 //! [`crate::validation`].
 
+// kube's `printcolumn(...)` repeats `type_ = ...` across columns, which clippy reads as
+// duplicated attributes.
+#![allow(clippy::duplicated_attributes)]
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};

@@ -1,5 +1,9 @@
 //! The `TenantHookBudget` custom resource (DESIGN "TenantHookBudget").
 
+// kube's `printcolumn(...)` repeats `type_ = ...` across columns, which clippy reads as
+// duplicated attributes.
+#![allow(clippy::duplicated_attributes)]
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};

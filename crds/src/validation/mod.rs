@@ -339,7 +339,6 @@ pub fn validate(
         _ => ctx.namespace_tenant.to_string(),
     };
 
-    drop(err);
     if !errors.is_empty() {
         return Err(ValidationErrors(errors));
     }

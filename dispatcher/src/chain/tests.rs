@@ -1,0 +1,375 @@
+//! Chain tests with real command hooks (`sh -c`), no network.
+
+use super::*;
+use crate::handlers::http::HttpCaller;
+use crate::hookset::HookSource;
+use agenthooks_crds::Edition;
+use agenthooks_crds::HookEvent;
+use agenthooks_crds::sealed::SealKey;
+use serde_json::json;
+
+const MASTER: &str = "agenthooks-system";
+
+fn engine() -> Engine {
+    Engine::new(HttpCaller::new(vec![]), Edition::Lite, SealKey::generate())
+}
+
+/// A command hook in `ns` with extra spec lines.
+fn cmd(ns: &str, name: &str, priority: i32, command: &str, extra: &str) -> HookSource {
+    let yaml = format!(
+        "event: pre_tool_use\npriority: {priority}\n{extra}\nhandler: {{type: command, command: {{command: {}}}}}\n",
+        serde_json::to_string(command).unwrap()
+    );
+    HookSource {
+        uid: format!("uid-{name}"),
+        namespace: ns.into(),
+        name: name.into(),
+        generation: 1,
+        created_at: "2026-01-01T00:00:00Z".into(),
+        namespace_tenant: if ns == MASTER {
+            MASTER.into()
+        } else {
+            "acme".into()
+        },
+        spec: serde_norway::from_str(&yaml).unwrap(),
+        headers: vec![],
+    }
+}
+
+fn set(sources: Vec<HookSource>) -> HookSet {
+    let (set, rejected) = HookSet::build(sources, MASTER, Edition::Lite, 1, None);
+    assert!(rejected.is_empty(), "{rejected:?}");
+    set
+}
+
+fn event(v: Value) -> Event {
+    let mut base = json!({"event": "pre_tool_use", "tenant_id": "acme", "agent_id": "a1", "tool_name": "exec", "tool_input": {"cmd": "rm -rf /"}});
+    base.as_object_mut()
+        .unwrap()
+        .extend(v.as_object().unwrap().clone());
+    Event::parse(&serde_json::to_vec(&base).unwrap()).unwrap()
+}
+
+fn ran(d: &Decision) -> Vec<(&str, Outcome)> {
+    d.hooks
+        .iter()
+        .map(|h| (h.hook.as_str(), h.decision))
+        .collect()
+}
+
+#[tokio::test]
+async fn all_allow_collects_context_in_order() {
+    let s = set(vec![
+        cmd(
+            "tenant-acme",
+            "second",
+            10,
+            r#"echo '{"additionalContext": "two"}'"#,
+            "",
+        ),
+        cmd(
+            "tenant-acme",
+            "first",
+            20,
+            r#"echo '{"additionalContext": "one"}'"#,
+            "",
+        ),
+        cmd("tenant-acme", "third", 5, "exit 0", ""),
+    ]);
+    let d = decide(&engine(), &s, event(json!({}))).await;
+    assert_eq!(d.decision, Verdict::Allow);
+    assert_eq!(d.additional_context.as_deref(), Some("one\n\ntwo"));
+    assert_eq!(
+        ran(&d),
+        [
+            ("tenant-acme/first", Outcome::Allow),
+            ("tenant-acme/second", Outcome::Allow),
+            ("tenant-acme/third", Outcome::Allow)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn first_block_stops_the_chain_and_names_the_hook() {
+    let s = set(vec![
+        cmd("tenant-acme", "allow-high", 100, "exit 0", ""),
+        cmd(
+            "tenant-acme",
+            "blocker",
+            50,
+            "echo 'too dangerous' >&2; exit 2",
+            "",
+        ),
+        cmd(
+            "tenant-acme",
+            "never",
+            10,
+            "touch /tmp/agenthooks-never-runs; exit 0",
+            "",
+        ),
+    ]);
+    let d = decide(&engine(), &s, event(json!({}))).await;
+    assert_eq!(d.decision, Verdict::Block);
+    assert_eq!(d.deciding_hook.as_deref(), Some("tenant-acme/blocker"));
+    assert_eq!(d.reason.as_deref(), Some("too dangerous"));
+    assert_eq!(
+        ran(&d),
+        [
+            ("tenant-acme/allow-high", Outcome::Allow),
+            ("tenant-acme/blocker", Outcome::Block)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn an_error_fails_closed() {
+    let s = set(vec![cmd(
+        "tenant-acme",
+        "broken",
+        1,
+        "echo policy >&2; exit 1",
+        "",
+    )]);
+    let d = decide(&engine(), &s, event(json!({}))).await;
+    assert_eq!(d.decision, Verdict::Block);
+    assert_eq!(ran(&d), [("tenant-acme/broken", Outcome::Error)]);
+}
+
+#[tokio::test]
+async fn timeout_follows_on_timeout() {
+    let s = set(vec![cmd(
+        "tenant-acme",
+        "slow",
+        1,
+        "sleep 5",
+        "timeoutMs: 200",
+    )]);
+    let d = decide(&engine(), &s, event(json!({}))).await;
+    assert_eq!(
+        d.decision,
+        Verdict::Block,
+        "default onTimeout of a blocking event is block"
+    );
+    assert_eq!(ran(&d), [("tenant-acme/slow", Outcome::Timeout)]);
+
+    let s = set(vec![
+        cmd(
+            "tenant-acme",
+            "slow",
+            2,
+            "sleep 5",
+            "timeoutMs: 200\nonTimeout: allow",
+        ),
+        cmd("tenant-acme", "after", 1, "exit 0", ""),
+    ]);
+    let d = decide(&engine(), &s, event(json!({}))).await;
+    assert_eq!(d.decision, Verdict::Allow);
+    assert_eq!(
+        ran(&d),
+        [
+            ("tenant-acme/slow", Outcome::Timeout),
+            ("tenant-acme/after", Outcome::Allow)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn chain_budget_running_out_blocks() {
+    let mut e = engine();
+    e.chain_budget = Duration::from_millis(400);
+    let s = set(vec![
+        cmd(
+            "tenant-acme",
+            "slow-but-allowed",
+            2,
+            "sleep 5",
+            "timeoutMs: 300\nonTimeout: allow",
+        ),
+        cmd(
+            "tenant-acme",
+            "second",
+            1,
+            "sleep 5",
+            "timeoutMs: 1000\nonTimeout: allow",
+        ),
+    ]);
+    let started = Instant::now();
+    let d = decide(&e, &s, event(json!({}))).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(d.decision, Verdict::Block);
+    assert_eq!(d.reason.as_deref(), Some(CHAIN_BUDGET_EXCEEDED));
+    assert_eq!(d.deciding_hook.as_deref(), Some("tenant-acme/second"));
+}
+
+#[tokio::test]
+async fn updated_input_only_from_the_master_namespace() {
+    // master rewrites; the next hook sees the rewrite on stdin and blocks unless it does
+    let s = set(vec![
+        cmd(
+            MASTER,
+            "rewriter",
+            100,
+            r#"echo '{"updatedInput": {"cmd": "ls"}}'"#,
+            "scope: global",
+        ),
+        cmd(
+            "tenant-acme",
+            "checker",
+            10,
+            r#"grep -q '"cmd":"ls"' || exit 2"#,
+            "",
+        ),
+    ]);
+    let d = decide(&engine(), &s, event(json!({}))).await;
+    assert_eq!(d.decision, Verdict::Allow, "{d:?}");
+    assert_eq!(d.updated_input, Some(json!({"cmd": "ls"})));
+
+    let s = set(vec![
+        cmd(
+            "tenant-acme",
+            "tenant-rewriter",
+            100,
+            r#"echo '{"updatedInput": {"cmd": "ls"}}'"#,
+            "",
+        ),
+        cmd(
+            "tenant-acme",
+            "checker",
+            10,
+            r#"grep -q '"cmd":"rm -rf /"' || exit 2"#,
+            "",
+        ),
+    ]);
+    let d = decide(&engine(), &s, event(json!({}))).await;
+    assert_eq!(d.decision, Verdict::Allow, "{d:?}");
+    assert_eq!(d.updated_input, None);
+    assert!(d.hooks[0].mutation_denied);
+}
+
+#[tokio::test]
+async fn depth_over_three_blocks_without_running_hooks() {
+    let s = set(vec![cmd("tenant-acme", "allow", 1, "exit 0", "")]);
+    let e = engine();
+    let d = decide(&e, &s, event(json!({"depth": 4}))).await;
+    assert_eq!(d.decision, Verdict::Block);
+    assert_eq!(d.reason.as_deref(), Some(LOOP_DEPTH_EXCEEDED));
+    assert!(d.hooks.is_empty());
+    assert_eq!(e.metrics.loop_depth_exceeded.get(), 1);
+    let d = decide(&e, &s, event(json!({"depth": 3}))).await;
+    assert_eq!(d.decision, Verdict::Allow);
+    assert_eq!(d.hooks.len(), 1);
+}
+
+#[tokio::test]
+async fn same_decision_at_every_allowed_depth() {
+    let s = set(vec![cmd(
+        "tenant-acme",
+        "no-rm",
+        1,
+        r#"grep -q 'rm -rf' && exit 2; exit 0"#,
+        "",
+    )]);
+    for depth in [0, 1, 3] {
+        let d = decide(&engine(), &s, event(json!({"depth": depth}))).await;
+        assert_eq!(d.decision, Verdict::Block, "depth {depth}");
+    }
+}
+
+#[tokio::test]
+async fn matcher_and_if_expr_filter_and_cel_errors_fail_closed() {
+    let s = set(vec![
+        cmd(
+            "tenant-acme",
+            "shell-only",
+            3,
+            "exit 2",
+            "matcher: '^shell$'",
+        ),
+        cmd(
+            "tenant-acme",
+            "short-cmd",
+            2,
+            "exit 2",
+            "ifExpr: 'size(tool_input.cmd) > 100'",
+        ),
+        cmd("tenant-acme", "allow", 1, "exit 0", ""),
+    ]);
+    let d = decide(&engine(), &s, event(json!({}))).await;
+    assert_eq!(d.decision, Verdict::Allow);
+    assert_eq!(
+        ran(&d),
+        [("tenant-acme/allow", Outcome::Allow)],
+        "filtered hooks do not run"
+    );
+
+    let s = set(vec![cmd(
+        "tenant-acme",
+        "bad-key",
+        1,
+        "exit 0",
+        "ifExpr: 'tool_input.missing == \"x\"'",
+    )]);
+    let d = decide(&engine(), &s, event(json!({}))).await;
+    assert_eq!(d.decision, Verdict::Block);
+    assert_eq!(d.hooks[0].error_kind, Some("cel_eval"));
+}
+
+#[tokio::test]
+async fn a_matcher_never_fires_without_a_tool_name() {
+    let s = set(vec![cmd(
+        "tenant-acme",
+        "any-tool",
+        1,
+        "exit 2",
+        "matcher: '.*'",
+    )]);
+    let mut ev = event(json!({"event": "user_prompt_submit"}));
+    ev.tool_name = None;
+    let mut src = cmd("tenant-acme", "any-tool", 1, "exit 2", "matcher: '.*'");
+    src.spec.event = HookEvent::UserPromptSubmit;
+    let s2 = set(vec![src]);
+    let d = decide(&engine(), &s2, ev).await;
+    assert_eq!(d.decision, Verdict::Allow);
+    assert!(d.hooks.is_empty());
+    drop(s);
+}
+
+#[tokio::test]
+async fn standard_edition_never_spawns_even_if_loaded() {
+    let s = set(vec![cmd(
+        "tenant-acme",
+        "cmd",
+        1,
+        "touch /tmp/agenthooks-standard-spawned; exit 0",
+        "",
+    )]);
+    let mut e = engine();
+    e.edition = Edition::Standard;
+    let _ = std::fs::remove_file("/tmp/agenthooks-standard-spawned");
+    let d = decide(&e, &s, event(json!({}))).await;
+    assert_eq!(d.decision, Verdict::Block);
+    assert_eq!(d.hooks[0].error_kind, Some("edition_forbids_command"));
+    assert!(!std::path::Path::new("/tmp/agenthooks-standard-spawned").exists());
+}
+
+#[tokio::test]
+async fn non_blocking_events_answer_allow_at_once() {
+    let mut src = cmd("tenant-acme", "slow-blocker", 1, "sleep 2; exit 2", "");
+    src.spec.event = HookEvent::PostToolUse;
+    let s = Arc::new(set(vec![src]));
+    let e = engine();
+    let started = Instant::now();
+    let (d, n) = observe(&e, Arc::clone(&s), event(json!({"event": "post_tool_use"})));
+    assert!(started.elapsed() < Duration::from_millis(200));
+    assert_eq!((d.decision, n), (Verdict::Allow, 1));
+    let (d, n) = observe(&e, s, event(json!({"event": "post_tool_use", "depth": 4})));
+    assert_eq!(
+        (d.decision, n),
+        (Verdict::Allow, 0),
+        "depth over 3 runs no hook"
+    );
+}

@@ -1,0 +1,857 @@
+//! The `command` handler (Lite edition only): runs `sh -c <command>` with the event JSON
+//! on stdin and turns its exit status and stdout into an outcome.
+//!
+//! Rules: CONTRACT §5 command.1–4; seed "Handler reference / command".
+//!
+//! * The event reaches the process only on stdin; it is never put into the shell string.
+//! * The environment is built from nothing (see [`build_env`]).
+//! * Exit 2 → block (stderr is the reason); exit 0 → allow unless stdout is a JSON
+//!   object with `"continue": false`; anything else → error. Exit 126/127 (not
+//!   executable / not found) are errors of kind `spawn_failed`, so metrics tell them
+//!   apart from a hook that ran and failed (`exit_status`).
+//! * The child runs in its own process group. On timeout, on output past the cap, and
+//!   when the run is dropped half-way, the whole group gets `SIGKILL` and the child is
+//!   reaped. When the command finishes normally, processes it left behind in its group
+//!   are killed too: a hook's processes never outlive the hook.
+//! * Stdout and stderr are read as they come, each capped at [`MAX_OUTPUT_BYTES`]; past
+//!   the cap the group is killed and the run is an error (`output_too_large`).
+
+use std::ffi::OsString;
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
+
+use super::{HandlerResult, MAX_OUTPUT_BYTES, cut};
+
+/// The `PATH` a command gets unless `PATH` itself is in `allowed_env_vars`
+/// (CONTRACT §5 command.2).
+pub const SAFE_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// Config of a command hook (AgentHook `spec.handler.command`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommandSpec {
+    /// The shell command, run as `sh -c <command>`. Never combined with event data.
+    pub command: String,
+    /// Names of variables of the dispatcher's own environment passed through, if set.
+    pub allowed_env_vars: Vec<String>,
+    /// Working directory; must exist (else error kind `cwd_missing`). `None` keeps the
+    /// dispatcher's working directory.
+    pub cwd: Option<String>,
+}
+
+/// The environment a command runs with (CONTRACT §5 command.2): the variables named in
+/// `allowed` that `lookup` finds set, plus `PATH=`[`SAFE_PATH`] unless `PATH` is named.
+/// An empty `allowed` list gives an empty environment (no `PATH` either; `sh` then uses
+/// its built-in default search path).
+///
+/// `lookup` is `std::env::var_os` in production; tests pass a map.
+pub fn build_env(
+    allowed: &[String],
+    lookup: impl Fn(&str) -> Option<OsString>,
+) -> Vec<(String, OsString)> {
+    let mut env: Vec<(String, OsString)> = Vec::new();
+    if allowed.is_empty() {
+        return env;
+    }
+    for name in allowed {
+        if name.is_empty() || name.contains('=') || name.contains('\0') {
+            continue;
+        }
+        if env.iter().any(|(n, _)| n == name) {
+            continue;
+        }
+        if let Some(value) = lookup(name) {
+            env.push((name.clone(), value));
+        }
+    }
+    if !allowed.iter().any(|n| n == "PATH") {
+        env.push(("PATH".to_owned(), OsString::from(SAFE_PATH)));
+    }
+    env
+}
+
+/// Runs one command hook on one event.
+///
+/// * `event_json`: the event as JSON (CONTRACT §1.3), written to the child's stdin; a
+///   child that does not read it (EPIPE) is fine.
+/// * `timeout`: the hook's `timeoutMs`. When it passes, the process group is killed, the
+///   child reaped, and the result is [`HandlerResult::timeout`]. A background process
+///   that keeps stdout open keeps the run going until then.
+///
+/// Outcomes: exit 2 → `Block` (reason: stderr, cut); exit 0 → `Allow` with
+/// `additionalContext` (string) and `updatedInput` (any non-null JSON) from a stdout JSON
+/// object, or `Block` if that object has `"continue": false` (reason: its `stopReason` or
+/// `reason` string, else stderr); exit 126/127 → `Error` kind `spawn_failed`; any other
+/// exit or a signal → `Error` kind `exit_status`. Other error kinds: `cwd_missing`,
+/// `spawn_failed` (sh could not start), `output_too_large`. `metadata.stdout_len`,
+/// `metadata.stdout` and `metadata.stderr` (cut) are filled whenever the run completed.
+pub async fn run(spec: &CommandSpec, event_json: &[u8], timeout: Duration) -> HandlerResult {
+    let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+    let deadline = tokio::time::Instant::now() + timeout;
+
+    if let Some(cwd) = &spec.cwd {
+        match tokio::fs::metadata(cwd).await {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return HandlerResult::error(
+                    "cwd_missing",
+                    format!("working directory {cwd:?} is not a directory"),
+                );
+            }
+            Err(e) => {
+                return HandlerResult::error(
+                    "cwd_missing",
+                    format!("working directory {cwd:?} does not exist or is not reachable: {e}"),
+                );
+            }
+        }
+    }
+
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(&spec.command)
+        .env_clear()
+        .envs(build_env(&spec.allowed_env_vars, |n| std::env::var_os(n)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    if let Some(cwd) = &spec.cwd {
+        cmd.current_dir(cwd);
+    }
+
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => return HandlerResult::error("spawn_failed", format!("could not start sh: {e}")),
+    };
+    // With process_group(0) the child's pid is its process group id.
+    let Some(pgid) = child.id().and_then(|p| i32::try_from(p).ok()) else {
+        return HandlerResult::error("spawn_failed", "child has no pid");
+    };
+    let mut group = GroupKiller { pgid, armed: true };
+
+    let (Some(stdin), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return HandlerResult::error("spawn_failed", "child pipes missing");
+    };
+
+    let work = collect(&mut child, stdin, stdout, stderr, event_json);
+    let collected = tokio::time::timeout_at(deadline, work).await;
+
+    match collected {
+        Err(_elapsed) => {
+            group.kill();
+            reap(&mut child).await;
+            HandlerResult::timeout(timeout_ms)
+        }
+        Ok(Err(Failure::TooLarge(which))) => {
+            group.kill();
+            reap(&mut child).await;
+            HandlerResult::error(
+                "output_too_large",
+                format!("command wrote more than {MAX_OUTPUT_BYTES} bytes to {which}"),
+            )
+        }
+        Ok(Err(Failure::Io(e))) => {
+            group.kill();
+            reap(&mut child).await;
+            HandlerResult::error(
+                "exit_status",
+                format!("could not collect command output: {e}"),
+            )
+        }
+        Ok(Ok((stdout, stderr, status))) => {
+            // Leftover background processes of the hook (e.g. `cmd >/dev/null &`) die with
+            // it. The leader is reaped already; its pid cannot name another group while
+            // any member of this one is alive, and a freshly recycled pid would not be a
+            // group leader yet, so this reaches only our stragglers.
+            group.kill();
+            interpret(status, &stdout, &stderr)
+        }
+    }
+}
+
+/// Why collecting output stopped early.
+enum Failure {
+    TooLarge(&'static str),
+    Io(io::Error),
+}
+
+/// Sends `SIGKILL` to the whole process group, once, and on drop if not done yet (a
+/// cancelled run must not leave processes behind).
+struct GroupKiller {
+    pgid: i32,
+    armed: bool,
+}
+
+impl GroupKiller {
+    fn kill(&mut self) {
+        if self.armed && self.pgid > 1 {
+            // SAFETY: kill(2) with a negative pid signals the process group `pgid`, which
+            // is the group our child leads; it touches no memory.
+            unsafe {
+                libc::kill(-self.pgid, libc::SIGKILL);
+            }
+        }
+        self.armed = false;
+    }
+}
+
+impl Drop for GroupKiller {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Reaps the (killed) child so no zombie is left; bounded in case it is stuck in an
+/// uninterruptible sleep, after which tokio's orphan reaper (kill_on_drop) finishes.
+async fn reap(child: &mut Child) {
+    let _ = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
+}
+
+/// Writes stdin, reads stdout and stderr to EOF (capped) and waits for the exit status.
+async fn collect(
+    child: &mut Child,
+    mut stdin: tokio::process::ChildStdin,
+    stdout: tokio::process::ChildStdout,
+    stderr: tokio::process::ChildStderr,
+    event_json: &[u8],
+) -> Result<(Vec<u8>, Vec<u8>, ExitStatus), Failure> {
+    // Feeding stdin never decides the result: a child that exits without reading gives
+    // EPIPE, which is ignored. After writing, stdin is closed so readers see EOF.
+    let feed = async move {
+        let _ = stdin.write_all(event_json).await;
+        let _ = stdin.shutdown().await;
+        drop(stdin);
+        std::future::pending::<()>().await;
+    };
+    let main = async {
+        let (out, err) =
+            futures::future::try_join(read_capped(stdout, "stdout"), read_capped(stderr, "stderr"))
+                .await?;
+        let status = child.wait().await.map_err(Failure::Io)?;
+        Ok((out, err, status))
+    };
+    tokio::select! {
+        r = main => r,
+        () = feed => unreachable!("feed never completes"),
+    }
+}
+
+/// Reads `r` to EOF, keeping at most [`MAX_OUTPUT_BYTES`]; one byte more is a failure.
+async fn read_capped<R: AsyncRead + Unpin>(r: R, which: &'static str) -> Result<Vec<u8>, Failure> {
+    let mut buf = Vec::new();
+    let limit = u64::try_from(MAX_OUTPUT_BYTES).unwrap_or(u64::MAX) + 1;
+    r.take(limit)
+        .read_to_end(&mut buf)
+        .await
+        .map_err(Failure::Io)?;
+    if buf.len() > MAX_OUTPUT_BYTES {
+        return Err(Failure::TooLarge(which));
+    }
+    Ok(buf)
+}
+
+/// Turns a finished run into a result (CONTRACT §5 command.3).
+fn interpret(status: ExitStatus, stdout: &[u8], stderr: &[u8]) -> HandlerResult {
+    let out_text = String::from_utf8_lossy(stdout).into_owned();
+    let err_text = String::from_utf8_lossy(stderr).into_owned();
+    let err_trimmed = err_text.trim();
+
+    let mut result = match status.code() {
+        Some(0) => on_success(stdout, err_trimmed),
+        Some(2) => {
+            if err_trimmed.is_empty() {
+                HandlerResult::block("blocked by command hook (exit 2)")
+            } else {
+                HandlerResult::block(err_trimmed)
+            }
+        }
+        Some(code @ (126 | 127)) => {
+            let what = if code == 127 {
+                "not found"
+            } else {
+                "not executable"
+            };
+            HandlerResult::error(
+                "spawn_failed",
+                format!("command {what} (exit {code}): {err_trimmed}"),
+            )
+        }
+        Some(code) => HandlerResult::error(
+            "exit_status",
+            format!("command exited with status {code}: {err_trimmed}"),
+        ),
+        None => {
+            let sig = status.signal().unwrap_or(0);
+            HandlerResult::error(
+                "exit_status",
+                format!("command killed by signal {sig}: {err_trimmed}"),
+            )
+        }
+    };
+    result.metadata.stdout_len = Some(stdout.len());
+    result.metadata.stdout = Some(cut(out_text));
+    result.metadata.stderr = Some(cut(err_text));
+    result
+}
+
+/// Exit 0: allow, unless stdout is a JSON object with `"continue": false`.
+fn on_success(stdout: &[u8], stderr: &str) -> HandlerResult {
+    let Ok(Value::Object(obj)) = serde_json::from_slice::<Value>(stdout) else {
+        return HandlerResult::allow();
+    };
+    if obj.get("continue") == Some(&Value::Bool(false)) {
+        let reason = ["stopReason", "reason"]
+            .iter()
+            .find_map(|k| obj.get(*k).and_then(Value::as_str))
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .or(Some(stderr).filter(|s| !s.is_empty()))
+            .unwrap_or("blocked by command hook (\"continue\": false)");
+        return HandlerResult::block(reason);
+    }
+    let mut result = HandlerResult::allow();
+    result.additional_context = obj
+        .get("additionalContext")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    result.updated_input = obj.get("updatedInput").filter(|v| !v.is_null()).cloned();
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::handlers::Outcome;
+    use std::collections::HashMap;
+    use std::time::Instant;
+
+    const EVENT: &[u8] =
+        br#"{"event":"pre_tool_use","tool_name":"Bash","tool_input":{"command":"ls"}}"#;
+
+    fn spec(command: &str) -> CommandSpec {
+        CommandSpec {
+            command: command.to_owned(),
+            allowed_env_vars: vec![],
+            cwd: None,
+        }
+    }
+
+    async fn run_cmd(command: &str) -> HandlerResult {
+        run(&spec(command), EVENT, Duration::from_secs(5)).await
+    }
+
+    /// Processes in process group `pgid` that are not zombies, as (pid, state, comm).
+    fn live_group_members(pgid: i32) -> Vec<(i32, char, String)> {
+        let mut found = Vec::new();
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return found;
+        };
+        for entry in dir.flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            // pid (comm) state ppid pgrp ...
+            let Some(close) = stat.rfind(')') else {
+                continue;
+            };
+            let comm = stat[stat.find('(').map_or(0, |i| i + 1)..close].to_owned();
+            let fields: Vec<&str> = stat[close + 2..].split(' ').collect();
+            let state = fields[0].chars().next().unwrap_or('?');
+            let pgrp: i32 = fields[2].parse().unwrap_or(-1);
+            if pgrp == pgid && state != 'Z' && state != 'X' {
+                found.push((pid, state, comm));
+            }
+        }
+        found
+    }
+
+    async fn wait_group_gone(pgid: i32) -> Vec<(i32, char, String)> {
+        for _ in 0..50 {
+            let live = live_group_members(pgid);
+            if live.is_empty() {
+                return live;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        live_group_members(pgid)
+    }
+
+    fn is_zombie_child_of_us(pid: i32) -> bool {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return false;
+        };
+        let Some(close) = stat.rfind(')') else {
+            return false;
+        };
+        let fields: Vec<&str> = stat[close + 2..].split(' ').collect();
+        let ppid: u32 = fields[1].parse().unwrap_or(0);
+        fields[0] == "Z" && ppid == std::process::id()
+    }
+
+    fn tmp_path(tag: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!(
+            "agenthooks-{tag}-{}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        ))
+    }
+
+    #[tokio::test]
+    async fn exit_zero_with_no_output_allows() {
+        let r = run_cmd("true").await;
+        assert_eq!(r.outcome, Outcome::Allow);
+        assert_eq!(r.reason, None);
+        assert_eq!(r.error_kind, None);
+        assert_eq!(r.metadata.stdout_len, Some(0));
+    }
+
+    #[tokio::test]
+    async fn exit_two_blocks_with_stderr_as_reason() {
+        let r = run_cmd("echo 'rm -rf is not allowed' >&2; exit 2").await;
+        assert_eq!(r.outcome, Outcome::Block);
+        assert_eq!(r.reason.as_deref(), Some("rm -rf is not allowed"));
+        assert_eq!(r.error_kind, None);
+        assert_eq!(
+            r.metadata.stderr.as_deref(),
+            Some("rm -rf is not allowed\n")
+        );
+    }
+
+    #[tokio::test]
+    async fn exit_two_without_stderr_has_a_default_reason() {
+        let r = run_cmd("exit 2").await;
+        assert_eq!(r.outcome, Outcome::Block);
+        assert_eq!(
+            r.reason.as_deref(),
+            Some("blocked by command hook (exit 2)")
+        );
+    }
+
+    #[tokio::test]
+    async fn exit_two_reason_is_cut() {
+        let r = run_cmd("head -c 5000 /dev/zero | tr '\\0' 'é' >&2; exit 2").await;
+        assert_eq!(r.outcome, Outcome::Block);
+        let reason = r.reason.unwrap();
+        assert!(
+            reason.len() <= crate::handlers::MAX_REASON_BYTES,
+            "{}",
+            reason.len()
+        );
+        assert!(reason.len() > 1000);
+        assert!(r.metadata.stderr.unwrap().len() <= crate::handlers::MAX_REASON_BYTES);
+    }
+
+    #[tokio::test]
+    async fn exit_one_is_an_error_never_allow() {
+        let r = run_cmd("echo policy >&2; exit 1").await;
+        assert_eq!(r.outcome, Outcome::Error);
+        assert_eq!(r.error_kind, Some("exit_status"));
+        let reason = r.reason.unwrap();
+        assert!(reason.contains("status 1"), "{reason}");
+        assert!(reason.contains("policy"), "{reason}");
+    }
+
+    #[tokio::test]
+    async fn other_exit_codes_are_errors() {
+        for code in [3, 42, 255] {
+            let r = run_cmd(&format!("exit {code}")).await;
+            assert_eq!(r.outcome, Outcome::Error, "{code}");
+            assert_eq!(r.error_kind, Some("exit_status"), "{code}");
+            assert!(r.reason.unwrap().contains(&format!("status {code}")));
+        }
+    }
+
+    #[tokio::test]
+    async fn death_by_signal_is_an_error() {
+        let r = run_cmd("kill -TERM $$").await;
+        assert_eq!(r.outcome, Outcome::Error);
+        assert_eq!(r.error_kind, Some("exit_status"));
+        assert!(r.reason.unwrap().contains("signal 15"));
+    }
+
+    #[tokio::test]
+    async fn missing_binary_is_a_spawn_failure() {
+        let r = run_cmd("/nonexistent/bin").await;
+        assert_eq!(r.outcome, Outcome::Error);
+        assert_eq!(r.error_kind, Some("spawn_failed"));
+        let reason = r.reason.unwrap();
+        assert!(
+            reason.contains("not found") && reason.contains("127"),
+            "{reason}"
+        );
+    }
+
+    #[tokio::test]
+    async fn non_executable_is_a_spawn_failure() {
+        use std::os::unix::fs::PermissionsExt;
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), "echo hi\n").unwrap();
+        std::fs::set_permissions(file.path(), std::fs::Permissions::from_mode(0o644)).unwrap();
+        let r = run_cmd(&file.path().to_string_lossy()).await;
+        assert_eq!(r.outcome, Outcome::Error);
+        assert_eq!(r.error_kind, Some("spawn_failed"));
+        let reason = r.reason.unwrap();
+        assert!(
+            reason.contains("not executable") && reason.contains("126"),
+            "{reason}"
+        );
+    }
+
+    #[tokio::test]
+    async fn continue_false_blocks_even_pretty_printed() {
+        let r = run_cmd(r#"printf '{\n  "continue": false\n}\n'"#).await;
+        assert_eq!(r.outcome, Outcome::Block);
+        assert_eq!(
+            r.reason.as_deref(),
+            Some("blocked by command hook (\"continue\": false)")
+        );
+        assert_eq!(r.metadata.stdout_len, Some(24));
+    }
+
+    #[tokio::test]
+    async fn continue_false_takes_its_reason_from_the_json_then_stderr() {
+        let r = run_cmd(r#"echo '{"continue": false, "stopReason": "no pushes on Friday"}'"#).await;
+        assert_eq!(r.outcome, Outcome::Block);
+        assert_eq!(r.reason.as_deref(), Some("no pushes on Friday"));
+
+        let r = run_cmd(r#"echo '{"continue": false, "reason": "r"}'"#).await;
+        assert_eq!(r.reason.as_deref(), Some("r"));
+
+        let r = run_cmd(r#"echo 'from stderr' >&2; echo '{"continue": false}'"#).await;
+        assert_eq!(r.reason.as_deref(), Some("from stderr"));
+    }
+
+    #[tokio::test]
+    async fn other_stdout_allows() {
+        for out in [
+            r#"echo '{"continue": true}'"#,
+            r#"echo '{"continue": "false"}'"#,
+            "echo 'just text'",
+            "echo '[false]'",
+            "echo '{\"continue\": fals'",
+        ] {
+            let r = run_cmd(out).await;
+            assert_eq!(r.outcome, Outcome::Allow, "{out}");
+            assert_eq!(r.reason, None, "{out}");
+        }
+    }
+
+    #[tokio::test]
+    async fn additional_context_and_updated_input_are_carried() {
+        let r = run_cmd(
+            r#"echo '{"additionalContext": "repo is read-only", "updatedInput": {"command": "ls -la"}}'"#,
+        )
+        .await;
+        assert_eq!(r.outcome, Outcome::Allow);
+        assert_eq!(r.additional_context.as_deref(), Some("repo is read-only"));
+        assert_eq!(
+            r.updated_input,
+            Some(serde_json::json!({"command": "ls -la"}))
+        );
+
+        let r = run_cmd(r#"echo '{"additionalContext": 5, "updatedInput": null}'"#).await;
+        assert_eq!(r.outcome, Outcome::Allow);
+        assert_eq!(r.additional_context, None);
+        assert_eq!(r.updated_input, None);
+    }
+
+    #[tokio::test]
+    async fn event_arrives_on_stdin_verbatim() {
+        let r = run_cmd("cat").await;
+        assert_eq!(r.outcome, Outcome::Allow);
+        assert_eq!(r.metadata.stdout.as_deref().map(str::as_bytes), Some(EVENT));
+        assert_eq!(r.metadata.stdout_len, Some(EVENT.len()));
+    }
+
+    #[tokio::test]
+    async fn large_event_is_fed_while_output_is_read() {
+        // 3 MiB of stdin through `wc -c`: stdin is written concurrently with reading.
+        let big = vec![b'x'; 3 * 1024 * 1024];
+        let r = run(&spec("wc -c"), &big, Duration::from_secs(10)).await;
+        assert_eq!(r.outcome, Outcome::Allow);
+        assert_eq!(r.metadata.stdout.as_deref().map(str::trim), Some("3145728"));
+    }
+
+    #[tokio::test]
+    async fn child_that_ignores_stdin_does_not_fail_the_hook() {
+        // Bigger than a pipe buffer, so the write hits EPIPE once `true` exits.
+        let big = vec![b'{'; 1024 * 1024];
+        let r = run(&spec("true"), &big, Duration::from_secs(5)).await;
+        assert_eq!(r.outcome, Outcome::Allow, "{r:?}");
+        let r = run(&spec("exec 0<&-; exit 2"), &big, Duration::from_secs(5)).await;
+        assert_eq!(r.outcome, Outcome::Block, "{r:?}");
+    }
+
+    #[tokio::test]
+    async fn event_is_never_interpolated_into_the_shell() {
+        let marker = tmp_path("pwned");
+        let event = serde_json::json!({
+            "event": "pre_tool_use",
+            "tool_name": "Bash",
+            "tool_input": {"command": format!("$(touch {})", marker.display())},
+        });
+        let bytes = serde_json::to_vec(&event).unwrap();
+        let r = run(&spec("cat >/dev/null"), &bytes, Duration::from_secs(5)).await;
+        assert_eq!(r.outcome, Outcome::Allow);
+        // Also a hook that echoes its input must not evaluate it.
+        let r = run(&spec("cat"), &bytes, Duration::from_secs(5)).await;
+        assert_eq!(r.outcome, Outcome::Allow);
+        assert!(r.metadata.stdout.unwrap().contains("$(touch "));
+        assert!(!marker.exists(), "{} was created", marker.display());
+    }
+
+    #[tokio::test]
+    async fn cwd_is_used_and_must_exist() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = spec("pwd");
+        s.cwd = Some(dir.path().to_string_lossy().into_owned());
+        let r = run(&s, EVENT, Duration::from_secs(5)).await;
+        assert_eq!(r.outcome, Outcome::Allow);
+        let expected = dir.path().canonicalize().unwrap();
+        assert_eq!(
+            r.metadata.stdout.as_deref().map(str::trim),
+            Some(expected.to_string_lossy().as_ref())
+        );
+
+        let mut s = spec("true");
+        s.cwd = Some("/nonexistent/agenthooks-cwd".to_owned());
+        let r = run(&s, EVENT, Duration::from_secs(5)).await;
+        assert_eq!(r.outcome, Outcome::Error);
+        assert_eq!(r.error_kind, Some("cwd_missing"));
+        assert!(r.reason.unwrap().contains("/nonexistent/agenthooks-cwd"));
+
+        let file = tempfile::NamedTempFile::new().unwrap();
+        let mut s = spec("true");
+        s.cwd = Some(file.path().to_string_lossy().into_owned());
+        let r = run(&s, EVENT, Duration::from_secs(5)).await;
+        assert_eq!(r.error_kind, Some("cwd_missing"));
+    }
+
+    #[test]
+    fn env_is_built_from_the_allowlist_only() {
+        let host: HashMap<&str, &str> = [
+            ("MY_VAR", "v1"),
+            ("SECRET_TOKEN", "s3cr3t"),
+            ("PATH", "/opt/evil/bin:/usr/bin"),
+        ]
+        .into_iter()
+        .collect();
+        let lookup = |n: &str| host.get(n).map(OsString::from);
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+
+        // Listed and set → passed; listed and unset → absent; safe PATH added.
+        let env = build_env(&names(&["MY_VAR", "UNSET_VAR"]), lookup);
+        assert_eq!(
+            env,
+            vec![
+                ("MY_VAR".to_owned(), OsString::from("v1")),
+                ("PATH".to_owned(), OsString::from(SAFE_PATH)),
+            ]
+        );
+        // PATH listed → the dispatcher's own PATH, no override.
+        let env = build_env(&names(&["PATH"]), lookup);
+        assert_eq!(
+            env,
+            vec![("PATH".to_owned(), OsString::from("/opt/evil/bin:/usr/bin"))]
+        );
+        // Empty list → empty environment.
+        assert!(build_env(&[], lookup).is_empty());
+        // Malformed names and duplicates are skipped.
+        let env = build_env(&names(&["MY_VAR", "MY_VAR", "A=B", ""]), lookup);
+        assert_eq!(env.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn empty_allowlist_runs_with_an_empty_environment() {
+        // `env` still runs: sh falls back to its default search path.
+        let r = run_cmd("env").await;
+        assert_eq!(r.outcome, Outcome::Allow, "{r:?}");
+        let out = r.metadata.stdout.unwrap();
+        for line in out.lines() {
+            // dash/bash may add PWD (and bash SHLVL/_) of its own; nothing inherited.
+            let name = line.split('=').next().unwrap();
+            assert!(
+                matches!(name, "PWD" | "SHLVL" | "_" | "OLDPWD"),
+                "unexpected variable {line:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn safe_path_is_set_when_other_vars_are_listed() {
+        let mut s = spec("echo \"$PATH\"");
+        s.allowed_env_vars = vec!["AGENTHOOKS_SURELY_UNSET_VAR".to_owned()];
+        let r = run(&s, EVENT, Duration::from_secs(5)).await;
+        assert_eq!(
+            r.metadata.stdout.as_deref(),
+            Some("/usr/local/bin:/usr/bin:/bin\n")
+        );
+    }
+
+    #[tokio::test]
+    async fn timeout_kills_the_whole_group_and_leaves_no_process() {
+        let pidfile = tmp_path("pgid");
+        let cmd = format!("echo $$ > {}; sleep 30 & echo '{{}}'", pidfile.display());
+        let started = Instant::now();
+        let r = run(&spec(&cmd), EVENT, Duration::from_secs(1)).await;
+        let took = started.elapsed();
+        assert_eq!(r.outcome, Outcome::Timeout, "{r:?}");
+        assert_eq!(r.error_kind, Some("timeout"));
+        assert_eq!(r.reason.as_deref(), Some("no answer within 1000 ms"));
+        assert!(took >= Duration::from_millis(900), "{took:?}");
+        assert!(took < Duration::from_secs(3), "{took:?}");
+
+        let pgid: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let _ = std::fs::remove_file(&pidfile);
+        let left = wait_group_gone(pgid).await;
+        assert!(left.is_empty(), "processes left in group {pgid}: {left:?}");
+        assert!(!is_zombie_child_of_us(pgid), "sh {pgid} left as a zombie");
+    }
+
+    #[tokio::test]
+    async fn timeout_of_a_busy_foreground_command() {
+        let pidfile = tmp_path("pgid-fg");
+        let cmd = format!("echo $$ > {}; sleep 30; echo done", pidfile.display());
+        let started = Instant::now();
+        let r = run(&spec(&cmd), EVENT, Duration::from_millis(300)).await;
+        assert_eq!(r.outcome, Outcome::Timeout);
+        assert!(started.elapsed() < Duration::from_secs(2));
+        let pgid: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let _ = std::fs::remove_file(&pidfile);
+        let left = wait_group_gone(pgid).await;
+        assert!(left.is_empty(), "{left:?}");
+        assert!(!is_zombie_child_of_us(pgid));
+    }
+
+    #[tokio::test]
+    async fn detached_background_processes_die_with_the_hook() {
+        let pidfile = tmp_path("pgid-bg");
+        let cmd = format!(
+            "echo $$ > {}; sleep 30 >/dev/null 2>&1 </dev/null & echo '{{}}'",
+            pidfile.display()
+        );
+        let started = Instant::now();
+        let r = run(&spec(&cmd), EVENT, Duration::from_secs(5)).await;
+        assert_eq!(r.outcome, Outcome::Allow, "{r:?}");
+        assert!(started.elapsed() < Duration::from_secs(2));
+        let pgid: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let _ = std::fs::remove_file(&pidfile);
+        let left = wait_group_gone(pgid).await;
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[tokio::test]
+    async fn dropping_the_run_kills_the_group() {
+        let pidfile = tmp_path("pgid-drop");
+        let cmd = format!("echo $$ > {}; sleep 30", pidfile.display());
+        let s = spec(&cmd);
+        let fut = run(&s, EVENT, Duration::from_secs(10));
+        // Cancel from outside, as the chain budget would.
+        let _ = tokio::time::timeout(Duration::from_millis(300), fut).await;
+        let pgid: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let _ = std::fs::remove_file(&pidfile);
+        let left = wait_group_gone(pgid).await;
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[tokio::test]
+    async fn huge_stdout_is_an_error_and_stops_quickly() {
+        let started = Instant::now();
+        let r = run(
+            &spec("head -c 200000000 /dev/zero"),
+            EVENT,
+            Duration::from_secs(10),
+        )
+        .await;
+        assert_eq!(r.outcome, Outcome::Error);
+        assert_eq!(r.error_kind, Some("output_too_large"));
+        assert!(r.reason.unwrap().contains("stdout"));
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn huge_stderr_is_an_error() {
+        let r = run(
+            &spec("head -c 5000000 /dev/zero >&2"),
+            EVENT,
+            Duration::from_secs(10),
+        )
+        .await;
+        assert_eq!(r.outcome, Outcome::Error);
+        assert_eq!(r.error_kind, Some("output_too_large"));
+        assert!(r.reason.unwrap().contains("stderr"));
+    }
+
+    #[tokio::test]
+    async fn output_exactly_at_the_cap_is_fine() {
+        let r = run(
+            &spec(&format!("head -c {MAX_OUTPUT_BYTES} /dev/zero")),
+            EVENT,
+            Duration::from_secs(10),
+        )
+        .await;
+        assert_eq!(r.outcome, Outcome::Allow, "{:?}", r.reason);
+        assert_eq!(r.metadata.stdout_len, Some(MAX_OUTPUT_BYTES));
+        assert!(r.metadata.stdout.unwrap().len() <= crate::handlers::MAX_REASON_BYTES);
+    }
+
+    #[test]
+    fn interpret_maps_exit_statuses() {
+        let st = |code: i32| ExitStatus::from_raw(code << 8);
+        assert_eq!(interpret(st(0), b"", b"").outcome, Outcome::Allow);
+        assert_eq!(interpret(st(2), b"", b"x").outcome, Outcome::Block);
+        assert_eq!(interpret(st(1), b"", b"").error_kind, Some("exit_status"));
+        assert_eq!(
+            interpret(st(126), b"", b"").error_kind,
+            Some("spawn_failed")
+        );
+        assert_eq!(
+            interpret(st(127), b"", b"").error_kind,
+            Some("spawn_failed")
+        );
+        // Raw status 9 = killed by SIGKILL.
+        let killed = interpret(ExitStatus::from_raw(9), b"", b"");
+        assert_eq!(killed.error_kind, Some("exit_status"));
+        assert!(killed.reason.unwrap().contains("signal 9"));
+        // Exit 2 wins over a stdout that says allow.
+        let r = interpret(st(2), br#"{"continue": true}"#, b"nope");
+        assert_eq!(r.outcome, Outcome::Block);
+        assert_eq!(r.reason.as_deref(), Some("nope"));
+        // Non-UTF-8 output is kept lossily.
+        let r = interpret(st(0), b"\xff\xfe", b"");
+        assert_eq!(r.metadata.stdout_len, Some(2));
+        assert_eq!(r.metadata.stdout.as_deref(), Some("\u{fffd}\u{fffd}"));
+    }
+}

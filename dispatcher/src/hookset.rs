@@ -1,0 +1,460 @@
+//! The hooks a dispatcher serves, compiled once per hook version and indexed for
+//! resolution (CONTRACT §3).
+//!
+//! A [`HookSet`] is immutable; a new snapshot or hooks file builds a new one and swaps
+//! it in. Building reuses the compiled form of every hook whose (uid, generation,
+//! namespace tenant) did not change, so regexes and CEL programs are compiled once per
+//! hook version (DESIGN "Sync": incremental recompiling).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use agenthooks_crds::agenthook::{AgentHookSpec, HookScope};
+use agenthooks_crds::sealed::SealKey;
+use agenthooks_crds::snapshot::Snapshot;
+use agenthooks_crds::validation::{CompiledHook, ValidationContext, ValidationErrors, validate};
+use agenthooks_crds::{Edition, HookEvent};
+
+/// A header value, sealed until send time (CONTRACT §5 http.1).
+#[derive(Debug, Clone)]
+pub struct SealedHeaderValue {
+    pub name: String,
+    pub sealed: String,
+}
+
+/// One servable hook: identity, spec, compiled filters and sealed headers.
+#[derive(Debug)]
+pub struct LoadedHook {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    /// `metadata.generation`, the hook's version.
+    pub generation: i64,
+    /// `metadata.creationTimestamp` (RFC 3339); empty when unknown (hooks files).
+    pub created_at: String,
+    /// The namespace's tenant when the hook was compiled.
+    pub namespace_tenant: String,
+    pub spec: AgentHookSpec,
+    pub compiled: CompiledHook,
+    /// `namespace/name`, the name shown in responses and logs.
+    pub key: String,
+    /// Header values (literal ones sealed too, so one code path opens them).
+    pub headers: Vec<SealedHeaderValue>,
+}
+
+impl LoadedHook {
+    /// Resolution filter of CONTRACT §3.1 for tenant `tenant` and agent `agent`.
+    pub fn applies_to(&self, tenant: &str, agent: &str) -> bool {
+        if !self.spec.enabled {
+            return false;
+        }
+        match self.spec.scope {
+            HookScope::Global => true,
+            HookScope::Tenant => self.compiled.tenant == tenant,
+            HookScope::Agent => {
+                self.compiled.tenant == tenant && self.spec.agent_ids.iter().any(|a| a == agent)
+            }
+        }
+    }
+}
+
+/// Ordering of CONTRACT §3.2: priority descending, then oldest first (creation time),
+/// then `namespace/name`. Hooks with no creation time sort after those with one.
+pub fn order(a: &LoadedHook, b: &LoadedHook) -> std::cmp::Ordering {
+    b.spec
+        .priority
+        .cmp(&a.spec.priority)
+        .then_with(
+            || match (a.created_at.is_empty(), b.created_at.is_empty()) {
+                (false, false) => a.created_at.cmp(&b.created_at),
+                (x, y) => x.cmp(&y),
+            },
+        )
+        .then_with(|| a.namespace.cmp(&b.namespace))
+        .then_with(|| a.name.cmp(&b.name))
+}
+
+/// What a new hook set is built from: one entry per hook.
+#[derive(Debug, Clone)]
+pub struct HookSource {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    pub generation: i64,
+    pub created_at: String,
+    pub namespace_tenant: String,
+    pub spec: AgentHookSpec,
+    pub headers: Vec<SealedHeaderValue>,
+}
+
+/// A hook that failed validation while building a set.
+#[derive(Debug, thiserror::Error)]
+#[error("{namespace}/{name}: {errors}")]
+pub struct RejectedHook {
+    pub namespace: String,
+    pub name: String,
+    pub errors: ValidationErrors,
+}
+
+/// Hooks indexed by event, each list in resolution order.
+#[derive(Debug, Default)]
+pub struct HookSet {
+    by_event: HashMap<HookEvent, Vec<Arc<LoadedHook>>>,
+    /// (source, e.g. snapshot epoch/version or file path; version).
+    pub version: u64,
+    pub master_namespace: String,
+    len: usize,
+}
+
+impl HookSet {
+    /// Builds a set, validating each hook with this dispatcher's edition (so a Standard
+    /// dispatcher never loads a command hook, whatever its input says) and reusing the
+    /// compiled hooks of `previous` when (uid, generation, tenant) match.
+    ///
+    /// Returns the set of the hooks that validated and the rejected ones.
+    pub fn build(
+        sources: Vec<HookSource>,
+        master_namespace: &str,
+        edition: Edition,
+        version: u64,
+        previous: Option<&HookSet>,
+    ) -> (HookSet, Vec<RejectedHook>) {
+        let reuse: HashMap<(&str, i64, &str), &Arc<LoadedHook>> = previous
+            .map(|p| {
+                p.by_event
+                    .values()
+                    .flatten()
+                    .map(|h| {
+                        (
+                            (h.uid.as_str(), h.generation, h.namespace_tenant.as_str()),
+                            h,
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut by_event: HashMap<HookEvent, Vec<Arc<LoadedHook>>> = HashMap::new();
+        let mut rejected = Vec::new();
+        let mut len = 0;
+        for s in sources {
+            let hook = match reuse.get(&(s.uid.as_str(), s.generation, s.namespace_tenant.as_str()))
+            {
+                Some(h) if h.spec == s.spec && h.namespace == s.namespace && h.name == s.name => {
+                    Arc::clone(h)
+                }
+                _ => {
+                    let ctx = ValidationContext {
+                        namespace: &s.namespace,
+                        namespace_tenant: &s.namespace_tenant,
+                        master_namespace,
+                        edition,
+                    };
+                    match validate(&s.spec, &ctx) {
+                        Ok(compiled) => Arc::new(LoadedHook {
+                            key: format!("{}/{}", s.namespace, s.name),
+                            uid: s.uid,
+                            namespace: s.namespace,
+                            name: s.name,
+                            generation: s.generation,
+                            created_at: s.created_at,
+                            namespace_tenant: s.namespace_tenant,
+                            spec: s.spec,
+                            compiled,
+                            headers: s.headers,
+                        }),
+                        Err(errors) => {
+                            rejected.push(RejectedHook {
+                                namespace: s.namespace,
+                                name: s.name,
+                                errors,
+                            });
+                            continue;
+                        }
+                    }
+                }
+            };
+            len += 1;
+            by_event.entry(hook.spec.event).or_default().push(hook);
+        }
+        for list in by_event.values_mut() {
+            list.sort_by(|a, b| order(a, b));
+        }
+        (
+            HookSet {
+                by_event,
+                version,
+                master_namespace: master_namespace.to_string(),
+                len,
+            },
+            rejected,
+        )
+    }
+
+    /// Builds a set from an operator snapshot.
+    pub fn from_snapshot(
+        snapshot: &Snapshot,
+        edition: Edition,
+        previous: Option<&HookSet>,
+    ) -> (HookSet, Vec<RejectedHook>) {
+        let sources = snapshot
+            .hooks
+            .iter()
+            .map(|h| HookSource {
+                uid: h.uid.clone(),
+                namespace: h.namespace.clone(),
+                name: h.name.clone(),
+                generation: h.generation,
+                created_at: h.created_at.clone(),
+                namespace_tenant: h.namespace_tenant.clone(),
+                spec: h.spec.clone(),
+                headers: h
+                    .sealed_headers
+                    .iter()
+                    .map(|s| SealedHeaderValue {
+                        name: s.name.clone(),
+                        sealed: s.sealed.clone(),
+                    })
+                    .collect(),
+            })
+            .collect();
+        HookSet::build(
+            sources,
+            &snapshot.master_namespace,
+            edition,
+            snapshot.version,
+            previous,
+        )
+    }
+
+    /// Hooks for `event` that apply to `tenant` and `agent`, in resolution order
+    /// (CONTRACT §3.1–3.2).
+    pub fn resolve<'a>(
+        &'a self,
+        event: HookEvent,
+        tenant: &'a str,
+        agent: &'a str,
+    ) -> impl Iterator<Item = &'a Arc<LoadedHook>> + 'a {
+        self.by_event
+            .get(&event)
+            .map(|v| v.as_slice())
+            .unwrap_or_default()
+            .iter()
+            .filter(move |h| h.applies_to(tenant, agent))
+    }
+
+    /// Every hook, any event.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<LoadedHook>> {
+        self.by_event.values().flatten()
+    }
+
+    /// Number of hooks served.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// No hook at all.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Finds a hook by `namespace/name`.
+    pub fn get(&self, key: &str) -> Option<&Arc<LoadedHook>> {
+        self.iter().find(|h| h.key == key)
+    }
+}
+
+/// Opens a hook's sealed headers for one send (CONTRACT §5 http.1). An unopenable value
+/// is an error (the hook fails closed), never a request without the header.
+pub fn open_headers(hook: &LoadedHook, key: &SealKey) -> Result<Vec<(String, String)>, String> {
+    hook.headers
+        .iter()
+        .map(|h| {
+            let raw = key
+                .open(&h.sealed)
+                .map_err(|e| format!("header {}: {e}", h.name))?;
+            String::from_utf8(raw)
+                .map(|v| (h.name.clone(), v))
+                .map_err(|_| format!("header {}: value is not UTF-8", h.name))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn source(ns: &str, name: &str, yaml: &str, created_at: &str) -> HookSource {
+        HookSource {
+            uid: format!("uid-{ns}-{name}"),
+            namespace: ns.into(),
+            name: name.into(),
+            generation: 1,
+            created_at: created_at.into(),
+            namespace_tenant: ns.trim_start_matches("tenant-").into(),
+            spec: serde_norway::from_str(yaml).unwrap(),
+            headers: vec![],
+        }
+    }
+
+    const H: &str =
+        "event: pre_tool_use\nhandler: {type: http, http: {url: 'https://a.example'}}\n";
+
+    fn keys(set: &HookSet, tenant: &str, agent: &str) -> Vec<String> {
+        set.resolve(HookEvent::PreToolUse, tenant, agent)
+            .map(|h| h.key.clone())
+            .collect()
+    }
+
+    #[test]
+    fn resolution_by_scope_tenant_and_agent() {
+        let sources = vec![
+            source(
+                "agenthooks-system",
+                "global",
+                &format!("{H}scope: global\n"),
+                "2026-01-01T00:00:00Z",
+            ),
+            source("tenant-acme", "acme-all", H, "2026-01-01T00:00:00Z"),
+            source(
+                "tenant-acme",
+                "acme-a1",
+                &format!("{H}scope: agent\nagentIds: [a1]\n"),
+                "2026-01-01T00:00:00Z",
+            ),
+            source("tenant-globex", "globex-all", H, "2026-01-01T00:00:00Z"),
+            source(
+                "tenant-acme",
+                "disabled",
+                &format!("{H}enabled: false\n"),
+                "2026-01-01T00:00:00Z",
+            ),
+            source(
+                "tenant-acme",
+                "other-event",
+                "event: stop\nhandler: {type: http, http: {url: 'https://a.example'}}",
+                "2026-01-01T00:00:00Z",
+            ),
+        ];
+        let (set, rejected) = HookSet::build(sources, "agenthooks-system", Edition::Lite, 1, None);
+        assert!(rejected.is_empty());
+        assert_eq!(
+            keys(&set, "acme", "a1"),
+            [
+                "agenthooks-system/global",
+                "tenant-acme/acme-a1",
+                "tenant-acme/acme-all"
+            ]
+        );
+        assert_eq!(
+            keys(&set, "acme", "a2"),
+            ["agenthooks-system/global", "tenant-acme/acme-all"]
+        );
+        assert_eq!(
+            keys(&set, "globex", "a1"),
+            ["agenthooks-system/global", "tenant-globex/globex-all"]
+        );
+        assert_eq!(keys(&set, "initech", "a1"), ["agenthooks-system/global"]);
+    }
+
+    #[test]
+    fn order_is_priority_then_oldest_then_name_never_input_order() {
+        let mk = |name: &str, prio: i32, at: &str| {
+            source("tenant-acme", name, &format!("{H}priority: {prio}\n"), at)
+        };
+        let a = vec![
+            mk("b-old", 10, "2026-01-01T00:00:00Z"),
+            mk("high", 100, "2026-03-01T00:00:00Z"),
+            mk("a-new", 10, "2026-02-01T00:00:00Z"),
+            mk("c-old", 10, "2026-01-01T00:00:00Z"),
+            mk("low", -5, "2025-01-01T00:00:00Z"),
+        ];
+        let mut b = a.clone();
+        b.reverse();
+        for sources in [a, b] {
+            let (set, _) = HookSet::build(sources, "agenthooks-system", Edition::Lite, 1, None);
+            assert_eq!(
+                keys(&set, "acme", "x"),
+                [
+                    "tenant-acme/high",
+                    "tenant-acme/b-old",
+                    "tenant-acme/c-old",
+                    "tenant-acme/a-new",
+                    "tenant-acme/low"
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn standard_edition_never_loads_a_command_hook() {
+        let sources = vec![source(
+            "tenant-acme",
+            "cmd",
+            "event: pre_tool_use\nhandler: {type: command, command: {command: 'exit 0'}}",
+            "",
+        )];
+        let (set, rejected) = HookSet::build(
+            sources.clone(),
+            "agenthooks-system",
+            Edition::Standard,
+            1,
+            None,
+        );
+        assert!(set.is_empty());
+        assert_eq!(
+            rejected[0].errors.reason().as_str(),
+            "EditionForbidsCommand"
+        );
+        let (set, rejected) = HookSet::build(sources, "agenthooks-system", Edition::Lite, 1, None);
+        assert_eq!((set.len(), rejected.len()), (1, 0));
+    }
+
+    #[test]
+    fn unchanged_hooks_keep_their_compiled_form() {
+        let s = vec![source(
+            "tenant-acme",
+            "h",
+            &format!("{H}matcher: exec\n"),
+            "",
+        )];
+        let (first, _) = HookSet::build(s.clone(), "agenthooks-system", Edition::Lite, 1, None);
+        let (second, _) = HookSet::build(
+            s.clone(),
+            "agenthooks-system",
+            Edition::Lite,
+            2,
+            Some(&first),
+        );
+        let a = first.get("tenant-acme/h").unwrap();
+        let b = second.get("tenant-acme/h").unwrap();
+        assert!(
+            Arc::ptr_eq(a, b),
+            "same uid+generation must reuse the compiled hook"
+        );
+        let mut edited = s;
+        edited[0].generation = 2;
+        edited[0].spec.matcher = "shell".into();
+        let (third, _) =
+            HookSet::build(edited, "agenthooks-system", Edition::Lite, 3, Some(&second));
+        let c = third.get("tenant-acme/h").unwrap();
+        assert!(!Arc::ptr_eq(b, c));
+        assert!(c.compiled.matcher.as_ref().unwrap().is_match("shell"));
+    }
+
+    #[test]
+    fn headers_open_only_with_the_key() {
+        let key = SealKey::generate();
+        let mut s = source("tenant-acme", "h", H, "");
+        s.headers = vec![SealedHeaderValue {
+            name: "Authorization".into(),
+            sealed: key.seal(b"Bearer t"),
+        }];
+        let (set, _) = HookSet::build(vec![s], "agenthooks-system", Edition::Lite, 1, None);
+        let h = set.get("tenant-acme/h").unwrap();
+        assert_eq!(
+            open_headers(h, &key).unwrap(),
+            vec![("Authorization".to_string(), "Bearer t".to_string())]
+        );
+        assert!(open_headers(h, &SealKey::generate()).is_err());
+    }
+}

@@ -1,0 +1,21 @@
+//! `agenthooks-dispatcher`: the decision engine as a library, and its server.
+//!
+//! - [`event`]: the dispatch request, its parsing and input caps (CONTRACT §1, §2.4).
+//! - [`hookset`]: hooks compiled once per version, indexed for resolution (CONTRACT §3).
+//! - [`manifests`]: AgentHook YAML for standalone mode and `check`.
+//! - [`chain`]: the blocking chain and the non-blocking path (CONTRACT §4).
+//! - [`runner`]: one hook run: filters, then its handler, under its timeout.
+//! - [`handlers`]: command and http handlers, SSRF guard (CONTRACT §5).
+//! - [`server`]: the HTTP API (DESIGN "Dispatch API").
+//! - [`sync`]: the long-poll client that follows the operator's snapshots.
+//! - [`metrics`]: Prometheus series (CONTRACT §8.2).
+
+pub mod chain;
+pub mod event;
+pub mod handlers;
+pub mod hookset;
+pub mod manifests;
+pub mod metrics;
+pub mod runner;
+pub mod server;
+pub mod sync;

@@ -1,0 +1,293 @@
+//! AgentHook manifests for standalone mode and `check` (DESIGN "Standalone mode").
+//!
+//! Reads the same YAML `kubectl apply` takes: a file, a multi-document file, or a
+//! directory of `*.yaml`/`*.yml`/`*.json` files (sorted by name). Documents of kind
+//! `AgentHook` become hooks; `Namespace` documents give namespaces their tenant label;
+//! `Secret` documents (`data` or `stringData`) feed `valueFrom.secretKeyRef` headers;
+//! `TenantHookBudget` documents are accepted and ignored here. Any other kind, a
+//! duplicate hook, or a hook that fails validation refuses the whole load: a dispatcher
+//! never starts half-loaded.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use agenthooks_crds::agenthook::AgentHookSpec;
+use agenthooks_crds::sealed::SealKey;
+use agenthooks_crds::tenancy::namespace_tenant;
+use agenthooks_crds::{Edition, GROUP, VERSION};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use serde::Deserialize;
+
+use crate::hookset::{HookSet, HookSource, SealedHeaderValue};
+
+/// Why a hooks path could not be loaded. Every message names the file, the document
+/// (1-based) and the field.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{path}: {error}")]
+    Io {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("{path}: document {doc}: {message}")]
+    Document {
+        path: PathBuf,
+        doc: usize,
+        message: String,
+    },
+    #[error("{path}: no AgentHook found")]
+    Empty { path: PathBuf },
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Header {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    metadata: Meta,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct Meta {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    labels: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    creation_timestamp: Option<String>,
+    #[serde(default)]
+    generation: Option<i64>,
+    #[serde(default)]
+    uid: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct HookDoc {
+    spec: AgentHookSpec,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SecretDoc {
+    #[serde(default)]
+    data: BTreeMap<String, String>,
+    #[serde(default)]
+    string_data: BTreeMap<String, String>,
+}
+
+struct PendingHook {
+    path: PathBuf,
+    doc: usize,
+    meta: Meta,
+    namespace: String,
+    spec: AgentHookSpec,
+}
+
+/// Loads every AgentHook under `path` and compiles them into a [`HookSet`] for
+/// `edition`, sealing header values with `key`. Hooks get `uid`
+/// `standalone:<namespace>/<name>` and generation 1 unless their metadata says otherwise.
+pub fn load(
+    path: &Path,
+    master_namespace: &str,
+    edition: Edition,
+    key: &SealKey,
+) -> Result<HookSet, LoadError> {
+    let files = list_files(path)?;
+    let mut hooks: Vec<PendingHook> = Vec::new();
+    let mut namespaces: HashMap<String, BTreeMap<String, String>> = HashMap::new();
+    let mut secrets: HashMap<(String, String), BTreeMap<String, Vec<u8>>> = HashMap::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).map_err(|error| LoadError::Io {
+            path: file.clone(),
+            error,
+        })?;
+        for (i, doc) in serde_norway::Deserializer::from_str(&text).enumerate() {
+            let n = i + 1;
+            let derr = |message: String| LoadError::Document {
+                path: file.clone(),
+                doc: n,
+                message,
+            };
+            let value = serde_norway::Value::deserialize(doc)
+                .map_err(|e| derr(format!("not YAML: {e}")))?;
+            if value.is_null() {
+                continue;
+            }
+            let head: Header = serde_norway::from_value(value.clone())
+                .map_err(|e| derr(format!("bad header: {e}")))?;
+            match head.kind.as_str() {
+                "AgentHook" | "TenantHookBudget" => {
+                    let want = format!("{GROUP}/{VERSION}");
+                    if head.api_version != want {
+                        return Err(derr(format!(
+                            "apiVersion: {:?} is not {want}",
+                            head.api_version
+                        )));
+                    }
+                    if head.kind == "TenantHookBudget" {
+                        continue;
+                    }
+                    if head.metadata.name.is_empty() {
+                        return Err(derr("metadata.name: required".into()));
+                    }
+                    let hd: HookDoc =
+                        serde_norway::from_value(value).map_err(|e| derr(format!("{e}")))?;
+                    let namespace = head
+                        .metadata
+                        .namespace
+                        .clone()
+                        .unwrap_or_else(|| "default".into());
+                    if hooks
+                        .iter()
+                        .any(|h| h.namespace == namespace && h.meta.name == head.metadata.name)
+                    {
+                        return Err(derr(format!(
+                            "AgentHook {namespace}/{} is defined twice",
+                            head.metadata.name
+                        )));
+                    }
+                    hooks.push(PendingHook {
+                        path: file.clone(),
+                        doc: n,
+                        meta: head.metadata,
+                        namespace,
+                        spec: hd.spec,
+                    });
+                }
+                "Namespace" => {
+                    namespaces.insert(
+                        head.metadata.name.clone(),
+                        head.metadata.labels.unwrap_or_default(),
+                    );
+                }
+                "Secret" => {
+                    let sd: SecretDoc =
+                        serde_norway::from_value(value).map_err(|e| derr(format!("{e}")))?;
+                    let mut values: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+                    for (k, v) in sd.data {
+                        let compact: String = v.split_whitespace().collect();
+                        let raw = BASE64
+                            .decode(compact)
+                            .map_err(|_| derr(format!("data.{k}: not base64")))?;
+                        values.insert(k, raw);
+                    }
+                    for (k, v) in sd.string_data {
+                        values.insert(k, v.into_bytes());
+                    }
+                    let ns = head.metadata.namespace.unwrap_or_else(|| "default".into());
+                    secrets.insert((ns, head.metadata.name), values);
+                }
+                other => {
+                    return Err(derr(format!(
+                        "kind: {other:?} is not AgentHook, Namespace, Secret or TenantHookBudget"
+                    )));
+                }
+            }
+        }
+    }
+    if hooks.is_empty() {
+        return Err(LoadError::Empty {
+            path: path.to_path_buf(),
+        });
+    }
+    let mut sources = Vec::with_capacity(hooks.len());
+    let mut origin: HashMap<(String, String), (PathBuf, usize)> = HashMap::new();
+    for h in hooks {
+        let tenant = namespace_tenant(&h.namespace, namespaces.get(&h.namespace)).to_string();
+        let mut headers = Vec::new();
+        if let Some(http) = &h.spec.handler.http {
+            for header in &http.headers {
+                let value: Vec<u8> = match (&header.value, &header.value_from) {
+                    (Some(v), _) => v.clone().into_bytes(),
+                    (None, Some(from)) => {
+                        let r = &from.secret_key_ref;
+                        secrets
+                            .get(&(h.namespace.clone(), r.name.clone()))
+                            .and_then(|s| s.get(&r.key))
+                            .cloned()
+                            .ok_or_else(|| LoadError::Document {
+                                path: h.path.clone(),
+                                doc: h.doc,
+                                message: format!(
+                                    "spec.handler.http.headers: Secret {}/{} key {:?} not found in the hooks files",
+                                    h.namespace, r.name, r.key
+                                ),
+                            })?
+                    }
+                    (None, None) => Vec::new(), // refused by validation below
+                };
+                headers.push(SealedHeaderValue {
+                    name: header.name.clone(),
+                    sealed: key.seal(&value),
+                });
+            }
+        }
+        origin.insert(
+            (h.namespace.clone(), h.meta.name.clone()),
+            (h.path.clone(), h.doc),
+        );
+        sources.push(HookSource {
+            uid: h
+                .meta
+                .uid
+                .clone()
+                .unwrap_or_else(|| format!("standalone:{}/{}", h.namespace, h.meta.name)),
+            generation: h.meta.generation.unwrap_or(1),
+            created_at: h.meta.creation_timestamp.clone().unwrap_or_default(),
+            namespace: h.namespace,
+            name: h.meta.name,
+            namespace_tenant: tenant,
+            spec: h.spec,
+            headers,
+        });
+    }
+    let (set, rejected) = HookSet::build(sources, master_namespace, edition, 1, None);
+    if let Some(r) = rejected.into_iter().next() {
+        let (path, doc) = origin
+            .remove(&(r.namespace.clone(), r.name.clone()))
+            .unwrap_or_default();
+        return Err(LoadError::Document {
+            path,
+            doc,
+            message: format!("AgentHook {}/{}: {}", r.namespace, r.name, r.errors),
+        });
+    }
+    Ok(set)
+}
+
+fn list_files(path: &Path) -> Result<Vec<PathBuf>, LoadError> {
+    let meta = std::fs::metadata(path).map_err(|error| LoadError::Io {
+        path: path.to_path_buf(),
+        error,
+    })?;
+    if meta.is_file() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+        .map_err(|error| LoadError::Io {
+            path: path.to_path_buf(),
+            error,
+        })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.is_file()
+                && matches!(
+                    p.extension().and_then(|e| e.to_str()),
+                    Some("yaml" | "yml" | "json")
+                )
+        })
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,140 @@
+//! Prometheus series of the dispatcher (CONTRACT §8.2), named `agenthooks_<noun>_<unit|total>`.
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
+    Registry, TextEncoder,
+};
+
+/// Every series the dispatcher exports, registered in one registry.
+#[derive(Clone)]
+pub struct Metrics {
+    pub registry: Registry,
+    /// Hook runs by `decision` (allow|block|error|timeout), `handler`, `event`.
+    pub executions: IntCounterVec,
+    /// Hook run duration in seconds by `handler`.
+    pub hook_duration: HistogramVec,
+    /// Whole decision duration in seconds by `event` (blocking events).
+    pub decision_duration: HistogramVec,
+    /// Handler errors by `kind` (spawn_failed, ssrf_blocked, http_4xx, ...).
+    pub handler_errors: IntCounterVec,
+    /// Events refused for `depth > 3` (seed `security.hook.loop_depth_exceeded`).
+    pub loop_depth_exceeded: IntCounter,
+    /// `updatedInput` dropped from hooks outside the master namespace.
+    pub mutation_denied: IntCounter,
+    /// Non-blocking hook runs shed because the background queue was full.
+    pub background_shed: IntCounter,
+    /// Version of the snapshot or hooks file served.
+    pub snapshot_version: IntGauge,
+    /// Hooks served.
+    pub hooks_loaded: IntGauge,
+    /// Failed snapshot polls.
+    pub sync_errors: IntCounter,
+    /// Seconds between the last two successful snapshot polls that brought changes.
+    pub sync_lag: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every series.
+    pub fn new() -> Metrics {
+        let registry = Registry::new();
+        let buckets = vec![
+            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+        ];
+        let m = Metrics {
+            executions: IntCounterVec::new(
+                Opts::new(
+                    "agenthooks_executions_total",
+                    "Hook runs by decision, handler and event",
+                ),
+                &["decision", "handler", "event"],
+            )
+            .unwrap(),
+            hook_duration: HistogramVec::new(
+                HistogramOpts::new(
+                    "agenthooks_hook_duration_seconds",
+                    "Duration of one hook run",
+                )
+                .buckets(buckets.clone()),
+                &["handler"],
+            )
+            .unwrap(),
+            decision_duration: HistogramVec::new(
+                HistogramOpts::new(
+                    "agenthooks_decision_duration_seconds",
+                    "Duration of a blocking decision",
+                )
+                .buckets(buckets.clone()),
+                &["event"],
+            )
+            .unwrap(),
+            handler_errors: IntCounterVec::new(
+                Opts::new("agenthooks_handler_errors_total", "Hook errors by kind"),
+                &["kind"],
+            )
+            .unwrap(),
+            loop_depth_exceeded: IntCounter::new(
+                "agenthooks_loop_depth_exceeded_total",
+                "Events refused for sub-agent depth over 3",
+            )
+            .unwrap(),
+            mutation_denied: IntCounter::new(
+                "agenthooks_mutation_denied_total",
+                "updatedInput dropped from non-master hooks",
+            )
+            .unwrap(),
+            background_shed: IntCounter::new(
+                "agenthooks_background_shed_total",
+                "Non-blocking hook runs shed: queue full",
+            )
+            .unwrap(),
+            snapshot_version: IntGauge::new(
+                "agenthooks_snapshot_version",
+                "Version of the hooks served",
+            )
+            .unwrap(),
+            hooks_loaded: IntGauge::new("agenthooks_hooks_loaded", "Hooks served").unwrap(),
+            sync_errors: IntCounter::new("agenthooks_sync_errors_total", "Failed snapshot polls")
+                .unwrap(),
+            sync_lag: Histogram::with_opts(
+                HistogramOpts::new(
+                    "agenthooks_sync_lag_seconds",
+                    "Time from a poll being answered to the new hooks being served",
+                )
+                .buckets(buckets),
+            )
+            .unwrap(),
+            registry,
+        };
+        for c in [
+            Box::new(m.executions.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(m.hook_duration.clone()),
+            Box::new(m.decision_duration.clone()),
+            Box::new(m.handler_errors.clone()),
+            Box::new(m.loop_depth_exceeded.clone()),
+            Box::new(m.mutation_denied.clone()),
+            Box::new(m.background_shed.clone()),
+            Box::new(m.snapshot_version.clone()),
+            Box::new(m.hooks_loaded.clone()),
+            Box::new(m.sync_errors.clone()),
+            Box::new(m.sync_lag.clone()),
+        ] {
+            m.registry.register(c).expect("metric names are unique");
+        }
+        m
+    }
+
+    /// The text exposition format.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut buf)
+            .expect("text encoding");
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}

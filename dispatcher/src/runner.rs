@@ -1,0 +1,216 @@
+//! One hook run: `matcher` on `tool_name`, then `ifExpr`, then the handler under the
+//! hook's timeout (CONTRACT §4.1–4.2, §5).
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agenthooks_crds::Edition;
+use agenthooks_crds::agenthook::HandlerType;
+use agenthooks_crds::expr::EvalScope;
+use agenthooks_crds::sealed::SealKey;
+use bytes::Bytes;
+use futures::FutureExt;
+use serde::Serialize;
+
+use crate::event::Event;
+use crate::handlers::http::HttpCaller;
+use crate::handlers::{HandlerResult, Outcome, command};
+use crate::hookset::{LoadedHook, open_headers};
+use crate::metrics::Metrics;
+
+/// What every hook run needs from the process: one per dispatcher.
+#[derive(Clone)]
+pub struct Engine {
+    pub http: HttpCaller,
+    pub edition: Edition,
+    /// Opens sealed header values at send time.
+    pub seal_key: SealKey,
+    pub metrics: Metrics,
+    /// Chain budget of a blocking event (seed: 10 s).
+    pub chain_budget: Duration,
+    /// Bounds the non-blocking hook runs in flight.
+    pub background: Arc<tokio::sync::Semaphore>,
+}
+
+/// Chain budget of a blocking event (seed "Safeguards summary": 10 s, not overridable).
+pub const CHAIN_BUDGET: Duration = Duration::from_secs(10);
+/// Non-blocking hook runs in flight at most; past it new runs are shed and counted.
+pub const BACKGROUND_SLOTS: usize = 1024;
+
+impl Engine {
+    /// An engine with the seed's chain budget.
+    pub fn new(http: HttpCaller, edition: Edition, seal_key: SealKey) -> Engine {
+        Engine {
+            http,
+            edition,
+            seal_key,
+            metrics: Metrics::new(),
+            chain_budget: CHAIN_BUDGET,
+            background: Arc::new(tokio::sync::Semaphore::new(BACKGROUND_SLOTS)),
+        }
+    }
+}
+
+/// One hook's line in the response (CONTRACT §4.6).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HookRun {
+    /// `namespace/name`.
+    pub hook: String,
+    pub handler: &'static str,
+    pub decision: Outcome,
+    pub duration_ms: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<&'static str>,
+    /// `updatedInput` was offered by a hook outside the master namespace and dropped.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub mutation_denied: bool,
+    #[serde(skip)]
+    pub result: Option<HandlerResult>,
+}
+
+/// The event's CEL scope, built on first use and rebuilt after an input rewrite.
+#[derive(Default)]
+pub struct LazyScope(Option<EvalScope>);
+
+impl LazyScope {
+    /// Drops the scope (after `tool_input` changed).
+    pub fn reset(&mut self) {
+        self.0 = None;
+    }
+    fn get(&mut self, event: &Event) -> &EvalScope {
+        self.0.get_or_insert_with(|| {
+            EvalScope::new(event.tool().unwrap_or(""), &event.tool_input, event.depth)
+        })
+    }
+}
+
+/// Whether the hook's filters select this event (CONTRACT §3.3, §4.2). `Err` is a CEL
+/// evaluation error or non-boolean result: an error outcome for the hook.
+pub fn filters_match(
+    hook: &LoadedHook,
+    event: &Event,
+    scope: &mut LazyScope,
+) -> Result<bool, String> {
+    if let Some(re) = &hook.compiled.matcher {
+        match event.tool() {
+            Some(tool) if re.is_match(tool) => {}
+            _ => return Ok(false),
+        }
+    }
+    match &hook.compiled.if_expr {
+        Some(expr) => expr.evaluate(scope.get(event)),
+        None => Ok(true),
+    }
+}
+
+/// Runs one hook whose filters matched, with `timeout` (the hook's own, cut to what is
+/// left of the chain budget). Never panics outward: a panic in a handler is an error.
+pub async fn run_handler(
+    engine: &Engine,
+    hook: &LoadedHook,
+    event_json: &Bytes,
+    timeout: Duration,
+) -> HandlerResult {
+    let timeout_ms = timeout.as_millis() as u64;
+    let fut = async {
+        match hook.spec.handler.type_ {
+            HandlerType::Command => {
+                // Defense in depth (seed "Edition gating"): never spawn on Standard,
+                // whatever the snapshot says.
+                if engine.edition == Edition::Standard {
+                    return HandlerResult::error(
+                        "edition_forbids_command",
+                        "EditionForbidsCommand: the command handler never runs on the Standard edition",
+                    );
+                }
+                let Some(c) = &hook.spec.handler.command else {
+                    return HandlerResult::error("bad_spec", "handler.command is missing");
+                };
+                let spec = command::CommandSpec {
+                    command: c.command.clone(),
+                    allowed_env_vars: c.allowed_env_vars.clone(),
+                    cwd: c.cwd.clone(),
+                };
+                command::run(&spec, event_json, timeout).await
+            }
+            HandlerType::Http => {
+                let Some(h) = &hook.spec.handler.http else {
+                    return HandlerResult::error("bad_spec", "handler.http is missing");
+                };
+                let headers = match open_headers(hook, &engine.seal_key) {
+                    Ok(h) => h,
+                    Err(e) => return HandlerResult::error("header_unseal", e),
+                };
+                engine
+                    .http
+                    .call(&h.url, &headers, event_json.clone(), timeout)
+                    .await
+            }
+            HandlerType::Prompt => HandlerResult::error(
+                "prompt_unavailable",
+                "the prompt handler is not available in this dispatcher yet; failing closed",
+            ),
+        }
+    };
+    // A safety net over the handler's own timeout handling, and over panics.
+    let guarded = AssertUnwindSafe(fut).catch_unwind();
+    match tokio::time::timeout(timeout + Duration::from_millis(250), guarded).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(_)) => HandlerResult::error("panic", "the handler panicked"),
+        Err(_) => HandlerResult::timeout(timeout_ms),
+    }
+}
+
+/// Runs filters then handler, and records metrics. `None` when the filters skip it.
+pub async fn run_hook(
+    engine: &Engine,
+    hook: &LoadedHook,
+    event: &Event,
+    event_json: &Bytes,
+    scope: &mut LazyScope,
+    timeout: Duration,
+) -> Option<HookRun> {
+    let started = Instant::now();
+    let result = match filters_match(hook, event, scope) {
+        Ok(false) => return None,
+        Ok(true) => run_handler(engine, hook, event_json, timeout).await,
+        Err(e) => HandlerResult::error("cel_eval", e),
+    };
+    let elapsed = started.elapsed();
+    let handler = hook.spec.handler.type_.as_str();
+    engine
+        .metrics
+        .executions
+        .with_label_values(&[result.outcome.as_str(), handler, event.event.as_str()])
+        .inc();
+    engine
+        .metrics
+        .hook_duration
+        .with_label_values(&[handler])
+        .observe(elapsed.as_secs_f64());
+    if let Some(kind) = result.error_kind {
+        engine
+            .metrics
+            .handler_errors
+            .with_label_values(&[kind])
+            .inc();
+    }
+    tracing::debug!(
+        hook = %hook.key, handler, event = %event.event, decision = result.outcome.as_str(),
+        duration_ms = elapsed.as_secs_f64() * 1000.0, "hook.{handler}.{}", event.event
+    );
+    Some(HookRun {
+        hook: hook.key.clone(),
+        handler,
+        decision: result.outcome,
+        duration_ms: (elapsed.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0,
+        reason: result.reason.clone(),
+        error_kind: result.error_kind,
+        mutation_denied: false,
+        result: Some(result),
+    })
+}

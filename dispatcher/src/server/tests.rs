@@ -1,0 +1,167 @@
+//! The API over a real loopback socket.
+
+use super::*;
+use crate::handlers::http::HttpCaller;
+use crate::hookset::HookSource;
+use agenthooks_crds::Edition;
+use agenthooks_crds::sealed::SealKey;
+use serde_json::{Value, json};
+
+async fn serve(state: Arc<AppState>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router(state)).await.unwrap() });
+    format!("http://{addr}")
+}
+
+fn hooks(cmd: &str) -> HookSet {
+    let spec = serde_norway::from_str(&format!(
+        "event: pre_tool_use\nmatcher: '^exec$'\nhandler: {{type: command, command: {{command: {}}}}}",
+        serde_json::to_string(cmd).unwrap()
+    ))
+    .unwrap();
+    let src = HookSource {
+        uid: "u".into(),
+        namespace: "tenant-acme".into(),
+        name: "no-rm".into(),
+        generation: 1,
+        created_at: String::new(),
+        namespace_tenant: "acme".into(),
+        spec,
+        headers: vec![],
+    };
+    HookSet::build(vec![src], "agenthooks-system", Edition::Lite, 7, None).0
+}
+
+async fn post(base: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {
+    let r = reqwest::Client::new()
+        .post(format!("{base}/v1/dispatch"))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (
+        status,
+        serde_json::from_slice(&r.bytes().await.unwrap()).unwrap_or(Value::Null),
+    )
+}
+
+#[tokio::test]
+async fn not_ready_until_hooks_are_loaded_then_decides() {
+    let state = AppState::new(Engine::new(
+        HttpCaller::new(vec![]),
+        Edition::Lite,
+        SealKey::generate(),
+    ));
+    let base = serve(Arc::clone(&state)).await;
+    let c = reqwest::Client::new();
+    assert_eq!(
+        c.get(format!("{base}/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        503
+    );
+    assert_eq!(
+        c.get(format!("{base}/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let ev = json!({"event": "pre_tool_use", "tenant_id": "acme", "tool_name": "exec", "tool_input": {"cmd": "rm -rf /"}});
+    assert_eq!(
+        post(&base, ev.to_string()).await.0,
+        503,
+        "never a decision from an empty state"
+    );
+
+    state.set_hooks(hooks(
+        r#"grep -q 'rm -rf' && { echo 'no rm' >&2; exit 2; }; exit 0"#,
+    ));
+    let ready: Value = serde_json::from_slice(
+        &c.get(format!("{base}/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(ready, json!({"ready": true, "version": 7, "hooks": 1}));
+
+    let (status, d) = post(&base, ev.to_string()).await;
+    assert_eq!(status, 200);
+    assert_eq!(d["decision"], "block");
+    assert_eq!(d["reason"], "no rm");
+    assert_eq!(d["decidingHook"], "tenant-acme/no-rm");
+    assert_eq!(d["hooks"][0]["decision"], "block");
+    assert!(
+        d["event_id"].as_str().unwrap().len() == 36,
+        "generated event id returned"
+    );
+
+    let ok = json!({"event": "pre_tool_use", "tenant_id": "acme", "event_id": "e1", "tool_name": "exec", "tool_input": {"cmd": "ls"}});
+    let (status, d) = post(&base, ok.to_string()).await;
+    assert_eq!(
+        (status, d["decision"].as_str(), d["event_id"].as_str()),
+        (200, Some("allow"), Some("e1"))
+    );
+
+    let metrics = c
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains(r#"agenthooks_executions_total{decision="block",event="pre_tool_use",handler="command"} 1"#), "{metrics}");
+}
+
+#[tokio::test]
+async fn bad_requests_are_400_and_413_naming_the_field() {
+    let state = AppState::new(Engine::new(
+        HttpCaller::new(vec![]),
+        Edition::Lite,
+        SealKey::generate(),
+    ));
+    state.set_hooks(hooks("exit 0"));
+    let base = serve(state).await;
+    let (s, b) = post(&base, r#"{"event": "pre_tool_call"}"#).await;
+    assert_eq!((s, b["field"].as_str()), (400, Some("event")));
+    let (s, b) = post(&base, "{nope").await;
+    assert_eq!(s, 400, "{b}");
+    let (s, b) = post(&base, json!({"event": "stop", "depth": "x"}).to_string()).await;
+    assert_eq!((s, b["field"].as_str()), (400, Some("depth")));
+    let items: Vec<u32> = (0..2000).collect();
+    let (s, b) = post(
+        &base,
+        json!({"event": "pre_tool_use", "tool_input": {"items": items}}).to_string(),
+    )
+    .await;
+    assert_eq!((s, b["field"].as_str()), (413, Some("tool_input.items")));
+    let (s, b) = post(&base, vec![b' '; MAX_BODY_BYTES + 10]).await;
+    assert_eq!((s, b["field"].as_str()), (413, Some("body")));
+}
+
+#[tokio::test]
+async fn non_blocking_events_answer_allow() {
+    let state = AppState::new(Engine::new(
+        HttpCaller::new(vec![]),
+        Edition::Lite,
+        SealKey::generate(),
+    ));
+    state.set_hooks(hooks("exit 2"));
+    let base = serve(state).await;
+    let (s, d) = post(
+        &base,
+        json!({"event": "post_tool_use", "tool_name": "exec"}).to_string(),
+    )
+    .await;
+    assert_eq!((s, d["decision"].as_str()), (200, Some("allow")));
+}
