@@ -1,0 +1,102 @@
+//! Settings of the operator (the binary builds them from its flags).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use agenthooks_crds::sealed::SealKey;
+use agenthooks_crds::tenancy::Edition;
+
+use crate::error::Error;
+
+/// Everything the operator needs to run.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Namespace whose hooks may be `global` and rewrite input (`--master-namespace`).
+    pub master_namespace: String,
+    /// `lite` or `standard` (`--edition`); Standard refuses the command handler.
+    pub edition: Edition,
+    /// Address of the dispatchers' long-poll server (`--sync-addr`).
+    pub sync_addr: SocketAddr,
+    /// Address of `/healthz`, `/readyz`, `/metrics` (`--metrics-addr`).
+    pub metrics_addr: SocketAddr,
+    /// Key sealing Secret header values in snapshots (`--seal-key-file`); without it a
+    /// hook with a `valueFrom` header is refused with reason `SealKeyMissing`.
+    pub seal_key: Option<SealKey>,
+    /// Leader election.
+    pub lease: LeaseConfig,
+    /// A dispatcher not seen polling for this long is no longer live
+    /// (`--dispatcher-ttl-seconds`, default 30 s).
+    pub dispatcher_ttl: Duration,
+}
+
+/// Which Lease to hold, as whom.
+#[derive(Debug, Clone)]
+pub struct LeaseConfig {
+    /// Lease name (`--lease-name`).
+    pub name: String,
+    /// Lease namespace (`--lease-namespace`, default the master namespace).
+    pub namespace: String,
+    /// Holder identity (`--identity`, default `<hostname>_<pid>`).
+    pub identity: String,
+    /// Lease duration in seconds: how long a leader that stopped renewing keeps the lock.
+    pub duration_seconds: u64,
+}
+
+/// Loads a seal key from `path`: 32 raw bytes or 64 hex characters (see
+/// [`agenthooks_crds::sealed::SealKey::from_bytes`]).
+///
+/// Errors: [`Error::SealKeyFile`] when the file cannot be read, [`Error::SealKey`] when it
+/// does not hold a key.
+pub fn load_seal_key(path: &str) -> Result<SealKey, Error> {
+    let raw = std::fs::read(path).map_err(|source| Error::SealKeyFile {
+        path: path.to_string(),
+        source,
+    })?;
+    SealKey::from_bytes(&raw).map_err(|source| Error::SealKey {
+        path: path.to_string(),
+        source,
+    })
+}
+
+/// The default holder identity: `<hostname>_<pid>` (hostname from the kernel, else
+/// `$HOSTNAME`, else `agenthooks-operator`).
+pub fn default_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()))
+        .unwrap_or_else(|| "agenthooks-operator".to_string());
+    format!("{host}_{}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seal_key_file_hex_and_errors() {
+        let dir = std::env::temp_dir().join(format!("ah-op-key-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("good");
+        std::fs::write(&good, format!("{}\n", "ab".repeat(32))).unwrap();
+        assert!(load_seal_key(good.to_str().unwrap()).is_ok());
+        let bad = dir.join("bad");
+        std::fs::write(&bad, "short").unwrap();
+        assert!(matches!(
+            load_seal_key(bad.to_str().unwrap()),
+            Err(Error::SealKey { .. })
+        ));
+        assert!(matches!(
+            load_seal_key(dir.join("missing").to_str().unwrap()),
+            Err(Error::SealKeyFile { .. })
+        ));
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn identity_names_host_and_pid() {
+        let id = default_identity();
+        assert!(id.ends_with(&format!("_{}", std::process::id())));
+    }
+}

@@ -1,0 +1,110 @@
+//! The library's one error type (CONVENTIONS habit 6: one `thiserror` enum per binary,
+//! each variant with a metric label).
+
+use std::net::SocketAddr;
+
+/// Everything that can go wrong in the operator library.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A Kubernetes API call failed (transient unless the reconciler decides otherwise).
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+
+    /// A status write still met 409 Conflict after every deliberate retry.
+    #[error("status write of {key} still conflicted after {attempts} attempts: {source}")]
+    StatusConflict {
+        /// `namespace/name` of the hook.
+        key: String,
+        /// Attempts made.
+        attempts: u32,
+        /// The last conflict.
+        #[source]
+        source: kube::Error,
+    },
+
+    /// An object from the API server lacks a field every persisted object has.
+    #[error("{kind} object without metadata.{field}")]
+    MissingField {
+        /// Kind of the object.
+        kind: &'static str,
+        /// The missing metadata field.
+        field: &'static str,
+    },
+
+    /// The `--seal-key-file` could not be read.
+    #[error("reading seal key file {path}: {source}")]
+    SealKeyFile {
+        /// The path given.
+        path: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The `--seal-key-file` does not hold a key (32 raw bytes or 64 hex characters).
+    #[error("seal key file {path}: {source}")]
+    SealKey {
+        /// The path given.
+        path: String,
+        /// Why the content is not a key.
+        #[source]
+        source: agenthooks_crds::sealed::SealError,
+    },
+
+    /// A listener could not be bound.
+    #[error("binding the {what} server to {addr}: {source}")]
+    Bind {
+        /// Which server (`sync` or `metrics`).
+        what: &'static str,
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A server stopped with an I/O error.
+    #[error("the {what} server failed: {source}")]
+    Serve {
+        /// Which server.
+        what: &'static str,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// Leader election failed (building the lease manager).
+    #[error("leader election: {0}")]
+    Lease(#[from] kube_lease_manager::LeaseManagerError),
+
+    /// A snapshot could not be serialized (never expected: the types are plain data).
+    #[error("serializing a snapshot: {0}")]
+    Json(#[from] serde_json::Error),
+
+    /// A metric could not be registered.
+    #[error("registering metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+
+    /// The watch stores went away: the leader session is ending.
+    #[error("the watch stores were dropped (session ending)")]
+    StoreGone,
+}
+
+impl Error {
+    /// Short label for `agenthooks_operator_reconcile_errors_total{reason}`.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(kube::Error::Api(s)) if s.code == 409 => "conflict",
+            Error::Kube(kube::Error::Api(s)) if s.code == 403 => "forbidden",
+            Error::Kube(_) => "kube",
+            Error::StatusConflict { .. } => "conflict",
+            Error::MissingField { .. } => "missing_field",
+            Error::SealKeyFile { .. } | Error::SealKey { .. } => "seal_key",
+            Error::Bind { .. } | Error::Serve { .. } => "server",
+            Error::Lease(_) => "lease",
+            Error::Json(_) => "json",
+            Error::Metrics(_) => "metrics",
+            Error::StoreGone => "shutdown",
+        }
+    }
+}

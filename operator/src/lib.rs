@@ -1,0 +1,48 @@
+//! `agenthooks-operator`: validates AgentHooks, compiles the accepted ones into versioned
+//! snapshots and serves those to dispatchers by long poll (DESIGN "Sync").
+//!
+//! The split follows linkerd's policy controller: a pure in-memory [`index`] fed by the
+//! reconciler, a [`snapshot_builder`] that turns the index into the wire format, a
+//! [`sync_server`] that only reads what was published, [`ready`] tracking of which
+//! dispatcher holds which version, and [`status`] writes isolated in their own module,
+//! all gated by a Lease ([`leader`]).
+//!
+//! - [`config`]: the operator's settings (built from flags by the binary).
+//! - [`error`]: the one error type of the library.
+//! - [`index`]: accepted and refused hooks, the published set and its version counter.
+//! - [`validation_cache`]: validation verdicts by (uid, generation, namespace tenant).
+//! - [`snapshot_builder`]: index → [`agenthooks_crds::snapshot::Snapshot`] JSON, published
+//!   through a `tokio::sync::watch` channel.
+//! - [`ready`]: dispatcher tracking and the `Ready` condition rule.
+//! - [`status`]: condition helpers (transition times) and server-side-apply status writes.
+//! - [`reconcile`]: the AgentHook controller, its triggers and the periodic ready pass.
+//! - [`sync_server`]: `GET /v1/snapshot` (long poll) and `GET /v1/dispatchers`.
+//! - [`admin_server`]: `/healthz`, `/readyz`, `/metrics`.
+//! - [`metrics`]: Prometheus metrics.
+//! - [`leader`]: leader election with `kube-lease-manager`.
+//! - [`shared`]: state shared by the controller and the servers.
+//! - [`run`]: wires everything under one cancellation token.
+
+#![warn(missing_docs)]
+
+pub mod admin_server;
+pub mod config;
+pub mod error;
+pub mod index;
+pub mod leader;
+pub mod metrics;
+pub mod ready;
+pub mod reconcile;
+pub mod run;
+pub mod shared;
+pub mod snapshot_builder;
+pub mod status;
+pub mod sync_server;
+pub mod validation_cache;
+
+pub use config::{Config, LeaseConfig};
+pub use error::Error;
+pub use run::run;
+
+/// Field manager of every server-side apply this operator makes (CONVENTIONS habit 4).
+pub const FIELD_MANAGER: &str = "agenthooks-operator";

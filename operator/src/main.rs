@@ -1,0 +1,123 @@
+//! `agenthooks-operator`: reconciles AgentHooks, compiles snapshots and syncs them to
+//! dispatchers. See the library documentation for the parts.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use agenthooks_crds::{DEFAULT_MASTER_NAMESPACE, Edition};
+use agenthooks_operator::config::{default_identity, load_seal_key};
+use agenthooks_operator::{Config, LeaseConfig};
+use anyhow::Context as _;
+use clap::Parser;
+use tokio_util::sync::CancellationToken;
+
+/// Reconciles AgentHooks, compiles the accepted ones into versioned snapshots and
+/// serves them to dispatchers by long poll. Kubeconfig: in-cluster, or $KUBECONFIG /
+/// ~/.kube/config.
+#[derive(Debug, Parser)]
+#[command(name = "agenthooks-operator", version, about)]
+struct Args {
+    /// Namespace whose hooks may be global and may rewrite tool input.
+    #[arg(long, default_value = DEFAULT_MASTER_NAMESPACE)]
+    master_namespace: String,
+    /// Product edition: lite runs command hooks, standard refuses them.
+    #[arg(long, default_value = "lite")]
+    edition: Edition,
+    /// Address of the dispatchers' long-poll server (GET /v1/snapshot).
+    #[arg(long, default_value = "127.0.0.1:9090")]
+    sync_addr: SocketAddr,
+    /// Address of /healthz, /readyz and /metrics.
+    #[arg(long, default_value = "127.0.0.1:9091")]
+    metrics_addr: SocketAddr,
+    /// File holding the 32-byte snapshot seal key (raw, or 64 hex characters). Needed
+    /// only by hooks with valueFrom headers; without it they get Accepted=False
+    /// (SealKeyMissing).
+    #[arg(long)]
+    seal_key_file: Option<PathBuf>,
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "agenthooks-operator")]
+    lease_name: String,
+    /// Namespace of the Lease (default: the master namespace).
+    #[arg(long)]
+    lease_namespace: Option<String>,
+    /// Lease duration in seconds (how long a silent leader keeps the lock).
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(3..=300))]
+    lease_duration_seconds: u64,
+    /// Holder identity in the Lease (default: <hostname>_<pid>).
+    #[arg(long)]
+    identity: Option<String>,
+    /// A dispatcher not seen polling for this many seconds is no longer live.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    dispatcher_ttl_seconds: u64,
+    /// Log format: text or json (filter with RUST_LOG, default info).
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
+}
+
+fn init_tracing(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn shutdown_signal(cancel: CancellationToken) {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = term => tracing::info!("SIGTERM: shutting down"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
+        _ = cancel.cancelled() => return,
+    }
+    cancel.cancel();
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    init_tracing(&args.log_format);
+    let _ = rustls::crypto::ring::default_provider().install_default();
+
+    let seal_key = match &args.seal_key_file {
+        Some(path) => Some(load_seal_key(&path.to_string_lossy())?),
+        None => None,
+    };
+    let config = Config {
+        lease: LeaseConfig {
+            name: args.lease_name,
+            namespace: args
+                .lease_namespace
+                .unwrap_or_else(|| args.master_namespace.clone()),
+            identity: args.identity.unwrap_or_else(default_identity),
+            duration_seconds: args.lease_duration_seconds,
+        },
+        master_namespace: args.master_namespace,
+        edition: args.edition,
+        sync_addr: args.sync_addr,
+        metrics_addr: args.metrics_addr,
+        seal_key,
+        dispatcher_ttl: Duration::from_secs(args.dispatcher_ttl_seconds),
+    };
+    let client = kube::Client::try_default()
+        .await
+        .context("building a Kubernetes client (in-cluster config, or KUBECONFIG)")?;
+
+    let cancel = CancellationToken::new();
+    tokio::spawn(shutdown_signal(cancel.clone()));
+    agenthooks_operator::run(config, client, cancel).await?;
+    Ok(())
+}

@@ -1,0 +1,445 @@
+//! Which dispatcher holds which snapshot version, and the `Ready` rule built on it
+//! (DESIGN "Sync": a hook is Ready only once every live dispatcher serves it).
+//!
+//! A dispatcher is identified by the `dispatcher` query parameter of its long poll.
+//! Polling with `after=N&epoch=E` means "I serve version N of epoch E": when E is this
+//! process's epoch the dispatcher holds version N; otherwise it holds nothing of ours.
+//! It is *live* while a poll of it is in flight, or for `--dispatcher-ttl-seconds` after
+//! its last poll ended.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+use crate::index::Publication;
+use crate::status::{CondStatus, DesiredCondition, READY};
+
+/// Largest number of dispatchers tracked at once; polls from further ids are refused
+/// (429) until older entries expire.
+pub const MAX_TRACKED_DISPATCHERS: usize = 10_000;
+
+#[derive(Debug, Clone)]
+struct Seen {
+    epoch: String,
+    after: u64,
+    last_seen: Instant,
+    in_flight: u32,
+}
+
+/// The tracker is full (see [`MAX_TRACKED_DISPATCHERS`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooManyDispatchers;
+
+/// One tracked dispatcher, as `GET /v1/dispatchers` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DispatcherInfo {
+    /// The dispatcher's id.
+    pub id: String,
+    /// The epoch it last said it holds.
+    pub epoch: String,
+    /// The version it last said it holds (in `epoch`).
+    pub version: u64,
+    /// Whether it holds a version of this operator's epoch.
+    pub current_epoch: bool,
+    /// Polling now, or polled within the TTL.
+    pub live: bool,
+    /// Polls in flight.
+    pub in_flight: u32,
+    /// Whole seconds since its last poll began or ended.
+    pub last_seen_seconds_ago: u64,
+}
+
+/// Live dispatchers and the version of the current epoch each holds (`None`: a version
+/// of another epoch, i.e. nothing of ours yet).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LiveDispatchers(pub BTreeMap<String, Option<u64>>);
+
+impl LiveDispatchers {
+    /// Number of live dispatchers.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// No live dispatcher.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Every live dispatcher holds `version` or a later one of the current epoch
+    /// (vacuously true with none).
+    pub fn all_hold(&self, version: u64) -> bool {
+        self.0
+            .values()
+            .all(|held| held.is_some_and(|h| h >= version))
+    }
+}
+
+/// Dispatcher tracking. Time is passed in, so tests need no clock.
+#[derive(Debug)]
+pub struct DispatcherTracker {
+    ttl: Duration,
+    max: usize,
+    by_id: HashMap<String, Seen>,
+}
+
+impl DispatcherTracker {
+    /// A tracker in which a dispatcher stays live `ttl` after its last poll.
+    pub fn new(ttl: Duration) -> DispatcherTracker {
+        DispatcherTracker {
+            ttl,
+            max: MAX_TRACKED_DISPATCHERS,
+            by_id: HashMap::new(),
+        }
+    }
+
+    /// The TTL given to [`DispatcherTracker::new`].
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    fn is_live(&self, s: &Seen, now: Instant) -> bool {
+        s.in_flight > 0 || now.saturating_duration_since(s.last_seen) < self.ttl
+    }
+
+    /// A poll by `id` saying it holds (`epoch`, `after`) begins. Returns whether what the
+    /// tracker knows changed in a way that can move a `Ready` condition (a new or
+    /// returning dispatcher, or another held version).
+    ///
+    /// Errors: [`TooManyDispatchers`] when `id` is new and the tracker is full.
+    pub fn begin_poll(
+        &mut self,
+        id: &str,
+        epoch: &str,
+        after: u64,
+        now: Instant,
+    ) -> Result<bool, TooManyDispatchers> {
+        if let Some(s) = self.by_id.get(id) {
+            let was_live = self.is_live(s, now);
+            let s = self.by_id.get_mut(id).expect("present");
+            let changed = !was_live || s.epoch != epoch || s.after != after;
+            s.epoch = epoch.to_string();
+            s.after = after;
+            s.last_seen = now;
+            s.in_flight += 1;
+            return Ok(changed);
+        }
+        if self.by_id.len() >= self.max {
+            self.prune(now);
+            if self.by_id.len() >= self.max {
+                return Err(TooManyDispatchers);
+            }
+        }
+        self.by_id.insert(
+            id.to_string(),
+            Seen {
+                epoch: epoch.to_string(),
+                after,
+                last_seen: now,
+                in_flight: 1,
+            },
+        );
+        Ok(true)
+    }
+
+    /// A poll by `id` ended (answered, timed out, or the client went away).
+    pub fn end_poll(&mut self, id: &str, now: Instant) {
+        if let Some(s) = self.by_id.get_mut(id) {
+            s.in_flight = s.in_flight.saturating_sub(1);
+            s.last_seen = now;
+        }
+    }
+
+    /// The live dispatchers at `now`, with the version of `epoch` each holds.
+    pub fn live(&self, epoch: &str, now: Instant) -> LiveDispatchers {
+        LiveDispatchers(
+            self.by_id
+                .iter()
+                .filter(|(_, s)| self.is_live(s, now))
+                .map(|(id, s)| (id.clone(), (s.epoch == epoch).then_some(s.after)))
+                .collect(),
+        )
+    }
+
+    /// Forgets dispatchers idle for ten TTLs (they are long not live). Returns how many.
+    pub fn prune(&mut self, now: Instant) -> usize {
+        let keep_for = self.ttl * 10;
+        let before = self.by_id.len();
+        self.by_id.retain(|_, s| {
+            s.in_flight > 0 || now.saturating_duration_since(s.last_seen) < keep_for
+        });
+        before - self.by_id.len()
+    }
+
+    /// Every tracked dispatcher, sorted by id.
+    pub fn list(&self, epoch: &str, now: Instant) -> Vec<DispatcherInfo> {
+        let mut out: Vec<DispatcherInfo> = self
+            .by_id
+            .iter()
+            .map(|(id, s)| DispatcherInfo {
+                id: id.clone(),
+                epoch: s.epoch.clone(),
+                version: s.after,
+                current_epoch: s.epoch == epoch,
+                live: self.is_live(s, now),
+                in_flight: s.in_flight,
+                last_seen_seconds_ago: now.saturating_duration_since(s.last_seen).as_secs(),
+            })
+            .collect();
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        out
+    }
+}
+
+/// The `Ready` condition of a hook (status, reason, message), from where it stands in
+/// the snapshots and which live dispatcher holds what:
+///
+/// | publication | live dispatchers | Ready |
+/// |---|---|---|
+/// | refused | any | `False` `NotAccepted` |
+/// | breaker open | any | `False` `CircuitOpen` |
+/// | published | none | `Unknown` `NoDispatchers` |
+/// | published, not yet in a snapshot, or some live dispatcher holds an older version (or another epoch) | ≥ 1 | `Unknown` `Pending` |
+/// | published from version V | every live one holds ≥ V | `True` `Served` |
+///
+/// Messages name no counts or versions that move while the condition stays put, so a
+/// status is rewritten only when the outcome changes.
+pub fn ready_condition(publication: Publication, live: &LiveDispatchers) -> DesiredCondition {
+    let (status, reason, message) = match publication {
+        Publication::NotAccepted => (
+            CondStatus::False,
+            "NotAccepted",
+            "the hook is not accepted (see the Accepted condition), so no dispatcher runs it"
+                .to_string(),
+        ),
+        Publication::BreakerOpen => (
+            CondStatus::False,
+            "CircuitOpen",
+            "the circuit breaker is open: the hook is left out of snapshots until its spec or its agenthooks.io/reset-breaker annotation changes".to_string(),
+        ),
+        Publication::Published { .. } if live.is_empty() => (
+            CondStatus::Unknown,
+            "NoDispatchers",
+            "no dispatcher has polled the operator recently; the hook is ready to be served".to_string(),
+        ),
+        Publication::Published {
+            served_from: Some(v),
+        } if live.all_hold(v) => (
+            CondStatus::True,
+            "Served",
+            "every live dispatcher serves the hook's current generation".to_string(),
+        ),
+        Publication::Published { .. } => (
+            CondStatus::Unknown,
+            "Pending",
+            "waiting for every live dispatcher to load a snapshot with the hook's current generation".to_string(),
+        ),
+    };
+    DesiredCondition {
+        type_: READY,
+        status,
+        reason: reason.to_string(),
+        message,
+    }
+}
+
+/// During the warm-up of a leader session (its initial sync, then one dispatcher TTL after
+/// it starts serving), dispatchers have not yet polled this process or still hold the
+/// previous leader's epoch; an `Unknown` outcome then does not replace a `True` or
+/// `Unknown` Ready already recorded for the same generation, so an operator restart does
+/// not rewrite every hook's status. Outside warm-up, or in any other case, `desired`
+/// stands.
+pub fn settle_ready(
+    desired: DesiredCondition,
+    current: Option<&Condition>,
+    generation: i64,
+    warming_up: bool,
+) -> DesiredCondition {
+    if warming_up
+        && desired.status == CondStatus::Unknown
+        && let Some(c) = current
+        && (c.status == "True" || c.status == "Unknown")
+        && c.observed_generation == Some(generation)
+    {
+        return DesiredCondition {
+            type_: READY,
+            status: if c.status == "True" {
+                CondStatus::True
+            } else {
+                CondStatus::Unknown
+            },
+            reason: c.reason.clone(),
+            message: c.message.clone(),
+        };
+    }
+    desired
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EPOCH: &str = "e1";
+
+    fn published(v: Option<u64>) -> Publication {
+        Publication::Published { served_from: v }
+    }
+
+    fn reason(c: &DesiredCondition) -> (&'static str, &str) {
+        (c.status.as_str(), c.reason.as_str())
+    }
+
+    #[test]
+    fn ready_with_zero_one_and_two_dispatchers() {
+        let t0 = Instant::now();
+        let mut tr = DispatcherTracker::new(Duration::from_secs(30));
+        // 0 dispatchers
+        let live = tr.live(EPOCH, t0);
+        assert_eq!(
+            reason(&ready_condition(published(Some(3)), &live)),
+            ("Unknown", "NoDispatchers")
+        );
+        // 1 dispatcher holding 2 < 3
+        tr.begin_poll("d1", EPOCH, 2, t0).unwrap();
+        let live = tr.live(EPOCH, t0);
+        assert_eq!(
+            reason(&ready_condition(published(Some(3)), &live)),
+            ("Unknown", "Pending")
+        );
+        // it moves to 3
+        tr.end_poll("d1", t0);
+        assert!(tr.begin_poll("d1", EPOCH, 3, t0).unwrap());
+        let live = tr.live(EPOCH, t0);
+        assert_eq!(
+            reason(&ready_condition(published(Some(3)), &live)),
+            ("True", "Served")
+        );
+        // later versions also include the hook
+        assert_eq!(
+            reason(&ready_condition(published(Some(2)), &live)),
+            ("True", "Served")
+        );
+        // not yet published at all
+        assert_eq!(
+            reason(&ready_condition(published(None), &live)),
+            ("Unknown", "Pending")
+        );
+        // 2 dispatchers: the second still on another epoch
+        tr.begin_poll("d2", "old-epoch", 9, t0).unwrap();
+        let live = tr.live(EPOCH, t0);
+        assert_eq!(live.len(), 2);
+        assert_eq!(
+            reason(&ready_condition(published(Some(3)), &live)),
+            ("Unknown", "Pending"),
+            "a version of another epoch holds nothing of ours"
+        );
+        tr.end_poll("d2", t0);
+        tr.begin_poll("d2", EPOCH, 4, t0).unwrap();
+        let live = tr.live(EPOCH, t0);
+        assert_eq!(
+            reason(&ready_condition(published(Some(3)), &live)),
+            ("True", "Served")
+        );
+        assert_eq!(
+            reason(&ready_condition(published(Some(4)), &live)),
+            ("Unknown", "Pending"),
+            "d1 holds only 3"
+        );
+    }
+
+    #[test]
+    fn refused_and_breaker_open_ignore_dispatchers() {
+        let live = LiveDispatchers::default();
+        assert_eq!(
+            reason(&ready_condition(Publication::NotAccepted, &live)),
+            ("False", "NotAccepted")
+        );
+        assert_eq!(
+            reason(&ready_condition(Publication::BreakerOpen, &live)),
+            ("False", "CircuitOpen")
+        );
+    }
+
+    #[test]
+    fn liveness_follows_ttl_and_in_flight_polls() {
+        let t0 = Instant::now();
+        let ttl = Duration::from_secs(30);
+        let mut tr = DispatcherTracker::new(ttl);
+        tr.begin_poll("d1", EPOCH, 1, t0).unwrap();
+        // a long poll in flight keeps it live past the TTL
+        assert_eq!(tr.live(EPOCH, t0 + ttl * 2).len(), 1);
+        tr.end_poll("d1", t0 + ttl * 2);
+        assert_eq!(tr.live(EPOCH, t0 + ttl * 2 + ttl / 2).len(), 1);
+        assert!(tr.live(EPOCH, t0 + ttl * 3).is_empty(), "TTL passed");
+        // coming back counts as a change
+        assert!(tr.begin_poll("d1", EPOCH, 1, t0 + ttl * 3).unwrap());
+        tr.end_poll("d1", t0 + ttl * 3);
+        assert!(
+            !tr.begin_poll("d1", EPOCH, 1, t0 + ttl * 3).unwrap(),
+            "same version while live: no change"
+        );
+        tr.end_poll("d1", t0 + ttl * 3);
+        assert_eq!(tr.prune(t0 + ttl * 14), 1);
+        assert!(tr.list(EPOCH, t0).is_empty());
+    }
+
+    #[test]
+    fn the_tracker_is_bounded() {
+        let t0 = Instant::now();
+        let mut tr = DispatcherTracker::new(Duration::from_secs(1));
+        tr.max = 2;
+        tr.begin_poll("a", EPOCH, 0, t0).unwrap();
+        tr.begin_poll("b", EPOCH, 0, t0).unwrap();
+        assert_eq!(tr.begin_poll("c", EPOCH, 0, t0), Err(TooManyDispatchers));
+        assert!(
+            tr.begin_poll("a", EPOCH, 1, t0).is_ok(),
+            "known ids still pass"
+        );
+    }
+
+    #[test]
+    fn warm_up_keeps_a_served_ready_of_the_same_generation() {
+        let served = Condition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            reason: "Served".into(),
+            message: "m".into(),
+            observed_generation: Some(2),
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ),
+        };
+        let pending = ready_condition(published(Some(5)), &LiveDispatchers::default());
+        let kept = settle_ready(pending.clone(), Some(&served), 2, true);
+        assert_eq!(reason(&kept), ("True", "Served"));
+        assert_eq!(
+            settle_ready(pending.clone(), Some(&served), 2, false),
+            pending
+        );
+        assert_eq!(
+            settle_ready(pending.clone(), Some(&served), 3, true),
+            pending,
+            "a new generation is not covered"
+        );
+        let refused = ready_condition(Publication::NotAccepted, &LiveDispatchers::default());
+        assert_eq!(
+            settle_ready(refused.clone(), Some(&served), 2, true),
+            refused
+        );
+        let mut pending_before = served.clone();
+        pending_before.status = "Unknown".into();
+        pending_before.reason = "Pending".into();
+        let no_dispatchers = ready_condition(published(Some(5)), &LiveDispatchers::default());
+        assert_eq!(
+            reason(&settle_ready(
+                no_dispatchers,
+                Some(&pending_before),
+                2,
+                true
+            )),
+            ("Unknown", "Pending"),
+            "an Unknown of the same generation is kept during warm-up"
+        );
+    }
+}

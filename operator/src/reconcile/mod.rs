@@ -1,0 +1,419 @@
+//! The AgentHook reconciler (kube-runtime `Controller`, controller-rs skeleton).
+//!
+//! For each hook: resolve its namespace's tenant, validate it (cached by uid, generation
+//! and tenant), read and seal its Secret header values, store the outcome in the
+//! [`crate::index`], ask for a publish when the published set changed, and write
+//! `observedGeneration`, `Accepted` and `Ready` by server-side apply when they change.
+//!
+//! - [`session`]: the watches, the controller and its companions for one leader session.
+//! - [`ready_pass`]: the initial-sync gate and the periodic `Ready` re-evaluation.
+//! - [`triggers`]: the hook predicate and the namespace / Secret mappers.
+//! - [`secrets`]: Secret references, reads and sealing.
+
+pub mod ready_pass;
+pub mod secrets;
+pub mod session;
+pub mod triggers;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use agenthooks_crds::snapshot::SnapshotHook;
+use agenthooks_crds::tenancy::namespace_tenant;
+use agenthooks_crds::validation::{ValidationContext, validate};
+use agenthooks_crds::{AgentHook, AgentHookSpec};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::api::PartialObjectMeta;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, Client, Resource, ResourceExt};
+use tokio::sync::watch;
+
+use crate::config::Config;
+use crate::error::Error;
+use crate::index::{HookKey, IndexedHook, Publication, Refusal, Verdict};
+use crate::ready::{LiveDispatchers, ready_condition, settle_ready};
+use crate::shared::{Shared, lock};
+use crate::status::{
+    self, ACCEPTED, DesiredCondition, READY, WriteOutcome, accepted_condition, breaker_open,
+    find_condition,
+};
+
+/// Requeue period of a reconciled hook: a safety net; nothing is written unless
+/// something changed.
+pub const RESYNC: Duration = Duration::from_secs(600);
+
+/// Everything a reconcile needs, for one leader session.
+pub struct Context {
+    /// Shared state (index, tracker, metrics, settings).
+    pub shared: Arc<Shared>,
+    /// API client.
+    pub client: Client,
+    /// Namespace metadata (labels → tenant).
+    pub namespaces: Store<PartialObjectMeta<Namespace>>,
+    /// Event recorder (Events on `Accepted` transitions only).
+    pub recorder: Recorder,
+    /// Uids reconciled at least once during the initial sync (cleared once synced).
+    pub attempted: Mutex<HashSet<String>>,
+    /// When this session started serving (`None`: not yet); drives the Ready warm-up.
+    pub serving_since: Mutex<Option<Instant>>,
+    /// Set once the hook watch finished its first list (the hook store is complete).
+    ///
+    /// Readiness is signalled through watch channels fed from the event streams rather
+    /// than `Store::wait_until_ready`, whose one-shot channel wakes only the last of
+    /// several concurrent waiters (kube-runtime 5.0 `DelayedInit`), which left every
+    /// reconcile but one waiting forever.
+    pub hooks_listed: watch::Sender<bool>,
+    /// Set once the namespace watch finished its first list.
+    pub namespaces_listed: watch::Sender<bool>,
+}
+
+impl Context {
+    /// A context for a new session.
+    pub fn new(
+        shared: Arc<Shared>,
+        client: Client,
+        namespaces: Store<PartialObjectMeta<Namespace>>,
+    ) -> Context {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: crate::FIELD_MANAGER.into(),
+                instance: Some(shared.config.lease.identity.clone()),
+            },
+        );
+        Context {
+            shared,
+            client,
+            namespaces,
+            recorder,
+            attempted: Mutex::new(HashSet::new()),
+            serving_since: Mutex::new(None),
+            hooks_listed: watch::channel(false).0,
+            namespaces_listed: watch::channel(false).0,
+        }
+    }
+
+    /// Whether `Ready` is in its warm-up ([`crate::ready::settle_ready`]): before this
+    /// session serves, and for one dispatcher TTL after.
+    pub fn warming_up(&self, now: Instant) -> bool {
+        lock(&self.serving_since)
+            .is_none_or(|t| now.saturating_duration_since(t) < self.shared.config.dispatcher_ttl)
+    }
+
+    /// The `Ready` condition of `hook` for `publication` with the `live` dispatchers,
+    /// settled for the warm-up ([`crate::ready::settle_ready`]).
+    pub fn desired_ready(
+        &self,
+        hook: &AgentHook,
+        publication: Publication,
+        live: &LiveDispatchers,
+        now: Instant,
+    ) -> DesiredCondition {
+        settle_ready(
+            ready_condition(publication, live),
+            find_condition(hook.status.as_ref(), READY),
+            hook.metadata.generation.unwrap_or(0),
+            self.warming_up(now),
+        )
+    }
+
+    /// The live dispatchers now.
+    pub fn live_dispatchers(&self, now: Instant) -> LiveDispatchers {
+        lock(&self.shared.tracker).live(&self.shared.epoch, now)
+    }
+
+    /// The tenant of namespace `ns`: from the namespace store, or from the API server
+    /// when the store has not seen it yet (a namespace that does not exist has its name
+    /// as tenant).
+    async fn namespace_tenant(&self, ns: &str) -> Result<String, Error> {
+        self.namespaces_listed
+            .subscribe()
+            .wait_for(|listed| *listed)
+            .await
+            .map_err(|_| Error::StoreGone)?;
+        if let Some(meta) = self.namespaces.get(&ObjectRef::new(ns)) {
+            return Ok(namespace_tenant(ns, meta.metadata.labels.as_ref()).to_string());
+        }
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        Ok(match api.get_metadata_opt(ns).await? {
+            Some(meta) => namespace_tenant(ns, meta.metadata.labels.as_ref()).to_string(),
+            None => ns.to_string(),
+        })
+    }
+}
+
+/// The spec rules' verdict (CONTRACT §2) for a hook in `namespace` of tenant `tenant`:
+/// `Accepted`, or `Refused` with the first error's reason and every error's text (each
+/// naming its field).
+pub fn spec_verdict(
+    spec: &AgentHookSpec,
+    namespace: &str,
+    tenant: &str,
+    config: &Config,
+) -> Verdict {
+    let ctx = ValidationContext {
+        namespace,
+        namespace_tenant: tenant,
+        master_namespace: &config.master_namespace,
+        edition: config.edition,
+    };
+    match validate(spec, &ctx) {
+        Ok(_) => Verdict::Accepted,
+        Err(errors) => Verdict::Refused(Refusal {
+            reason: errors.reason().as_str().to_string(),
+            message: errors.to_string(),
+        }),
+    }
+}
+
+/// What one reconcile decided (for metrics and logs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Accepted (published unless its breaker is open).
+    Accepted,
+    /// Refused.
+    Refused,
+    /// Being deleted; dropped from the index.
+    Deleting,
+}
+
+/// Reconciles one hook. Errors are transient API failures; [`error_policy`] requeues.
+pub async fn reconcile(hook: Arc<AgentHook>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let result = reconcile_hook(&hook, &ctx).await;
+    if !ctx.shared.serving().synced
+        && let Some(uid) = hook.uid()
+    {
+        lock(&ctx.attempted).insert(uid);
+    }
+    let m = &ctx.shared.metrics;
+    match &result {
+        Ok(Outcome::Accepted) => m.reconcile_total.with_label_values(&["accepted"]).inc(),
+        Ok(Outcome::Refused) => m.reconcile_total.with_label_values(&["refused"]).inc(),
+        Ok(Outcome::Deleting) => {}
+        Err(e) => {
+            m.reconcile_total.with_label_values(&["error"]).inc();
+            m.reconcile_errors_total
+                .with_label_values(&[e.metric_label()])
+                .inc();
+        }
+    }
+    result.map(|_| Action::requeue(RESYNC))
+}
+
+/// Requeues a failed reconcile: soon for conflicts, later for everything else.
+pub fn error_policy(hook: Arc<AgentHook>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(
+        hook = %format!("{}/{}", hook.namespace().unwrap_or_default(), hook.name_any()),
+        error = %error,
+        "reconcile failed; requeueing"
+    );
+    match error {
+        Error::StatusConflict { .. } => Action::requeue(Duration::from_secs(1)),
+        Error::StoreGone => Action::await_change(),
+        _ => Action::requeue(Duration::from_secs(5)),
+    }
+}
+
+async fn reconcile_hook(hook: &AgentHook, ctx: &Context) -> Result<Outcome, Error> {
+    let missing = |field| Error::MissingField {
+        kind: "AgentHook",
+        field,
+    };
+    let ns = hook.namespace().ok_or_else(|| missing("namespace"))?;
+    let name = hook.metadata.name.clone().ok_or_else(|| missing("name"))?;
+    let uid = hook.uid().ok_or_else(|| missing("uid"))?;
+    let generation = hook.metadata.generation.unwrap_or(0);
+    let key = HookKey::new(&ns, &name);
+    let shared = &ctx.shared;
+    tracing::debug!(hook = %key, generation, "reconciling");
+
+    if hook.metadata.deletion_timestamp.is_some() {
+        if lock(&shared.index).delete(&key, Some(&uid)) {
+            shared.publish_requested.notify_one();
+        }
+        return Ok(Outcome::Deleting);
+    }
+
+    let tenant = ctx.namespace_tenant(&ns).await?;
+    tracing::trace!(hook = %key, %tenant, "namespace tenant");
+    // Validate outside the lock (CEL compiles take a while); cache by uid+generation+tenant.
+    let cached = lock(&shared.validation).get(&uid, generation, &tenant);
+    let spec_verdict = match cached {
+        Some(v) => v,
+        None => {
+            tracing::debug!(hook = %key, generation, %tenant, "validating");
+            let v = spec_verdict(&hook.spec, &ns, &tenant, &shared.config);
+            lock(&shared.validation).insert(&uid, generation, &tenant, v.clone());
+            v
+        }
+    };
+
+    let (verdict, sealed_headers, secret_digests) = match spec_verdict {
+        Verdict::Refused(r) => (Verdict::Refused(r), Vec::new(), Vec::new()),
+        Verdict::Accepted => {
+            let refs = secrets::secret_refs(&hook.spec);
+            if refs.is_empty() {
+                (Verdict::Accepted, Vec::new(), Vec::new())
+            } else if let Err(r) = secrets::require_key(&refs, shared.config.seal_key.as_ref()) {
+                (Verdict::Refused(r), Vec::new(), Vec::new())
+            } else {
+                let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+                let fetched = secrets::fetch(&api, &secrets::secret_names(&hook.spec)).await?;
+                let previous = lock(&shared.index)
+                    .get(&key)
+                    .filter(|p| p.hook.uid == uid)
+                    .cloned();
+                match secrets::seal(
+                    &refs,
+                    &fetched,
+                    &ns,
+                    shared.config.seal_key.as_ref(),
+                    previous.as_ref(),
+                ) {
+                    Ok((sealed, digests)) => (Verdict::Accepted, sealed, digests),
+                    Err(r) => (Verdict::Refused(r), Vec::new(), Vec::new()),
+                }
+            }
+        }
+    };
+
+    let indexed = IndexedHook {
+        hook: SnapshotHook {
+            uid: uid.clone(),
+            namespace: ns.clone(),
+            name: name.clone(),
+            generation,
+            created_at: hook
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.to_string())
+                .unwrap_or_default(),
+            namespace_tenant: tenant,
+            spec: hook.spec.clone(),
+            sealed_headers,
+        },
+        verdict: verdict.clone(),
+        breaker_open: breaker_open(hook.status.as_ref(), generation),
+        secret_digests,
+    };
+    let (changed, publication) = {
+        let mut index = lock(&shared.index);
+        let changed = index.apply(indexed);
+        let publication = index
+            .publication(&key)
+            .unwrap_or(Publication::Published { served_from: None });
+        (changed, publication)
+    };
+    if changed {
+        tracing::info!(hook = %key, generation, accepted = verdict.is_accepted(), "hook changed in the published set");
+        shared.publish_requested.notify_one();
+    }
+
+    let desired = [accepted_condition(&verdict), {
+        let now = Instant::now();
+        ctx.desired_ready(hook, publication, &ctx.live_dispatchers(now), now)
+    }];
+    let api: Api<AgentHook> = Api::namespaced(ctx.client.clone(), &ns);
+    match status::write(&api, hook, &desired).await? {
+        WriteOutcome::Written(patch) => {
+            shared.metrics.status_writes_total.inc();
+            tracing::debug!(hook = %key, generation, transitioned = ?patch.transitioned, "status written");
+            if patch.transitioned.contains(&ACCEPTED) {
+                publish_accepted_event(ctx, hook, &verdict).await;
+            }
+        }
+        WriteOutcome::Unchanged => {}
+        WriteOutcome::Gone => tracing::debug!(hook = %key, "hook gone before its status write"),
+    }
+    if let Verdict::Refused(r) = &verdict {
+        tracing::info!(hook = %key, generation, reason = %r.reason, message = %r.message, "hook refused");
+    }
+    Ok(if verdict.is_accepted() {
+        Outcome::Accepted
+    } else {
+        Outcome::Refused
+    })
+}
+
+/// An Event on an `Accepted` transition (CONVENTIONS: Events on transitions only).
+/// Failures are logged, never fatal.
+async fn publish_accepted_event(ctx: &Context, hook: &AgentHook, verdict: &Verdict) {
+    let (type_, reason, note) = match verdict {
+        Verdict::Accepted => (
+            EventType::Normal,
+            "Accepted".to_string(),
+            "the hook passed validation".to_string(),
+        ),
+        Verdict::Refused(r) => (EventType::Warning, r.reason.clone(), r.message.clone()),
+    };
+    let mut note = note;
+    if note.len() > 1000 {
+        let mut cut = 1000;
+        while !note.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        note.truncate(cut);
+    }
+    let event = KubeEvent {
+        type_,
+        reason,
+        note: Some(note),
+        action: "Validate".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &hook.object_ref(&())).await {
+        tracing::warn!(error = %e, "publishing an Event failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shared::tests::config;
+
+    #[test]
+    fn verdict_names_reason_and_field() {
+        let cfg = config();
+        let spec: AgentHookSpec = serde_json::from_value(serde_json::json!({
+            "event": "pre_tool_use",
+            "tenant": "someone-else",
+            "handler": {"type": "http", "http": {"url": "https://policy.example.com/hook"}}
+        }))
+        .unwrap();
+        match spec_verdict(&spec, "tenant-acme", "acme", &cfg) {
+            Verdict::Refused(r) => {
+                assert_eq!(r.reason, "TenantMismatch");
+                assert!(r.message.starts_with("spec.tenant:"), "{}", r.message);
+            }
+            v => panic!("expected a refusal, got {v:?}"),
+        }
+        let ok: AgentHookSpec = serde_json::from_value(serde_json::json!({
+            "event": "pre_tool_use",
+            "handler": {"type": "http", "http": {"url": "https://policy.example.com/hook"}}
+        }))
+        .unwrap();
+        assert_eq!(
+            spec_verdict(&ok, "tenant-acme", "acme", &cfg),
+            Verdict::Accepted
+        );
+    }
+
+    #[test]
+    fn standard_edition_refuses_command() {
+        let mut cfg = config();
+        cfg.edition = agenthooks_crds::Edition::Standard;
+        let spec: AgentHookSpec = serde_json::from_value(serde_json::json!({
+            "event": "pre_tool_use",
+            "handler": {"type": "command", "command": {"command": "true"}}
+        }))
+        .unwrap();
+        match spec_verdict(&spec, "t", "t", &cfg) {
+            Verdict::Refused(r) => assert_eq!(r.reason, "EditionForbidsCommand"),
+            v => panic!("expected a refusal, got {v:?}"),
+        }
+    }
+}

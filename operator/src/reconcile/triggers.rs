@@ -1,0 +1,130 @@
+//! What makes an AgentHook reconcile: its own changes that matter, its namespace's
+//! labels, the Secrets its headers read.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use agenthooks_crds::{AgentHook, RESET_BREAKER_ANNOTATION};
+use kube::ResourceExt;
+use kube::runtime::reflector::{ObjectRef, Store};
+
+use super::secrets::secret_names;
+use crate::status::breaker_open;
+
+/// Predicate of the hook watch: a hash of what the reconciler reads from the hook apart
+/// from its own status writes — `metadata.generation`, whether the breaker is open (the
+/// dispatcher's status), and the reset-breaker annotation. Status-only updates by the
+/// operator leave it unchanged, so they never trigger a reconcile (no feedback loop).
+pub fn hook_trigger(hook: &AgentHook) -> Option<u64> {
+    let generation = hook.metadata.generation;
+    let mut h = DefaultHasher::new();
+    generation.hash(&mut h);
+    breaker_open(hook.status.as_ref(), generation.unwrap_or(0)).hash(&mut h);
+    hook.annotations()
+        .get(RESET_BREAKER_ANNOTATION)
+        .hash(&mut h);
+    Some(h.finish())
+}
+
+/// Every hook of namespace `ns` (its labels, hence its tenant, changed).
+pub fn hooks_in_namespace(store: &Store<AgentHook>, ns: &str) -> Vec<ObjectRef<AgentHook>> {
+    store
+        .state()
+        .iter()
+        .filter(|h| h.namespace().as_deref() == Some(ns))
+        .map(|h| ObjectRef::from_obj(&**h))
+        .collect()
+}
+
+/// Every hook of namespace `ns` with a header read from Secret `secret`.
+pub fn hooks_using_secret(
+    store: &Store<AgentHook>,
+    ns: &str,
+    secret: &str,
+) -> Vec<ObjectRef<AgentHook>> {
+    store
+        .state()
+        .iter()
+        .filter(|h| h.namespace().as_deref() == Some(ns) && secret_names(&h.spec).contains(secret))
+        .map(|h| ObjectRef::from_obj(&**h))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agenthooks_crds::AgentHookStatus;
+    use kube::runtime::watcher::Event;
+
+    fn obj(ns: &str, name: &str, generation: i64, secret: Option<&str>) -> AgentHook {
+        let mut spec = crate::index::tests::spec(0);
+        if let Some(s) = secret {
+            spec.handler.http.as_mut().unwrap().headers = serde_json::from_value(serde_json::json!([
+                {"name": "Authorization", "valueFrom": {"secretKeyRef": {"name": s, "key": "k"}}}
+            ]))
+            .unwrap();
+        }
+        let mut h = AgentHook::new(name, spec);
+        h.metadata.namespace = Some(ns.into());
+        h.metadata.uid = Some(format!("{ns}-{name}"));
+        h.metadata.generation = Some(generation);
+        h
+    }
+
+    #[test]
+    fn status_writes_do_not_trigger_but_spec_and_breaker_do() {
+        let h = obj("a", "h", 1, None);
+        let base = hook_trigger(&h);
+        let mut ours = h.clone();
+        ours.status = Some(AgentHookStatus {
+            observed_generation: Some(1),
+            conditions: crate::status::plan(
+                None,
+                1,
+                &[crate::status::accepted_condition(
+                    &crate::index::Verdict::Accepted,
+                )],
+                &crate::status::now(),
+            )
+            .unwrap()
+            .conditions,
+            ..Default::default()
+        });
+        assert_eq!(hook_trigger(&ours), base, "our own status write");
+        let mut edited = h.clone();
+        edited.metadata.generation = Some(2);
+        assert_ne!(hook_trigger(&edited), base);
+        let mut tripped = h.clone();
+        tripped.status = Some(AgentHookStatus {
+            breaker: Some(agenthooks_crds::agenthook::BreakerStatus {
+                state: Some("Open".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        assert_ne!(hook_trigger(&tripped), base);
+    }
+
+    #[test]
+    fn namespace_and_secret_mappers() {
+        let (reader, mut writer) = kube::runtime::reflector::store::<AgentHook>();
+        for h in [
+            obj("a", "h1", 1, Some("tok")),
+            obj("a", "h2", 1, None),
+            obj("b", "h3", 1, Some("tok")),
+        ] {
+            writer.apply_watcher_event(&Event::Apply(h));
+        }
+        let mut in_a: Vec<String> = hooks_in_namespace(&reader, "a")
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        in_a.sort();
+        assert_eq!(in_a, ["h1", "h2"]);
+        let users: Vec<String> = hooks_using_secret(&reader, "a", "tok")
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        assert_eq!(users, ["h1"], "same namespace only");
+        assert!(hooks_using_secret(&reader, "a", "other").is_empty());
+    }
+}

@@ -1,0 +1,194 @@
+//! State shared by the controller, the publisher, the ready pass and the servers.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::{Notify, watch};
+
+use crate::config::Config;
+use crate::error::Error;
+use crate::index::Index;
+use crate::metrics::Metrics;
+use crate::ready::DispatcherTracker;
+use crate::snapshot_builder::{self, Published};
+use crate::validation_cache::ValidationCache;
+
+/// Whether this replica may serve snapshots: it leads and its leader session finished
+/// its initial sync.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Serving {
+    /// Holds the Lease.
+    pub leader: bool,
+    /// The initial list of the current leader session has been reconciled and published.
+    pub synced: bool,
+}
+
+impl Serving {
+    /// Leader and synced.
+    pub fn ok(self) -> bool {
+        self.leader && self.synced
+    }
+}
+
+/// Locks a mutex, taking the data even if another thread panicked while holding it (the
+/// operator never panics on purpose; a poisoned lock must not take everything down).
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The shared state.
+#[derive(Debug)]
+pub struct Shared {
+    /// Settings.
+    pub config: Config,
+    /// Random per process; names every snapshot it publishes.
+    pub epoch: String,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// The hook index.
+    pub index: Mutex<Index>,
+    /// Validation verdicts.
+    pub validation: Mutex<ValidationCache>,
+    /// The last published snapshot.
+    pub snapshots: watch::Sender<Arc<Published>>,
+    /// Leader / synced.
+    pub serving: watch::Sender<Serving>,
+    /// Which dispatcher holds what.
+    pub tracker: Arc<Mutex<DispatcherTracker>>,
+    /// Signalled when the tracker learns something that can move a `Ready`.
+    pub tracker_changed: Arc<Notify>,
+    /// Signalled when the index changed and a publish is wanted.
+    pub publish_requested: Notify,
+}
+
+impl Shared {
+    /// Fresh state: empty index, version 0 published (empty), not serving.
+    pub fn new(config: Config, metrics: Metrics) -> Arc<Shared> {
+        let epoch = uuid::Uuid::new_v4().simple().to_string();
+        let empty = snapshot_builder::build(&epoch, 0, &config.master_namespace, Vec::new())
+            .unwrap_or_else(|_| Published {
+                epoch: epoch.clone(),
+                version: 0,
+                hooks: 0,
+                body: bytes::Bytes::new(),
+            });
+        let tracker = DispatcherTracker::new(config.dispatcher_ttl);
+        Arc::new(Shared {
+            config,
+            epoch,
+            metrics,
+            index: Mutex::new(Index::new()),
+            validation: Mutex::new(ValidationCache::new()),
+            snapshots: watch::channel(Arc::new(empty)).0,
+            serving: watch::channel(Serving::default()).0,
+            tracker: Arc::new(Mutex::new(tracker)),
+            tracker_changed: Arc::new(Notify::new()),
+            publish_requested: Notify::new(),
+        })
+    }
+
+    /// Current leader / synced state.
+    pub fn serving(&self) -> Serving {
+        *self.serving.borrow()
+    }
+
+    /// Records leadership (and drops `synced` when leadership is lost).
+    pub fn set_leader(&self, leader: bool) {
+        self.metrics.leader.set(i64::from(leader));
+        self.serving.send_if_modified(|s| {
+            let next = Serving {
+                leader,
+                synced: s.synced && leader,
+            };
+            let changed = *s != next;
+            *s = next;
+            changed
+        });
+    }
+
+    /// Records whether the current leader session has synced (never true without
+    /// leadership).
+    pub fn set_synced(&self, synced: bool) {
+        self.serving.send_if_modified(|s| {
+            let synced = synced && s.leader;
+            let changed = s.synced != synced;
+            s.synced = synced;
+            changed
+        });
+    }
+
+    /// Publishes pending index changes now: bumps the version, serializes the snapshot
+    /// and hands it to every waiting poll. Returns the new version, or `None` when
+    /// nothing was pending.
+    ///
+    /// Errors: [`Error::Json`] if the snapshot did not serialize (nothing is published).
+    pub fn publish_now(&self) -> Result<Option<u64>, Error> {
+        let mut index = lock(&self.index);
+        if !index.is_dirty() {
+            return Ok(None);
+        }
+        let next = index.version() + 1;
+        let published = snapshot_builder::build(
+            &self.epoch,
+            next,
+            &self.config.master_namespace,
+            index.published_hooks(),
+        )?;
+        let version = index.publish().unwrap_or(next);
+        debug_assert_eq!(version, next);
+        self.metrics.snapshot_version.set(version as i64);
+        self.metrics.snapshot_hooks.set(published.hooks as i64);
+        tracing::info!(version, hooks = published.hooks, "published snapshot");
+        self.snapshots.send_replace(Arc::new(published));
+        drop(index);
+        // served_from moved for the changed hooks: let the ready pass look again.
+        self.tracker_changed.notify_one();
+        Ok(Some(version))
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::config::LeaseConfig;
+    use std::time::Duration;
+
+    pub(crate) fn config() -> Config {
+        Config {
+            master_namespace: "agenthooks-system".into(),
+            edition: Default::default(),
+            sync_addr: "127.0.0.1:0".parse().unwrap(),
+            metrics_addr: "127.0.0.1:0".parse().unwrap(),
+            seal_key: None,
+            lease: LeaseConfig {
+                name: "l".into(),
+                namespace: "agenthooks-system".into(),
+                identity: "me".into(),
+                duration_seconds: 15,
+            },
+            dispatcher_ttl: Duration::from_secs(30),
+        }
+    }
+
+    #[test]
+    fn publish_now_bumps_and_sends() {
+        let shared = Shared::new(config(), Metrics::new().unwrap());
+        let rx = shared.snapshots.subscribe();
+        assert_eq!(rx.borrow().version, 0);
+        assert_eq!(shared.publish_now().unwrap(), None, "nothing pending");
+        lock(&shared.index).apply(crate::index::tests::hook("a", "h", "u", 1));
+        assert_eq!(shared.publish_now().unwrap(), Some(1));
+        assert_eq!(rx.borrow().version, 1);
+        assert_eq!(rx.borrow().hooks, 1);
+        assert_eq!(rx.borrow().epoch, shared.epoch);
+    }
+
+    #[test]
+    fn losing_leadership_drops_synced() {
+        let shared = Shared::new(config(), Metrics::new().unwrap());
+        shared.set_leader(true);
+        shared.set_synced(true);
+        assert!(shared.serving().ok());
+        shared.set_leader(false);
+        assert_eq!(shared.serving(), Serving::default());
+    }
+}

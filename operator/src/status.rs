@@ -1,0 +1,438 @@
+//! Status of an AgentHook: condition helpers and server-side-apply writes
+//! (CONVENTIONS habits 3 and 4).
+//!
+//! The operator owns `status.observedGeneration` and the `Accepted` and `Ready`
+//! conditions; `CircuitOpen` and `status.breaker` belong to the dispatcher. Every write is
+//! a server-side apply by field manager [`crate::FIELD_MANAGER`] carrying `apiVersion`,
+//! `kind` and both of our conditions (an apply that left one out would delete it).
+//! [`plan`] decides whether anything changes at all; a hook left alone is never
+//! rewritten. `lastTransitionTime` moves only when a condition's status changes.
+
+use std::time::Duration;
+
+use agenthooks_crds::{AgentHook, AgentHookStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Patch, PatchParams};
+use kube::{Api, ResourceExt};
+
+use crate::error::Error;
+use crate::index::Verdict;
+
+/// Condition type set by validation (ours).
+pub const ACCEPTED: &str = "Accepted";
+/// Condition type set from dispatcher tracking (ours).
+pub const READY: &str = "Ready";
+/// Condition type the dispatcher sets when a hook's breaker trips (not ours; read only).
+pub const CIRCUIT_OPEN: &str = "CircuitOpen";
+
+/// How many times a status write meeting 409 Conflict is tried in all.
+pub const MAX_WRITE_ATTEMPTS: u32 = 4;
+
+/// `True`, `False` or `Unknown`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CondStatus {
+    /// `True`.
+    True,
+    /// `False`.
+    False,
+    /// `Unknown`.
+    Unknown,
+}
+
+impl CondStatus {
+    /// The API word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CondStatus::True => "True",
+            CondStatus::False => "False",
+            CondStatus::Unknown => "Unknown",
+        }
+    }
+}
+
+/// A condition as the operator wants it, before times and generations are filled in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DesiredCondition {
+    /// Condition type ([`ACCEPTED`] or [`READY`]).
+    pub type_: &'static str,
+    /// Its status.
+    pub status: CondStatus,
+    /// CamelCase reason.
+    pub reason: String,
+    /// Message for a person.
+    pub message: String,
+}
+
+/// `Accepted`: `True`/`Accepted`, or `False` with the refusal's reason and message (the
+/// message names the field, CONTRACT §2.7).
+pub fn accepted_condition(verdict: &Verdict) -> DesiredCondition {
+    match verdict {
+        Verdict::Accepted => DesiredCondition {
+            type_: ACCEPTED,
+            status: CondStatus::True,
+            reason: "Accepted".into(),
+            message: "the hook passed validation".into(),
+        },
+        Verdict::Refused(r) => DesiredCondition {
+            type_: ACCEPTED,
+            status: CondStatus::False,
+            reason: r.reason.clone(),
+            message: r.message.clone(),
+        },
+    }
+}
+
+/// The current time as a Kubernetes `Time`, in whole seconds (what the API keeps).
+pub fn now() -> Time {
+    let secs = chrono::Utc::now().timestamp();
+    Time(
+        k8s_openapi::jiff::Timestamp::from_second(secs)
+            .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+    )
+}
+
+/// The condition to write for `desired`, given the one currently recorded:
+/// `lastTransitionTime` is kept when the status did not change, else it is `now`.
+pub fn merge_condition(
+    current: Option<&Condition>,
+    desired: &DesiredCondition,
+    generation: i64,
+    now: &Time,
+) -> Condition {
+    let last_transition_time = match current {
+        Some(c) if c.status == desired.status.as_str() => c.last_transition_time.clone(),
+        _ => now.clone(),
+    };
+    Condition {
+        type_: desired.type_.to_string(),
+        status: desired.status.as_str().to_string(),
+        reason: desired.reason.clone(),
+        message: desired.message.clone(),
+        observed_generation: Some(generation),
+        last_transition_time,
+    }
+}
+
+/// Whether the recorded condition already says what `desired` says, for `generation`.
+pub fn condition_matches(
+    current: Option<&Condition>,
+    desired: &DesiredCondition,
+    generation: i64,
+) -> bool {
+    current.is_some_and(|c| {
+        c.status == desired.status.as_str()
+            && c.reason == desired.reason
+            && c.message == desired.message
+            && c.observed_generation == Some(generation)
+    })
+}
+
+/// The recorded condition of type `type_`.
+pub fn find_condition<'a>(
+    status: Option<&'a AgentHookStatus>,
+    type_: &str,
+) -> Option<&'a Condition> {
+    status.and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
+}
+
+/// A status write: what [`plan`] decided to apply.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusPatch {
+    /// `status.observedGeneration`.
+    pub observed_generation: i64,
+    /// Our conditions, complete (times filled in).
+    pub conditions: Vec<Condition>,
+    /// Types whose status changed (for Events on transitions only).
+    pub transitioned: Vec<&'static str>,
+}
+
+impl StatusPatch {
+    /// The server-side-apply body: `apiVersion`, `kind` and our part of `status`.
+    pub fn apply_body(&self) -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": format!("{}/{}", agenthooks_crds::GROUP, agenthooks_crds::VERSION),
+            "kind": "AgentHook",
+            "status": {
+                "observedGeneration": self.observed_generation,
+                "conditions": self.conditions,
+            }
+        })
+    }
+}
+
+/// Decides the status write for a hook at `generation` whose recorded status is
+/// `current`: `None` when `observedGeneration` and every desired condition already hold
+/// (nothing to write), else the full patch.
+pub fn plan(
+    current: Option<&AgentHookStatus>,
+    generation: i64,
+    desired: &[DesiredCondition],
+    now: &Time,
+) -> Option<StatusPatch> {
+    let observed_ok = current.and_then(|s| s.observed_generation) == Some(generation);
+    let all_match = desired
+        .iter()
+        .all(|d| condition_matches(find_condition(current, d.type_), d, generation));
+    if observed_ok && all_match {
+        return None;
+    }
+    let mut transitioned = Vec::new();
+    let conditions = desired
+        .iter()
+        .map(|d| {
+            let cur = find_condition(current, d.type_);
+            if cur.is_none_or(|c| c.status != d.status.as_str()) {
+                transitioned.push(d.type_);
+            }
+            merge_condition(cur, d, generation, now)
+        })
+        .collect();
+    Some(StatusPatch {
+        observed_generation: generation,
+        conditions,
+        transitioned,
+    })
+}
+
+/// Whether the dispatcher reports the hook's breaker open for its current generation:
+/// a `CircuitOpen=True` condition whose `observedGeneration` is absent or equals
+/// `generation`; without a `CircuitOpen` condition, `status.breaker.state == "Open"`.
+/// A spec edit (new generation) therefore closes it (CONTRACT §6.3).
+pub fn breaker_open(status: Option<&AgentHookStatus>, generation: i64) -> bool {
+    match find_condition(status, CIRCUIT_OPEN) {
+        Some(c) => c.status == "True" && c.observed_generation.is_none_or(|g| g == generation),
+        None => {
+            status
+                .and_then(|s| s.breaker.as_ref())
+                .and_then(|b| b.state.as_deref())
+                == Some("Open")
+        }
+    }
+}
+
+/// What [`write`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WriteOutcome {
+    /// Nothing to change; no request made.
+    Unchanged,
+    /// Applied this patch.
+    Written(StatusPatch),
+    /// The hook is gone (404).
+    Gone,
+}
+
+/// Writes the desired conditions of `hook` if they change anything.
+///
+/// The first apply is not forced, so a conflict with another manager is seen and logged;
+/// on 409 the hook's status is read again, the patch re-planned, and the apply retried
+/// with `force` (these fields are the operator's by contract), up to
+/// [`MAX_WRITE_ATTEMPTS`] attempts in all with a growing pause.
+///
+/// Errors: [`Error::StatusConflict`] when every attempt met 409; [`Error::Kube`] for any
+/// other API failure.
+pub async fn write(
+    api: &Api<AgentHook>,
+    hook: &AgentHook,
+    desired: &[DesiredCondition],
+) -> Result<WriteOutcome, Error> {
+    let name = hook.name_any();
+    let generation = hook.metadata.generation.unwrap_or(0);
+    let mut current = hook.status.clone();
+    let mut attempt = 1;
+    loop {
+        let Some(patch) = plan(current.as_ref(), generation, desired, &now()) else {
+            return Ok(WriteOutcome::Unchanged);
+        };
+        let mut params = PatchParams::apply(crate::FIELD_MANAGER);
+        if attempt > 1 {
+            params = params.force();
+        }
+        match api
+            .patch_status(&name, &params, &Patch::Apply(patch.apply_body()))
+            .await
+        {
+            Ok(_) => return Ok(WriteOutcome::Written(patch)),
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(WriteOutcome::Gone),
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                tracing::warn!(
+                    hook = %format!("{}/{}", hook.namespace().unwrap_or_default(), name),
+                    attempt,
+                    message = %s.message,
+                    "status write conflicted; re-reading and retrying with force"
+                );
+                if attempt >= MAX_WRITE_ATTEMPTS {
+                    return Err(Error::StatusConflict {
+                        key: format!("{}/{}", hook.namespace().unwrap_or_default(), name),
+                        attempts: attempt,
+                        source: kube::Error::Api(s),
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt))).await;
+                attempt += 1;
+                match api.get_status(&name).await {
+                    Ok(fresh) => current = fresh.status,
+                    Err(kube::Error::Api(s)) if s.code == 404 => return Ok(WriteOutcome::Gone),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::Refusal;
+    use agenthooks_crds::agenthook::BreakerStatus;
+
+    fn t(secs: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap())
+    }
+
+    fn ready(status: CondStatus, reason: &str) -> DesiredCondition {
+        DesiredCondition {
+            type_: READY,
+            status,
+            reason: reason.into(),
+            message: "m".into(),
+        }
+    }
+
+    fn applied(patch: &StatusPatch) -> AgentHookStatus {
+        AgentHookStatus {
+            observed_generation: Some(patch.observed_generation),
+            conditions: patch.conditions.clone(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_hook_left_alone_is_not_rewritten() {
+        let desired = [
+            accepted_condition(&Verdict::Accepted),
+            ready(CondStatus::Unknown, "Pending"),
+        ];
+        let first = plan(None, 1, &desired, &t(100)).expect("first write");
+        assert_eq!(first.transitioned, [ACCEPTED, READY]);
+        let status = applied(&first);
+        assert_eq!(
+            plan(Some(&status), 1, &desired, &t(200)),
+            None,
+            "nothing changed"
+        );
+    }
+
+    #[test]
+    fn last_transition_time_moves_only_when_status_changes() {
+        let d1 = [
+            accepted_condition(&Verdict::Accepted),
+            ready(CondStatus::Unknown, "Pending"),
+        ];
+        let s1 = applied(&plan(None, 1, &d1, &t(100)).unwrap());
+        // same status, other reason: written, time kept
+        let d2 = [
+            accepted_condition(&Verdict::Accepted),
+            ready(CondStatus::Unknown, "NoDispatchers"),
+        ];
+        let p2 = plan(Some(&s1), 1, &d2, &t(200)).unwrap();
+        assert!(p2.transitioned.is_empty());
+        let r2 = p2.conditions.iter().find(|c| c.type_ == READY).unwrap();
+        assert_eq!(r2.last_transition_time, t(100));
+        assert_eq!(r2.reason, "NoDispatchers");
+        // new generation, same statuses: observedGeneration moves, times kept
+        let s2 = applied(&p2);
+        let p3 = plan(Some(&s2), 2, &d2, &t(300)).unwrap();
+        assert!(
+            p3.conditions
+                .iter()
+                .all(|c| c.last_transition_time == t(100))
+        );
+        assert!(
+            p3.conditions
+                .iter()
+                .all(|c| c.observed_generation == Some(2))
+        );
+        // status change: time moves for that condition only
+        let s3 = applied(&p3);
+        let d4 = [
+            accepted_condition(&Verdict::Accepted),
+            ready(CondStatus::True, "Served"),
+        ];
+        let p4 = plan(Some(&s3), 2, &d4, &t(400)).unwrap();
+        assert_eq!(p4.transitioned, [READY]);
+        let acc = p4.conditions.iter().find(|c| c.type_ == ACCEPTED).unwrap();
+        let rdy = p4.conditions.iter().find(|c| c.type_ == READY).unwrap();
+        assert_eq!(acc.last_transition_time, t(100));
+        assert_eq!(rdy.last_transition_time, t(400));
+    }
+
+    #[test]
+    fn refusal_carries_reason_and_message() {
+        let c = accepted_condition(&Verdict::Refused(Refusal {
+            reason: "TenantMismatch".into(),
+            message: "spec.tenant: \"x\" is not this namespace's tenant".into(),
+        }));
+        assert_eq!(c.status, CondStatus::False);
+        assert_eq!(c.reason, "TenantMismatch");
+        assert!(c.message.starts_with("spec.tenant"));
+    }
+
+    #[test]
+    fn other_managers_conditions_are_left_out_of_the_patch() {
+        let mut status =
+            applied(&plan(None, 1, &[accepted_condition(&Verdict::Accepted)], &t(1)).unwrap());
+        status.conditions.push(Condition {
+            type_: CIRCUIT_OPEN.into(),
+            status: "True".into(),
+            reason: "Tripped".into(),
+            message: String::new(),
+            observed_generation: Some(1),
+            last_transition_time: t(5),
+        });
+        let p = plan(
+            Some(&status),
+            1,
+            &[
+                accepted_condition(&Verdict::Accepted),
+                ready(CondStatus::False, "CircuitOpen"),
+            ],
+            &t(9),
+        )
+        .unwrap();
+        assert!(p.conditions.iter().all(|c| c.type_ != CIRCUIT_OPEN));
+        let body = p.apply_body();
+        assert_eq!(body["apiVersion"], "agenthooks.io/v1alpha1");
+        assert_eq!(body["kind"], "AgentHook");
+        assert_eq!(body["status"]["observedGeneration"], 1);
+        assert!(body.get("spec").is_none() && body.get("metadata").is_none());
+    }
+
+    #[test]
+    fn breaker_open_from_condition_or_breaker_state() {
+        assert!(!breaker_open(None, 1));
+        let mut s = AgentHookStatus {
+            breaker: Some(BreakerStatus {
+                state: Some("Open".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(breaker_open(Some(&s), 1), "breaker.state Open");
+        s.conditions.push(Condition {
+            type_: CIRCUIT_OPEN.into(),
+            status: "True".into(),
+            reason: "Tripped".into(),
+            message: String::new(),
+            observed_generation: Some(1),
+            last_transition_time: t(5),
+        });
+        assert!(breaker_open(Some(&s), 1));
+        assert!(!breaker_open(Some(&s), 2), "a new generation closes it");
+        s.conditions[0].status = "False".into();
+        assert!(
+            !breaker_open(Some(&s), 1),
+            "the condition wins over breaker.state"
+        );
+    }
+}
