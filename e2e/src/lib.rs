@@ -50,6 +50,8 @@
 //! that is fine for the default current-thread runtime; use `spawn_blocking` if you need the
 //! runtime to make progress meanwhile.
 
+pub mod procs;
+
 use std::ffi::OsStr;
 use std::fs;
 use std::io::Write;

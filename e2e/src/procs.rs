@@ -1,0 +1,102 @@
+//! The project's own binaries as child processes of a test: the operator and dispatchers.
+//!
+//! Binaries are taken from the cargo target directory of the running test
+//! (`target/<profile>/agenthooks-operator`, `.../agenthooks-dispatcher`); `make test`
+//! builds them before the tests run, and [`bin`] builds them if they are missing.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Once;
+use std::time::{Duration, Instant};
+
+/// Path of a workspace binary, building the workspace's binaries once if it is missing.
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    // target/<profile>/deps/<test> → target/<profile>
+    let dir = exe.parent().and_then(Path::parent).expect("target profile dir").to_path_buf();
+    let path = dir.join(name);
+    static BUILD: Once = Once::new();
+    if !path.exists() {
+        BUILD.call_once(|| {
+            let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+            let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+                .args(["build", "-p", "agenthooks-operator", "-p", "agenthooks-dispatcher", "--bins"])
+                .current_dir(root)
+                .status()
+                .expect("run cargo build");
+            assert!(status.success(), "cargo build of the binaries failed");
+        });
+    }
+    assert!(path.exists(), "{} not found", path.display());
+    path
+}
+
+/// A free TCP port on 127.0.0.1 (bound then released; good enough for tests).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A child process killed (SIGKILL) and reaped when dropped. Its output goes to a log
+/// file whose tail [`Proc::log_tail`] shows on failure.
+pub struct Proc {
+    pub name: String,
+    child: Option<Child>,
+    pub log: PathBuf,
+}
+
+impl Proc {
+    /// Starts `bin args...` with `env`, logging to `<log_dir>/<name>.log`.
+    pub fn start(name: &str, bin: &Path, args: &[String], env: &[(&str, &str)], log_dir: &Path) -> Proc {
+        std::fs::create_dir_all(log_dir).unwrap();
+        let log = log_dir.join(format!("{name}.log"));
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new(bin)
+            .args(args)
+            .envs(env.iter().copied())
+            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
+        Proc { name: name.to_string(), child: Some(child), log }
+    }
+
+    /// Sends SIGTERM and waits up to `timeout` for exit; then SIGKILL.
+    pub fn stop(&mut self, timeout: Duration) {
+        if let Some(mut c) = self.child.take() {
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + timeout;
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Whether the process is still running.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+
+    /// The last `lines` lines of its log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
