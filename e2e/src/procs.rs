@@ -14,14 +14,25 @@ use std::time::{Duration, Instant};
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
     // target/<profile>/deps/<test> → target/<profile>
-    let dir = exe.parent().and_then(Path::parent).expect("target profile dir").to_path_buf();
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target profile dir")
+        .to_path_buf();
     let path = dir.join(name);
     static BUILD: Once = Once::new();
     if !path.exists() {
         BUILD.call_once(|| {
             let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
             let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-                .args(["build", "-p", "agenthooks-operator", "-p", "agenthooks-dispatcher", "--bins"])
+                .args([
+                    "build",
+                    "-p",
+                    "agenthooks-operator",
+                    "-p",
+                    "agenthooks-dispatcher",
+                    "--bins",
+                ])
                 .current_dir(root)
                 .status()
                 .expect("run cargo build");
@@ -34,7 +45,11 @@ pub fn bin(name: &str) -> PathBuf {
 
 /// A free TCP port on 127.0.0.1 (bound then released; good enough for tests).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A child process killed (SIGKILL) and reaped when dropped. Its output goes to a log
@@ -47,20 +62,33 @@ pub struct Proc {
 
 impl Proc {
     /// Starts `bin args...` with `env`, logging to `<log_dir>/<name>.log`.
-    pub fn start(name: &str, bin: &Path, args: &[String], env: &[(&str, &str)], log_dir: &Path) -> Proc {
+    pub fn start(
+        name: &str,
+        bin: &Path,
+        args: &[String],
+        env: &[(&str, &str)],
+        log_dir: &Path,
+    ) -> Proc {
         std::fs::create_dir_all(log_dir).unwrap();
         let log = log_dir.join(format!("{name}.log"));
         let out = std::fs::File::create(&log).unwrap();
         let child = Command::new(bin)
             .args(args)
             .envs(env.iter().copied())
-            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
             .stderr(out)
             .spawn()
             .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
-        Proc { name: name.to_string(), child: Some(child), log }
+        Proc {
+            name: name.to_string(),
+            child: Some(child),
+            log,
+        }
     }
 
     /// Sends SIGTERM and waits up to `timeout` for exit; then SIGKILL.

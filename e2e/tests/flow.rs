@@ -23,8 +23,18 @@ struct Stack {
 fn crds(cp: &ControlPlane) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let crd = root.join("config/crd/agenthooks.yaml");
-    let out = cp.kubectl(&["apply", "--server-side", "--force-conflicts", "-f", crd.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = cp.kubectl(&[
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        crd.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     cp.wait_for_crd("agenthooks.agenthooks.io", Duration::from_secs(30));
     cp.wait_for_crd("tenanthookbudgets.agenthooks.io", Duration::from_secs(30));
 }
@@ -41,7 +51,11 @@ fn stack() -> &'static Stack {
         let logs = std::env::temp_dir().join(unique_name("agenthooks-e2e-logs"));
         std::fs::create_dir_all(&logs).unwrap();
         let key = logs.join("seal.key");
-        std::fs::write(&key, "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff").unwrap();
+        std::fs::write(
+            &key,
+            "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
+        )
+        .unwrap();
         let kubeconfig = cp.kubeconfig.to_str().unwrap().to_string();
         let sync_port = free_port();
         let operator_sync = format!("http://127.0.0.1:{sync_port}");
@@ -89,11 +103,26 @@ fn stack() -> &'static Stack {
             ));
             dispatchers.push(format!("http://127.0.0.1:{port}"));
         }
-        let stack = Stack { cp, master, tenant_ns, dispatchers, operator_sync, _procs: std::sync::Mutex::new(procs) };
-        let ready = wait_for(Duration::from_secs(60), || stack.dispatchers.iter().all(|d| http_status(&format!("{d}/readyz")) == 200));
+        let stack = Stack {
+            cp,
+            master,
+            tenant_ns,
+            dispatchers,
+            operator_sync,
+            _procs: std::sync::Mutex::new(procs),
+        };
+        let ready = wait_for(Duration::from_secs(60), || {
+            stack
+                .dispatchers
+                .iter()
+                .all(|d| http_status(&format!("{d}/readyz")) == 200)
+        });
         if !ready {
             let p = stack._procs.lock().unwrap();
-            let tails: Vec<String> = p.iter().map(|p| format!("--- {} ---\n{}", p.name, p.log_tail(30))).collect();
+            let tails: Vec<String> = p
+                .iter()
+                .map(|p| format!("--- {} ---\n{}", p.name, p.log_tail(30)))
+                .collect();
             panic!("dispatchers not ready within 60 s\n{}", tails.join("\n"));
         }
         stack
@@ -101,13 +130,34 @@ fn stack() -> &'static Stack {
 }
 
 fn http_status(url: &str) -> u16 {
-    let out = std::process::Command::new("curl").args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5", url]).output().unwrap();
+    let out = std::process::Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "5",
+            url,
+        ])
+        .output()
+        .unwrap();
     String::from_utf8_lossy(&out.stdout).parse().unwrap_or(0)
 }
 
 fn dispatch(base: &str, event: &Value) -> Value {
     let out = std::process::Command::new("curl")
-        .args(["-s", "--max-time", "15", "-X", "POST", &format!("{base}/v1/dispatch"), "-d", &event.to_string()])
+        .args([
+            "-s",
+            "--max-time",
+            "15",
+            "-X",
+            "POST",
+            &format!("{base}/v1/dispatch"),
+            "-d",
+            &event.to_string(),
+        ])
         .output()
         .unwrap();
     serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
@@ -119,11 +169,17 @@ fn condition(cp: &ControlPlane, ns: &str, name: &str, type_: &str) -> Option<Val
         return None;
     }
     let v: Value = serde_json::from_slice(&out.stdout).ok()?;
-    v["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_).cloned()
+    v["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .cloned()
 }
 
 fn hook_yaml(ns: &str, name: &str, body: &str) -> String {
-    format!("apiVersion: agenthooks.io/v1alpha1\nkind: AgentHook\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n{body}")
+    format!(
+        "apiVersion: agenthooks.io/v1alpha1\nkind: AgentHook\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n{body}"
+    )
 }
 
 const BLOCK_RM: &str = "  event: pre_tool_use\n  priority: 10\n  matcher: '^exec$'\n  ifExpr: 'tool_input.cmd.startsWith(\"rm\")'\n  handler:\n    type: command\n    command: {command: 'echo v1-block >&2; exit 2'}\n";
@@ -139,63 +195,136 @@ fn apply_reaches_both_dispatchers_then_edit_and_delete() {
     let started = Instant::now();
     s.cp.apply_yaml(&hook_yaml(&s.tenant_ns, &name, BLOCK_RM));
     let both_block = wait_for(Duration::from_secs(30), || {
-        s.dispatchers.iter().all(|d| dispatch(d, &rm_event())["reason"] == "v1-block")
+        s.dispatchers
+            .iter()
+            .all(|d| dispatch(d, &rm_event())["reason"] == "v1-block")
     });
     let apply_to_served = started.elapsed();
     assert!(both_block, "both dispatchers should block within 30 s");
-    println!("E2E-FIGURE apply_to_both_dispatchers_ms={}", apply_to_served.as_millis());
+    println!(
+        "E2E-FIGURE apply_to_both_dispatchers_ms={}",
+        apply_to_served.as_millis()
+    );
 
     // Accepted=True and then Ready=True (both live dispatchers serve it)
-    assert!(wait_for(Duration::from_secs(20), || condition(s.cp, &s.tenant_ns, &name, "Accepted").is_some_and(|c| c["status"] == "True")));
+    assert!(wait_for(Duration::from_secs(20), || condition(
+        s.cp,
+        &s.tenant_ns,
+        &name,
+        "Accepted"
+    )
+    .is_some_and(|c| c["status"] == "True")));
     assert!(
-        wait_for(Duration::from_secs(30), || condition(s.cp, &s.tenant_ns, &name, "Ready").is_some_and(|c| c["status"] == "True")),
+        wait_for(Duration::from_secs(30), || condition(
+            s.cp,
+            &s.tenant_ns,
+            &name,
+            "Ready"
+        )
+        .is_some_and(|c| c["status"] == "True")),
         "Ready: {:?}",
         condition(s.cp, &s.tenant_ns, &name, "Ready")
     );
     let table = s.cp.kubectl_ok(&["-n", &s.tenant_ns, "get", "agenthooks"]);
     let header = table.lines().next().unwrap();
-    for col in ["EVENT", "SCOPE", "HANDLER", "PRIORITY", "ACCEPTED", "READY", "AGE"] {
-        assert!(header.contains(col), "printer column {col} missing: {header}");
+    for col in [
+        "EVENT", "SCOPE", "HANDLER", "PRIORITY", "ACCEPTED", "READY", "AGE",
+    ] {
+        assert!(
+            header.contains(col),
+            "printer column {col} missing: {header}"
+        );
     }
-    assert!(table.lines().nth(1).unwrap().contains("pre_tool_use"), "{table}");
+    assert!(
+        table.lines().nth(1).unwrap().contains("pre_tool_use"),
+        "{table}"
+    );
 
     // left alone: no status churn (resourceVersion stable)
-    let rv = |cp: &ControlPlane| cp.kubectl_json(&["-n", &s.tenant_ns, "get", "agenthook", &name, "-o", "json"])["metadata"]["resourceVersion"].clone();
+    let rv = |cp: &ControlPlane| {
+        cp.kubectl_json(&["-n", &s.tenant_ns, "get", "agenthook", &name, "-o", "json"])["metadata"]
+            ["resourceVersion"]
+            .clone()
+    };
     let before = rv(s.cp);
     std::thread::sleep(Duration::from_secs(5));
     assert_eq!(before, rv(s.cp), "an untouched hook must not be rewritten");
 
     // edit: a new generation reaches both
     let started = Instant::now();
-    s.cp.apply_yaml(&hook_yaml(&s.tenant_ns, &name, &BLOCK_RM.replace("v1-block", "v2-block")));
-    assert!(wait_for(Duration::from_secs(30), || s.dispatchers.iter().all(|d| dispatch(d, &rm_event())["reason"] == "v2-block")));
-    println!("E2E-FIGURE edit_to_both_dispatchers_ms={}", started.elapsed().as_millis());
+    s.cp.apply_yaml(&hook_yaml(
+        &s.tenant_ns,
+        &name,
+        &BLOCK_RM.replace("v1-block", "v2-block"),
+    ));
+    assert!(wait_for(Duration::from_secs(30), || s
+        .dispatchers
+        .iter()
+        .all(|d| dispatch(d, &rm_event())["reason"] == "v2-block")));
+    println!(
+        "E2E-FIGURE edit_to_both_dispatchers_ms={}",
+        started.elapsed().as_millis()
+    );
 
     // delete: both stop running it
     s.cp.kubectl_ok(&["-n", &s.tenant_ns, "delete", "agenthook", &name]);
     let key = format!("{}/{name}", s.tenant_ns);
     let ran_it = |d: &str| {
         let v = dispatch(d, &rm_event());
-        v["hooks"].as_array().is_none_or(|hs| hs.iter().any(|h| h["hook"] == key.as_str()))
+        v["hooks"]
+            .as_array()
+            .is_none_or(|hs| hs.iter().any(|h| h["hook"] == key.as_str()))
     };
-    assert!(wait_for(Duration::from_secs(30), || s.dispatchers.iter().all(|d| !ran_it(d))), "a deleted hook must stop running on both dispatchers");
+    assert!(
+        wait_for(Duration::from_secs(30), || s
+            .dispatchers
+            .iter()
+            .all(|d| !ran_it(d))),
+        "a deleted hook must stop running on both dispatchers"
+    );
 }
 
 #[test]
 fn the_api_server_refuses_what_the_schema_can_say() {
     let s = stack();
     let cases = [
-        ("bad-enum", "  event: pre_tool_call\n  handler: {type: http, http: {url: 'https://a.example'}}\n", "event"),
-        ("too-long", "  event: pre_tool_use\n  timeoutMs: 20000\n  handler: {type: http, http: {url: 'https://a.example'}}\n", "timeoutMs"),
-        ("prompt-nofilter", "  event: pre_tool_use\n  handler: {type: prompt, prompt: {promptTemplate: 'safe?'}}\n", "matcher"),
-        ("two-blocks", "  event: pre_tool_use\n  handler: {type: http, http: {url: 'https://a.example'}, command: {command: 'true'}}\n", "exactly the block"),
-        ("agent-noids", "  event: pre_tool_use\n  scope: agent\n  handler: {type: http, http: {url: 'https://a.example'}}\n", "agentIds"),
+        (
+            "bad-enum",
+            "  event: pre_tool_call\n  handler: {type: http, http: {url: 'https://a.example'}}\n",
+            "event",
+        ),
+        (
+            "too-long",
+            "  event: pre_tool_use\n  timeoutMs: 20000\n  handler: {type: http, http: {url: 'https://a.example'}}\n",
+            "timeoutMs",
+        ),
+        (
+            "prompt-nofilter",
+            "  event: pre_tool_use\n  handler: {type: prompt, prompt: {promptTemplate: 'safe?'}}\n",
+            "matcher",
+        ),
+        (
+            "two-blocks",
+            "  event: pre_tool_use\n  handler: {type: http, http: {url: 'https://a.example'}, command: {command: 'true'}}\n",
+            "exactly the block",
+        ),
+        (
+            "agent-noids",
+            "  event: pre_tool_use\n  scope: agent\n  handler: {type: http, http: {url: 'https://a.example'}}\n",
+            "agentIds",
+        ),
     ];
     for (name, body, needle) in cases {
         let out = s.cp.try_apply_yaml(&hook_yaml(&s.tenant_ns, name, body));
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{name} should be refused by the API server");
-        assert!(err.contains(needle), "{name}: error should mention {needle:?}: {err}");
+        assert!(
+            !out.status.success(),
+            "{name} should be refused by the API server"
+        );
+        assert!(
+            err.contains(needle),
+            "{name}: error should mention {needle:?}: {err}"
+        );
     }
 }
 
@@ -204,21 +333,67 @@ fn the_operator_refuses_what_needs_code_with_a_reason_naming_the_field() {
     let s = stack();
     let http = "  handler: {type: http, http: {url: 'https://a.example'}}\n";
     let cases = [
-        ("bad-regex", format!("  event: pre_tool_use\n  matcher: '(unclosed'\n{http}"), &s.tenant_ns, "InvalidMatcher", "spec.matcher"),
-        ("bad-cel", format!("  event: pre_tool_use\n  ifExpr: 'tool_name =='\n{http}"), &s.tenant_ns, "InvalidIfExpr", "spec.ifExpr"),
-        ("global-here", format!("  event: pre_tool_use\n  scope: global\n{http}"), &s.tenant_ns, "GlobalOutsideMasterNamespace", "spec.scope"),
-        ("other-tenant", format!("  event: pre_tool_use\n  tenant: globex\n{http}"), &s.tenant_ns, "TenantMismatch", "spec.tenant"),
+        (
+            "bad-regex",
+            format!("  event: pre_tool_use\n  matcher: '(unclosed'\n{http}"),
+            &s.tenant_ns,
+            "InvalidMatcher",
+            "spec.matcher",
+        ),
+        (
+            "bad-cel",
+            format!("  event: pre_tool_use\n  ifExpr: 'tool_name =='\n{http}"),
+            &s.tenant_ns,
+            "InvalidIfExpr",
+            "spec.ifExpr",
+        ),
+        (
+            "global-here",
+            format!("  event: pre_tool_use\n  scope: global\n{http}"),
+            &s.tenant_ns,
+            "GlobalOutsideMasterNamespace",
+            "spec.scope",
+        ),
+        (
+            "other-tenant",
+            format!("  event: pre_tool_use\n  tenant: globex\n{http}"),
+            &s.tenant_ns,
+            "TenantMismatch",
+            "spec.tenant",
+        ),
         // session_start: an accepted global hook must not disturb the other tests' decisions
-        ("global-ok", format!("  event: session_start\n  scope: global\n{http}"), &s.master, "Accepted", ""),
+        (
+            "global-ok",
+            format!("  event: session_start\n  scope: global\n{http}"),
+            &s.master,
+            "Accepted",
+            "",
+        ),
     ];
     for (name, body, ns, reason, field) in cases {
         s.cp.apply_yaml(&hook_yaml(ns, name, &body));
-        let settled = wait_for(Duration::from_secs(20), || condition(s.cp, ns, name, "Accepted").is_some_and(|c| c["reason"] == reason));
+        let settled = wait_for(Duration::from_secs(20), || {
+            condition(s.cp, ns, name, "Accepted").is_some_and(|c| c["reason"] == reason)
+        });
         let c = condition(s.cp, ns, name, "Accepted");
-        assert!(settled, "{name}: Accepted condition {c:?}, want reason {reason}");
+        assert!(
+            settled,
+            "{name}: Accepted condition {c:?}, want reason {reason}"
+        );
         let c = c.unwrap();
-        assert_eq!(c["status"], if reason == "Accepted" { "True" } else { "False" }, "{name}");
-        assert!(c["message"].as_str().unwrap_or("").contains(field), "{name}: message should name {field}: {c}");
+        assert_eq!(
+            c["status"],
+            if reason == "Accepted" {
+                "True"
+            } else {
+                "False"
+            },
+            "{name}"
+        );
+        assert!(
+            c["message"].as_str().unwrap_or("").contains(field),
+            "{name}: message should name {field}: {c}"
+        );
     }
 }
 
@@ -229,10 +404,22 @@ fn relabelling_a_namespace_rechecks_its_hooks() {
     s.cp.create_namespace(&ns, &[("agenthooks.io/tenant", "globex")]);
     let body = "  event: pre_tool_use\n  tenant: initech\n  handler: {type: http, http: {url: 'https://a.example'}}\n";
     s.cp.apply_yaml(&hook_yaml(&ns, "pinned", body));
-    assert!(wait_for(Duration::from_secs(20), || condition(s.cp, &ns, "pinned", "Accepted").is_some_and(|c| c["reason"] == "TenantMismatch")));
-    s.cp.kubectl_ok(&["label", "namespace", &ns, "agenthooks.io/tenant=initech", "--overwrite"]);
+    assert!(wait_for(Duration::from_secs(20), || condition(
+        s.cp, &ns, "pinned", "Accepted"
+    )
+    .is_some_and(|c| c["reason"] == "TenantMismatch")));
+    s.cp.kubectl_ok(&[
+        "label",
+        "namespace",
+        &ns,
+        "agenthooks.io/tenant=initech",
+        "--overwrite",
+    ]);
     assert!(
-        wait_for(Duration::from_secs(20), || condition(s.cp, &ns, "pinned", "Accepted").is_some_and(|c| c["status"] == "True")),
+        wait_for(Duration::from_secs(20), || condition(
+            s.cp, &ns, "pinned", "Accepted"
+        )
+        .is_some_and(|c| c["status"] == "True")),
         "{:?}",
         condition(s.cp, &ns, "pinned", "Accepted")
     );
@@ -242,7 +429,15 @@ fn relabelling_a_namespace_rechecks_its_hooks() {
 fn operator_reports_its_dispatchers() {
     let s = stack();
     assert!(wait_for(Duration::from_secs(20), || {
-        let out = std::process::Command::new("curl").args(["-s", "--max-time", "5", &format!("{}/v1/dispatchers", s.operator_sync)]).output().unwrap();
+        let out = std::process::Command::new("curl")
+            .args([
+                "-s",
+                "--max-time",
+                "5",
+                &format!("{}/v1/dispatchers", s.operator_sync),
+            ])
+            .output()
+            .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         text.contains("e2e-dispatcher-1") && text.contains("e2e-dispatcher-2")
     }));
