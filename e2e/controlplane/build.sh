@@ -10,7 +10,9 @@ set -euo pipefail
 K8S_VERSION="${K8S_VERSION:-1.35.4}"
 ETCD_VERSION="${ETCD_VERSION:-3.6.16}"
 CACHE_ROOT="${AGENTHOOKS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/agenthooks}"
-OUT="$CACHE_ROOT/controlplane/k8s-v${K8S_VERSION}-etcd-v${ETCD_VERSION}"
+# "-b2": the build recipe's revision (b2 stamps the version into kube-apiserver); bump it
+# whenever the recipe changes so a stale cached binary is not reused.
+OUT="$CACHE_ROOT/controlplane/k8s-v${K8S_VERSION}-etcd-v${ETCD_VERSION}-b2"
 
 log() { echo "[controlplane] $*" >&2; }
 
@@ -56,7 +58,11 @@ GO
   log "resolving kube-apiserver dependencies"
   go mod tidy -e >&2 2>&1 || go mod tidy >&2
   log "building kube-apiserver (several minutes on 2 cores)"
-  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$OUT/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
+  major="${K8S_VERSION%%.*}"
+  # Stamp the version like a release build does, so /version and `kubectl version` work.
+  vpkg=k8s.io/component-base/version
+  ldflags="-s -w -X ${vpkg}.gitVersion=v${K8S_VERSION} -X ${vpkg}.gitMajor=${major} -X ${vpkg}.gitMinor=${minor%%.*} -X ${vpkg}.gitTreeState=clean"
+  CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$OUT/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
   mv "$OUT/kube-apiserver.tmp" "$OUT/kube-apiserver"
 fi
 

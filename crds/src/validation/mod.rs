@@ -15,6 +15,9 @@ use crate::agenthook::{
 use crate::expr::{IfExpr, compile_regex};
 use crate::tenancy::Edition;
 
+pub mod hook_url;
+pub use hook_url::{UrlError, check_hook_url};
+
 /// Where a hook lives and which rules apply to it.
 #[derive(Debug, Clone, Copy)]
 pub struct ValidationContext<'a> {
@@ -289,8 +292,12 @@ pub fn validate(
 
     // http
     if let Some(hh) = &h.http {
-        if let Err(m) = check_url(&hh.url) {
-            err("spec.handler.http.url", Reason::InvalidUrl, m);
+        if let Err(e) = check_hook_url(&hh.url) {
+            err(
+                "spec.handler.http.url",
+                Reason::InvalidUrl,
+                format!("{:?}: {e}", hh.url),
+            );
         }
         for header in &hh.headers {
             if let Err(m) = check_header(header) {
@@ -351,31 +358,6 @@ pub fn validate(
         if_expr,
         max_invocations_per_turn,
     })
-}
-
-/// The static part of the HTTP handler's URL rule (CONTRACT §5 http.2): `http` or
-/// `https`, a host, no userinfo, no zone id. Address classification happens at dispatch,
-/// where the allowlist is known.
-pub fn check_url(raw: &str) -> Result<url::Url, String> {
-    if raw.contains('%') && raw.contains('[') {
-        return Err(format!("{raw:?}: IPv6 zone ids are not allowed"));
-    }
-    let u = url::Url::parse(raw).map_err(|e| format!("{raw:?} is not a valid URL: {e}"))?;
-    if u.scheme() != "http" && u.scheme() != "https" {
-        return Err(format!(
-            "{raw:?}: scheme {:?} is not allowed; use http or https",
-            u.scheme()
-        ));
-    }
-    if !u.username().is_empty() || u.password().is_some() {
-        return Err(format!(
-            "{raw:?}: userinfo (user@host) is not allowed; send credentials in a header"
-        ));
-    }
-    if u.host().is_none() {
-        return Err(format!("{raw:?} has no host"));
-    }
-    Ok(u)
 }
 
 /// Header rules: a valid token name, not one the dispatcher sets itself.

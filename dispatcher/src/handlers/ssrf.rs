@@ -23,6 +23,7 @@
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
+use agenthooks_crds::validation::{UrlError, check_hook_url};
 use futures::future::BoxFuture;
 use ipnet::IpNet;
 use url::{Host, Url};
@@ -157,61 +158,19 @@ impl SsrfGuard {
     /// Static check of a URL string, used at hook validation time and at dispatch
     /// (CONTRACT §5 http.2).
     ///
-    /// Refuses: anything that does not parse; schemes other than `http`/`https`;
-    /// userinfo (even an empty `@`); IPv6 zone ids; `localhost` and `*.localhost`
-    /// (any case, trailing dot or not); IP-literal hosts that [`SsrfGuard::check_ip`]
+    /// Refuses what the shared static rules refuse
+    /// ([`agenthooks_crds::validation::check_hook_url`]: parse, scheme, userinfo, zone
+    /// id, host, `localhost` names), then IP-literal hosts that [`SsrfGuard::check_ip`]
     /// refuses. Host names are *not* resolved here; `super::http` resolves and checks them
     /// on every call.
     ///
     /// Returns the parsed URL on success.
     pub fn check_url(&self, url: &str) -> Result<Url, SsrfError> {
-        let cleaned: String = url
-            .trim_matches(|c: char| c <= ' ')
-            .chars()
-            .filter(|c| !matches!(c, '\t' | '\n' | '\r'))
-            .collect();
-        let parsed = match Url::parse(&cleaned) {
-            Ok(u) => u,
-            Err(e) => {
-                if raw_authority(&cleaned).is_some_and(has_zone_id) {
-                    return Err(SsrfError::ZoneId);
-                }
-                return Err(SsrfError::InvalidUrl {
-                    detail: e.to_string(),
-                });
-            }
-        };
-        let scheme = parsed.scheme();
-        if scheme != "http" && scheme != "https" {
-            return Err(SsrfError::Scheme {
-                scheme: scheme.to_owned(),
-            });
-        }
-        if !parsed.username().is_empty()
-            || parsed.password().is_some()
-            || raw_authority(&cleaned).is_some_and(|a| a.contains('@'))
-        {
-            return Err(SsrfError::Userinfo);
-        }
-        if raw_authority(&cleaned).is_some_and(has_zone_id) {
-            return Err(SsrfError::ZoneId);
-        }
+        let parsed = check_hook_url(url)?;
         match parsed.host() {
-            None => return Err(SsrfError::NoHost),
-            Some(Host::Domain(d)) => {
-                if d.is_empty() {
-                    return Err(SsrfError::NoHost);
-                }
-                let name = d.trim_end_matches('.').to_ascii_lowercase();
-                if name == "localhost" || name.ends_with(".localhost") {
-                    return Err(SsrfError::DeniedHostname {
-                        host: d.to_owned(),
-                        reason: "loopback",
-                    });
-                }
-            }
             Some(Host::Ipv4(v4)) => self.check_ip(IpAddr::V4(v4))?,
             Some(Host::Ipv6(v6)) => self.check_ip(IpAddr::V6(v6))?,
+            _ => {}
         }
         Ok(parsed)
     }
@@ -396,19 +355,19 @@ fn v6_reason(ip: Ipv6Addr) -> Option<&'static str> {
 
 /// The authority part of a URL string as written (between `scheme://` and the first
 /// `/`, `\`, `?` or `#`), before any parser normalisation. `None` if there is no `:`.
-fn raw_authority(s: &str) -> Option<&str> {
-    let colon = s.find(':')?;
-    let rest = &s[colon + 1..];
-    let rest = rest.trim_start_matches(['/', '\\']);
-    let end = rest.find(['/', '\\', '?', '#']).unwrap_or(rest.len());
-    Some(&rest[..end])
-}
-
-fn has_zone_id(authority: &str) -> bool {
-    match (authority.find('['), authority.rfind(']')) {
-        (Some(open), Some(close)) if open < close => authority[open..close].contains('%'),
-        (Some(open), None) => authority[open..].contains('%'),
-        _ => false,
+impl From<UrlError> for SsrfError {
+    fn from(e: UrlError) -> Self {
+        match e {
+            UrlError::InvalidUrl { detail } => SsrfError::InvalidUrl { detail },
+            UrlError::Scheme { scheme } => SsrfError::Scheme { scheme },
+            UrlError::Userinfo => SsrfError::Userinfo,
+            UrlError::ZoneId => SsrfError::ZoneId,
+            UrlError::NoHost => SsrfError::NoHost,
+            UrlError::LocalHostname { host } => SsrfError::DeniedHostname {
+                host,
+                reason: "loopback",
+            },
+        }
     }
 }
 
