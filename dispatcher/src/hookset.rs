@@ -9,37 +9,27 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use agenthooks_crds::agenthook::{AgentHookSpec, HookScope};
+use agenthooks_crds::agenthook::HookScope;
 use agenthooks_crds::sealed::SealKey;
-use agenthooks_crds::snapshot::Snapshot;
+use agenthooks_crds::snapshot::{Snapshot, SnapshotHook};
 use agenthooks_crds::validation::{CompiledHook, ValidationContext, ValidationErrors, validate};
 use agenthooks_crds::{Edition, HookEvent};
 
-/// A header value, sealed until send time (CONTRACT §5 http.1).
-#[derive(Debug, Clone)]
-pub struct SealedHeaderValue {
-    pub name: String,
-    pub sealed: String,
-}
-
-/// One servable hook: identity, spec, compiled filters and sealed headers.
+/// One servable hook: the snapshot's description of it (identity, spec, sealed header
+/// values) plus what was compiled from it. Dereferences to the [`SnapshotHook`].
 #[derive(Debug)]
 pub struct LoadedHook {
-    pub uid: String,
-    pub namespace: String,
-    pub name: String,
-    /// `metadata.generation`, the hook's version.
-    pub generation: i64,
-    /// `metadata.creationTimestamp` (RFC 3339); empty when unknown (hooks files).
-    pub created_at: String,
-    /// The namespace's tenant when the hook was compiled.
-    pub namespace_tenant: String,
-    pub spec: AgentHookSpec,
+    pub source: SnapshotHook,
     pub compiled: CompiledHook,
     /// `namespace/name`, the name shown in responses and logs.
     pub key: String,
-    /// Header values (literal ones sealed too, so one code path opens them).
-    pub headers: Vec<SealedHeaderValue>,
+}
+
+impl std::ops::Deref for LoadedHook {
+    type Target = SnapshotHook;
+    fn deref(&self) -> &SnapshotHook {
+        &self.source
+    }
 }
 
 impl LoadedHook {
@@ -74,19 +64,6 @@ pub fn order(a: &LoadedHook, b: &LoadedHook) -> std::cmp::Ordering {
         .then_with(|| a.name.cmp(&b.name))
 }
 
-/// What a new hook set is built from: one entry per hook.
-#[derive(Debug, Clone)]
-pub struct HookSource {
-    pub uid: String,
-    pub namespace: String,
-    pub name: String,
-    pub generation: i64,
-    pub created_at: String,
-    pub namespace_tenant: String,
-    pub spec: AgentHookSpec,
-    pub headers: Vec<SealedHeaderValue>,
-}
-
 /// A hook that failed validation while building a set.
 #[derive(Debug, thiserror::Error)]
 #[error("{namespace}/{name}: {errors}")]
@@ -113,7 +90,7 @@ impl HookSet {
     ///
     /// Returns the set of the hooks that validated and the rejected ones.
     pub fn build(
-        sources: Vec<HookSource>,
+        sources: Vec<SnapshotHook>,
         master_namespace: &str,
         edition: Edition,
         version: u64,
@@ -152,15 +129,8 @@ impl HookSet {
                     match validate(&s.spec, &ctx) {
                         Ok(compiled) => Arc::new(LoadedHook {
                             key: format!("{}/{}", s.namespace, s.name),
-                            uid: s.uid,
-                            namespace: s.namespace,
-                            name: s.name,
-                            generation: s.generation,
-                            created_at: s.created_at,
-                            namespace_tenant: s.namespace_tenant,
-                            spec: s.spec,
+                            source: s,
                             compiled,
-                            headers: s.headers,
                         }),
                         Err(errors) => {
                             rejected.push(RejectedHook {
@@ -196,29 +166,8 @@ impl HookSet {
         edition: Edition,
         previous: Option<&HookSet>,
     ) -> (HookSet, Vec<RejectedHook>) {
-        let sources = snapshot
-            .hooks
-            .iter()
-            .map(|h| HookSource {
-                uid: h.uid.clone(),
-                namespace: h.namespace.clone(),
-                name: h.name.clone(),
-                generation: h.generation,
-                created_at: h.created_at.clone(),
-                namespace_tenant: h.namespace_tenant.clone(),
-                spec: h.spec.clone(),
-                headers: h
-                    .sealed_headers
-                    .iter()
-                    .map(|s| SealedHeaderValue {
-                        name: s.name.clone(),
-                        sealed: s.sealed.clone(),
-                    })
-                    .collect(),
-            })
-            .collect();
         HookSet::build(
-            sources,
+            snapshot.hooks.clone(),
             &snapshot.master_namespace,
             edition,
             snapshot.version,
@@ -266,7 +215,7 @@ impl HookSet {
 /// Opens a hook's sealed headers for one send (CONTRACT §5 http.1). An unopenable value
 /// is an error (the hook fails closed), never a request without the header.
 pub fn open_headers(hook: &LoadedHook, key: &SealKey) -> Result<Vec<(String, String)>, String> {
-    hook.headers
+    hook.sealed_headers
         .iter()
         .map(|h| {
             let raw = key
@@ -283,8 +232,8 @@ pub fn open_headers(hook: &LoadedHook, key: &SealKey) -> Result<Vec<(String, Str
 mod tests {
     use super::*;
 
-    pub(crate) fn source(ns: &str, name: &str, yaml: &str, created_at: &str) -> HookSource {
-        HookSource {
+    pub(crate) fn source(ns: &str, name: &str, yaml: &str, created_at: &str) -> SnapshotHook {
+        SnapshotHook {
             uid: format!("uid-{ns}-{name}"),
             namespace: ns.into(),
             name: name.into(),
@@ -292,7 +241,7 @@ mod tests {
             created_at: created_at.into(),
             namespace_tenant: ns.trim_start_matches("tenant-").into(),
             spec: serde_norway::from_str(yaml).unwrap(),
-            headers: vec![],
+            sealed_headers: vec![],
         }
     }
 
@@ -445,7 +394,7 @@ mod tests {
     fn headers_open_only_with_the_key() {
         let key = SealKey::generate();
         let mut s = source("tenant-acme", "h", H, "");
-        s.headers = vec![SealedHeaderValue {
+        s.sealed_headers = vec![agenthooks_crds::snapshot::SealedHeader {
             name: "Authorization".into(),
             sealed: key.seal(b"Bearer t"),
         }];

@@ -19,7 +19,9 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::Deserialize;
 
-use crate::hookset::{HookSet, HookSource, SealedHeaderValue};
+use agenthooks_crds::snapshot::{SealedHeader, SnapshotHook};
+
+use crate::hookset::HookSet;
 
 /// Why a hooks path could not be loaded. Every message names the file, the document
 /// (1-based) and the field.
@@ -224,7 +226,7 @@ pub fn load(
                     }
                     (None, None) => Vec::new(), // refused by validation below
                 };
-                headers.push(SealedHeaderValue {
+                headers.push(SealedHeader {
                     name: header.name.clone(),
                     sealed: key.seal(&value),
                 });
@@ -234,7 +236,7 @@ pub fn load(
             (h.namespace.clone(), h.meta.name.clone()),
             (h.path.clone(), h.doc),
         );
-        sources.push(HookSource {
+        sources.push(SnapshotHook {
             uid: h
                 .meta
                 .uid
@@ -246,7 +248,7 @@ pub fn load(
             name: h.meta.name,
             namespace_tenant: tenant,
             spec: h.spec,
-            headers,
+            sealed_headers: headers,
         });
     }
     let (set, rejected) = HookSet::build(sources, master_namespace, edition, 1, None);

@@ -31,6 +31,21 @@ pub enum UrlError {
     LocalHostname { host: String },
 }
 
+impl UrlError {
+    /// A short stable label for logs and metrics: `invalid_url`, `scheme`, `userinfo`,
+    /// `zone_id`, `no_host`, `loopback`.
+    pub fn rule(&self) -> &'static str {
+        match self {
+            UrlError::InvalidUrl { .. } => "invalid_url",
+            UrlError::Scheme { .. } => "scheme",
+            UrlError::Userinfo => "userinfo",
+            UrlError::ZoneId => "zone_id",
+            UrlError::NoHost => "no_host",
+            UrlError::LocalHostname { .. } => "loopback",
+        }
+    }
+}
+
 /// Checks the static rules and returns the parsed URL.
 pub fn check_hook_url(url: &str) -> Result<Url, UrlError> {
     let cleaned: String = url

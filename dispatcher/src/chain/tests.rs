@@ -2,10 +2,10 @@
 
 use super::*;
 use crate::handlers::http::HttpCaller;
-use crate::hookset::HookSource;
 use agenthooks_crds::Edition;
 use agenthooks_crds::HookEvent;
 use agenthooks_crds::sealed::SealKey;
+use agenthooks_crds::snapshot::SnapshotHook;
 use serde_json::json;
 
 const MASTER: &str = "agenthooks-system";
@@ -15,12 +15,12 @@ fn engine() -> Engine {
 }
 
 /// A command hook in `ns` with extra spec lines.
-fn cmd(ns: &str, name: &str, priority: i32, command: &str, extra: &str) -> HookSource {
+fn cmd(ns: &str, name: &str, priority: i32, command: &str, extra: &str) -> SnapshotHook {
     let yaml = format!(
         "event: pre_tool_use\npriority: {priority}\n{extra}\nhandler: {{type: command, command: {{command: {}}}}}\n",
         serde_json::to_string(command).unwrap()
     );
-    HookSource {
+    SnapshotHook {
         uid: format!("uid-{name}"),
         namespace: ns.into(),
         name: name.into(),
@@ -32,11 +32,11 @@ fn cmd(ns: &str, name: &str, priority: i32, command: &str, extra: &str) -> HookS
             "acme".into()
         },
         spec: serde_norway::from_str(&yaml).unwrap(),
-        headers: vec![],
+        sealed_headers: vec![],
     }
 }
 
-fn set(sources: Vec<HookSource>) -> HookSet {
+fn set(sources: Vec<SnapshotHook>) -> HookSet {
     let (set, rejected) = HookSet::build(sources, MASTER, Edition::Lite, 1, None);
     assert!(rejected.is_empty(), "{rejected:?}");
     set

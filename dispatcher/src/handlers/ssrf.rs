@@ -58,42 +58,10 @@ impl HostResolver for SystemResolver {
 /// logs and metrics.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SsrfError {
-    /// The string is not a URL at all.
-    #[error("url is not a valid absolute URL ({detail})")]
-    InvalidUrl {
-        /// What the URL parser said.
-        detail: String,
-    },
-    /// The scheme is not `http` or `https` (e.g. `file`, `gopher`).
-    #[error("url scheme `{scheme}` is not allowed: use http or https")]
-    Scheme {
-        /// The scheme found, lowercased.
-        scheme: String,
-    },
-    /// The URL carries userinfo (`user:pass@`); refused outright, put credentials in a
-    /// header instead.
-    #[error(
-        "url must not contain userinfo (`user@` or `user:password@` before the host): \
-         send credentials in a header instead"
-    )]
-    Userinfo,
-    /// The host is an IPv6 literal with a zone id (`[fe80::1%25eth0]`).
-    #[error("url host must not carry an IPv6 zone id (`%25...`)")]
-    ZoneId,
-    /// The URL has no host.
-    #[error("url has no host")]
-    NoHost,
-    /// The host is a name that always means this machine (`localhost`, `*.localhost`).
-    #[error(
-        "url host `{host}` names the local machine ({reason}); point the hook at a \
-         routable service, or ask the operator to allow its address range"
-    )]
-    DeniedHostname {
-        /// The host as written in the URL (lowercased by the URL parser).
-        host: String,
-        /// The rule, e.g. `loopback`.
-        reason: &'static str,
-    },
+    /// The URL breaks a static rule shared with hook validation (parse, scheme,
+    /// userinfo, zone id, host, `localhost` names): see [`UrlError`].
+    #[error(transparent)]
+    Url(#[from] UrlError),
     /// An address (IP literal in the URL, or one the host name resolved to) is in a
     /// denied range and not in the operator's allowlist.
     #[error(
@@ -123,12 +91,7 @@ impl SsrfError {
     /// `zone_id`, `no_host`, or the address rule (`loopback`, `private`, ...).
     pub fn rule(&self) -> &'static str {
         match self {
-            SsrfError::InvalidUrl { .. } => "invalid_url",
-            SsrfError::Scheme { .. } => "scheme",
-            SsrfError::Userinfo => "userinfo",
-            SsrfError::ZoneId => "zone_id",
-            SsrfError::NoHost => "no_host",
-            SsrfError::DeniedHostname { reason, .. } => reason,
+            SsrfError::Url(e) => e.rule(),
             SsrfError::DeniedAddress { reason, .. } => reason,
         }
     }
@@ -355,22 +318,6 @@ fn v6_reason(ip: Ipv6Addr) -> Option<&'static str> {
 
 /// The authority part of a URL string as written (between `scheme://` and the first
 /// `/`, `\`, `?` or `#`), before any parser normalisation. `None` if there is no `:`.
-impl From<UrlError> for SsrfError {
-    fn from(e: UrlError) -> Self {
-        match e {
-            UrlError::InvalidUrl { detail } => SsrfError::InvalidUrl { detail },
-            UrlError::Scheme { scheme } => SsrfError::Scheme { scheme },
-            UrlError::Userinfo => SsrfError::Userinfo,
-            UrlError::ZoneId => SsrfError::ZoneId,
-            UrlError::NoHost => SsrfError::NoHost,
-            UrlError::LocalHostname { host } => SsrfError::DeniedHostname {
-                host,
-                reason: "loopback",
-            },
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -533,13 +480,7 @@ mod tests {
         ] {
             let err = guard().check_url(url).unwrap_err();
             assert!(
-                matches!(
-                    err,
-                    SsrfError::DeniedHostname {
-                        reason: "loopback",
-                        ..
-                    }
-                ),
+                matches!(err, SsrfError::Url(UrlError::LocalHostname { .. })),
                 "{url}: {err:?}"
             );
         }
@@ -559,7 +500,7 @@ mod tests {
         ] {
             assert_eq!(
                 guard().check_url(url).unwrap_err(),
-                SsrfError::Userinfo,
+                SsrfError::Url(UrlError::Userinfo),
                 "{url}"
             );
         }
@@ -578,9 +519,9 @@ mod tests {
         ] {
             assert_eq!(
                 guard().check_url(url).unwrap_err(),
-                SsrfError::Scheme {
+                SsrfError::Url(UrlError::Scheme {
                     scheme: scheme.into()
-                },
+                }),
                 "{url}"
             );
         }
@@ -595,7 +536,7 @@ mod tests {
         ] {
             assert_eq!(
                 guard().check_url(url).unwrap_err(),
-                SsrfError::ZoneId,
+                SsrfError::Url(UrlError::ZoneId),
                 "{url}"
             );
         }
@@ -612,7 +553,10 @@ mod tests {
         ] {
             let err = guard().check_url(url).unwrap_err();
             assert!(
-                matches!(err, SsrfError::InvalidUrl { .. } | SsrfError::NoHost),
+                matches!(
+                    err,
+                    SsrfError::Url(UrlError::InvalidUrl { .. } | UrlError::NoHost)
+                ),
                 "{url}: {err:?}"
             );
         }
@@ -758,7 +702,7 @@ mod tests {
         );
         assert_eq!(
             g.check_url("http://u@127.0.0.1/").unwrap_err(),
-            SsrfError::Userinfo
+            SsrfError::Url(UrlError::Userinfo)
         );
         assert_eq!(
             g.check_url("gopher://127.0.0.1/").unwrap_err().rule(),
@@ -787,20 +731,20 @@ mod tests {
 
     #[test]
     fn rule_labels_of_url_errors() {
-        assert_eq!(SsrfError::Userinfo.rule(), "userinfo");
-        assert_eq!(SsrfError::ZoneId.rule(), "zone_id");
-        assert_eq!(SsrfError::NoHost.rule(), "no_host");
+        assert_eq!(SsrfError::Url(UrlError::Userinfo).rule(), "userinfo");
+        assert_eq!(SsrfError::Url(UrlError::ZoneId).rule(), "zone_id");
+        assert_eq!(SsrfError::Url(UrlError::NoHost).rule(), "no_host");
         assert_eq!(
-            SsrfError::Scheme {
+            SsrfError::Url(UrlError::Scheme {
                 scheme: "file".into()
-            }
+            })
             .rule(),
             "scheme"
         );
         assert_eq!(
-            SsrfError::InvalidUrl {
+            SsrfError::Url(UrlError::InvalidUrl {
                 detail: String::new()
-            }
+            })
             .rule(),
             "invalid_url"
         );

@@ -156,7 +156,7 @@ fn secret_documents_feed_headers_sealed() {
     let key = SealKey::generate();
     let set = load(&p, "agenthooks-system", Edition::Lite, &key).unwrap();
     let h = set.get("tenant-acme/h").unwrap();
-    assert!(!h.headers[0].sealed.contains("Bearer"));
+    assert!(!h.sealed_headers[0].sealed.contains("Bearer"));
     assert_eq!(
         crate::hookset::open_headers(h, &key).unwrap(),
         vec![

@@ -2,9 +2,9 @@
 
 use super::*;
 use crate::handlers::http::HttpCaller;
-use crate::hookset::HookSource;
 use agenthooks_crds::Edition;
 use agenthooks_crds::sealed::SealKey;
+use agenthooks_crds::snapshot::SnapshotHook;
 use serde_json::{Value, json};
 
 async fn serve(state: Arc<AppState>) -> String {
@@ -20,7 +20,7 @@ fn hooks(cmd: &str) -> HookSet {
         serde_json::to_string(cmd).unwrap()
     ))
     .unwrap();
-    let src = HookSource {
+    let src = SnapshotHook {
         uid: "u".into(),
         namespace: "tenant-acme".into(),
         name: "no-rm".into(),
@@ -28,7 +28,7 @@ fn hooks(cmd: &str) -> HookSet {
         created_at: String::new(),
         namespace_tenant: "acme".into(),
         spec,
-        headers: vec![],
+        sealed_headers: vec![],
     };
     HookSet::build(vec![src], "agenthooks-system", Edition::Lite, 7, None).0
 }
