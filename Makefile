@@ -17,6 +17,7 @@ deps:
 ## test: every test — unit, then end-to-end on a real kube-apiserver + etcd
 test: deps
 	bash e2e/controlplane/build.sh >/dev/null
+	bash e2e/controlplane/build-helm.sh >/dev/null
 	$(CARGO) test --workspace --no-fail-fast
 
 build:

@@ -25,8 +25,11 @@ pub async fn follow(
     dispatcher_id: String,
     cancel: CancellationToken,
 ) {
+    // No idle connections: behind a Service, a new connection per poll may reach another
+    // operator replica, so a dispatcher never stays stuck on a standby answering 503.
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(POLL_WAIT_SECONDS + 10))
+        .pool_max_idle_per_host(0)
         .build()
         .expect("an HTTP client builds");
     let base = operator.trim_end_matches('/').to_string();

@@ -3,12 +3,19 @@
 #   ~/.cache/agenthooks/tools/helm-v<VERSION>/helm     (root: $AGENTHOOKS_CACHE)
 # and reuses it when present. Prints the binary's path on stdout (last line).
 #
-#   HELM_VERSION   default 3.22.0 (its go.mod says go 1.26.0; use 3.19.0 with Go 1.24/1.25)
+#   HELM_VERSION   default 3.22.0 (its go.mod says go 1.26.0), or 3.19.0 (go 1.24.0) when the
+#                  Go toolchain is older than 1.26
 #
 # Needs a Go toolchain (no network once the module cache holds helm's dependencies).
 set -euo pipefail
 
-HELM_VERSION="${HELM_VERSION:-3.22.0}"
+if [[ -z "${HELM_VERSION:-}" ]]; then
+  HELM_VERSION=3.22.0
+  gov="$(go env GOVERSION 2>/dev/null || true)"   # go1.26.8
+  if [[ "$gov" =~ ^go1\.([0-9]+) ]] && (( BASH_REMATCH[1] < 26 )); then
+    HELM_VERSION=3.19.0
+  fi
+fi
 HELM_VERSION="${HELM_VERSION#v}"
 CACHE_ROOT="${AGENTHOOKS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/agenthooks}"
 OUT="$CACHE_ROOT/tools/helm-v${HELM_VERSION}"

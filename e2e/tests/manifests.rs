@@ -1,0 +1,991 @@
+//! The deployment manifests against a real API server: the kustomize bases under `config/`
+//! and the Helm chart under `charts/agenthooks/` render and pass a server-side dry run
+//! (every object through the API server's validation and admission, nothing stored), their
+//! wiring is consistent (Service ↔ pods, ServiceAccounts, the operator URL, the RBAC of the
+//! chart against `config/rbac/`, the chart's admission policy against `config/admission/`),
+//! the chart's values schema refuses typos and bad enums, the Argo CD health check runs in
+//! a real Lua interpreter, and the Standard-edition ValidatingAdmissionPolicy refuses a
+//! command hook through the API server while admitting an http hook.
+//!
+//! Needs `helm` (built from its Go module by `e2e/controlplane/build-helm.sh` and cached; or
+//! `$HELM`) and a Lua interpreter (Debian `lua5.1`, the dialect of Argo CD's gopher-lua, or
+//! `lua5.4`; every one found is used).
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use agenthooks_e2e::{ControlPlane, unique_name, wait_for};
+use serde_json::{Value, json};
+
+const COMMAND_REFUSED: &str = "spec.handler.type: the command handler runs only on the Lite edition; use http or prompt on Standard";
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .canonicalize()
+        .expect("repository root")
+}
+
+fn path_str(p: &Path) -> String {
+    p.to_str().expect("UTF-8 path").to_string()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn ok(out: Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\nstdout: {}\nstderr: {}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+/// The control plane with the agenthooks CRDs applied (server-side, as the brief of the
+/// install says) and Established.
+fn cp() -> &'static ControlPlane {
+    static CRDS: OnceLock<()> = OnceLock::new();
+    let cp = ControlPlane::shared();
+    CRDS.get_or_init(|| {
+        // config/ installs into agenthooks-system; its namespaced objects need it for a dry run.
+        cp.create_namespace("agenthooks-system", &[]);
+        let crd = root().join("config/crd/agenthooks.yaml");
+        ok(
+            cp.kubectl(&[
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "-f",
+                &path_str(&crd),
+            ]),
+            "kubectl apply --server-side of the CRDs",
+        );
+        cp.wait_for_crd("agenthooks.agenthooks.io", Duration::from_secs(30));
+        cp.wait_for_crd("tenanthookbudgets.agenthooks.io", Duration::from_secs(30));
+    });
+    cp
+}
+
+/// `helm`: `$HELM` if set, else the binary `build-helm.sh` builds once and caches.
+fn helm() -> &'static Path {
+    static HELM: OnceLock<PathBuf> = OnceLock::new();
+    HELM.get_or_init(|| {
+        if let Some(h) = std::env::var_os("HELM").filter(|h| !h.is_empty()) {
+            return PathBuf::from(h);
+        }
+        let started = Instant::now();
+        let out = Command::new(root().join("e2e/controlplane/build-helm.sh"))
+            .stdin(Stdio::null())
+            .output()
+            .expect("run e2e/controlplane/build-helm.sh");
+        let stdout = ok(out, "e2e/controlplane/build-helm.sh");
+        let path = PathBuf::from(stdout.lines().last().unwrap_or_default().trim());
+        assert!(path.is_file(), "build-helm.sh printed {path:?}, not a file");
+        eprintln!(
+            "[manifests] helm: {} ({:.1}s)",
+            path.display(),
+            started.elapsed().as_secs_f64()
+        );
+        path
+    })
+}
+
+fn run_helm<S: AsRef<OsStr>>(args: &[S]) -> Output {
+    Command::new(helm())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run helm")
+}
+
+fn chart() -> String {
+    path_str(&root().join("charts/agenthooks"))
+}
+
+/// `kubectl apply --dry-run=server -o json -f -` of `yaml`: every object goes through the API
+/// server (schema, defaulting, validation, admission) and nothing is stored. Returns the
+/// objects as the server would have stored them.
+fn server_dry_run(cp: &ControlPlane, yaml: &str, what: &str) -> Vec<Value> {
+    let out = cp.kubectl_stdin(
+        &["apply", "--dry-run=server", "-o", "json", "-f", "-"],
+        yaml,
+    );
+    let stdout = ok(out, &format!("server-side dry run of {what}"));
+    let v: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("dry run of {what}: bad JSON ({e}): {stdout}"));
+    match v.get("items") {
+        Some(Value::Array(items)) => items.clone(),
+        _ => vec![v],
+    }
+}
+
+/// The YAML documents of `yaml` as JSON objects, parsed by kubectl without storing anything.
+fn to_json(cp: &ControlPlane, yaml: &str) -> Vec<Value> {
+    let out = cp.kubectl_stdin(
+        &[
+            "create",
+            "--dry-run=client",
+            "--validate=false",
+            "-o",
+            "json",
+            "-f",
+            "-",
+        ],
+        yaml,
+    );
+    let stdout = ok(out, "kubectl create --dry-run=client");
+    // One JSON document per object, one after the other.
+    serde_json::Deserializer::from_str(&stdout)
+        .into_iter::<Value>()
+        .map(|v| v.unwrap_or_else(|e| panic!("kubectl JSON ({e}): {stdout}")))
+        .collect()
+}
+
+fn kustomize(cp: &ControlPlane, dir: &str) -> String {
+    ok(
+        cp.kubectl(&["kustomize", &path_str(&root().join(dir))]),
+        &format!("kubectl kustomize {dir}"),
+    )
+}
+
+fn find<'a>(items: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    items
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| {
+            let have: Vec<String> = items
+                .iter()
+                .map(|o| format!("{}/{}", o["kind"], o["metadata"]["name"]))
+                .collect();
+            panic!("no {kind} {name} among {have:?}")
+        })
+}
+
+fn count(items: &[Value], kind: &str) -> usize {
+    items.iter().filter(|o| o["kind"] == kind).count()
+}
+
+fn args_of(deploy: &Value) -> Vec<String> {
+    deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .expect("container args")
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect()
+}
+
+fn has_arg(args: &[String], want: &str) -> bool {
+    args.iter().any(|a| a == want)
+}
+
+/// What both install paths must get right: the operator's flags, a Service whose selector
+/// picks the pods of each Deployment and whose port the dispatchers' `--operator-url` names,
+/// ServiceAccounts that exist, the seal-key Secret mounted where the flags point, probes and
+/// a locked-down securityContext.
+fn check_wiring(items: &[Value], op: &str, disp: &str, edition: &str, seal_secret: &str) {
+    let operator = find(items, "Deployment", op);
+    let dispatcher = find(items, "Deployment", disp);
+    let op_args = args_of(operator);
+    for want in [
+        "--sync-addr=0.0.0.0:9090",
+        "--metrics-addr=0.0.0.0:9091",
+        "--seal-key-file=/etc/agenthooks/seal/seal.key",
+        &format!("--edition={edition}"),
+    ] {
+        assert!(
+            has_arg(&op_args, want),
+            "operator args {op_args:?} lack {want}"
+        );
+    }
+    assert!(
+        op_args.iter().any(|a| a.starts_with("--master-namespace=")),
+        "{op_args:?}"
+    );
+    assert_eq!(operator["spec"]["replicas"], 2, "two operator replicas");
+    let d_args = args_of(dispatcher);
+    for want in [
+        &format!("--operator-url=http://{op}:9090"),
+        "--listen=0.0.0.0:8080",
+        "--seal-key-file=/etc/agenthooks/seal/seal.key",
+        &format!("--edition={edition}"),
+    ] {
+        assert!(
+            has_arg(&d_args, want),
+            "dispatcher args {d_args:?} lack {want}"
+        );
+    }
+
+    // Services select their pods and expose the ports the flags and probes use.
+    for (deploy, svc_name, port) in [(operator, op, 9090), (dispatcher, disp, 8080)] {
+        let svc = find(items, "Service", svc_name);
+        let pod_labels = &deploy["spec"]["template"]["metadata"]["labels"];
+        let selector = svc["spec"]["selector"].as_object().expect("selector");
+        assert!(!selector.is_empty());
+        for (k, v) in selector {
+            assert_eq!(&pod_labels[k], v, "Service {svc_name} selects {k}={v}");
+        }
+        for (k, v) in deploy["spec"]["selector"]["matchLabels"]
+            .as_object()
+            .unwrap()
+        {
+            assert_eq!(&pod_labels[k], v, "Deployment selector {k}={v}");
+        }
+        assert!(
+            svc["spec"]["ports"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["port"] == port),
+            "Service {svc_name} has port {port}"
+        );
+        let pod = &deploy["spec"]["template"]["spec"];
+        let sa = pod["serviceAccountName"]
+            .as_str()
+            .expect("serviceAccountName");
+        find(items, "ServiceAccount", sa);
+        let c = &pod["containers"][0];
+        let sc = &c["securityContext"];
+        assert_eq!(sc["runAsNonRoot"], true, "{svc_name}: {sc}");
+        assert_eq!(sc["readOnlyRootFilesystem"], true, "{svc_name}: {sc}");
+        assert_eq!(sc["allowPrivilegeEscalation"], false, "{svc_name}: {sc}");
+        assert_eq!(
+            sc["capabilities"]["drop"],
+            json!(["ALL"]),
+            "{svc_name}: {sc}"
+        );
+        assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+        for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+            assert_eq!(c[probe]["httpGet"]["path"], path, "{svc_name} {probe}");
+        }
+        let seal = pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == "seal-key")
+            .expect("seal-key volume");
+        assert_eq!(seal["secret"]["secretName"], seal_secret);
+        assert!(
+            c["volumeMounts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|m| m["name"] == "seal-key" && m["mountPath"] == "/etc/agenthooks/seal"),
+            "{svc_name} mounts the seal key"
+        );
+    }
+    // Probe ports: the operator's metrics port, the dispatcher's 8080.
+    let op_c = &operator["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(op_c["readinessProbe"]["httpGet"]["port"], "metrics");
+    assert!(
+        op_c["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "metrics" && p["containerPort"] == 9091)
+    );
+    let d_c = &dispatcher["spec"]["template"]["spec"]["containers"][0];
+    assert!(d_c["ports"].as_array().unwrap().iter().any(|p| p["name"]
+        == d_c["readinessProbe"]["httpGet"]["port"]
+        && p["containerPort"] == 8080));
+}
+
+fn cluster_role_rules(items: &[Value]) -> Value {
+    let roles: Vec<&Value> = items
+        .iter()
+        .filter(|o| o["kind"] == "ClusterRole")
+        .collect();
+    assert_eq!(roles.len(), 1, "one ClusterRole");
+    roles[0]["rules"].clone()
+}
+
+// ---------------------------------------------------------------------------------------
+// (a) kustomize
+
+#[test]
+fn kustomize_default_renders_and_passes_a_server_side_dry_run() {
+    let cp = cp();
+
+    let rendered = kustomize(cp, "config/default");
+    let items = server_dry_run(cp, &rendered, "config/default");
+    for o in &items {
+        if !matches!(
+            o["kind"].as_str(),
+            Some("Namespace" | "CustomResourceDefinition" | "ClusterRole" | "ClusterRoleBinding")
+        ) {
+            assert_eq!(
+                o["metadata"]["namespace"], "agenthooks-system",
+                "{} {}",
+                o["kind"], o["metadata"]["name"]
+            );
+        }
+    }
+    assert_eq!(count(&items, "CustomResourceDefinition"), 2);
+    assert_eq!(count(&items, "Deployment"), 2);
+    find(&items, "Namespace", "agenthooks-system");
+    find(&items, "ClusterRoleBinding", "agenthooks-operator");
+    find(&items, "Role", "agenthooks-operator-leader-election");
+    check_wiring(
+        &items,
+        "agenthooks-operator",
+        "agenthooks-dispatcher",
+        "lite",
+        "agenthooks-seal-key",
+    );
+    // No admission policy in the Lite install.
+    assert_eq!(count(&items, "ValidatingAdmissionPolicy"), 0);
+
+    // Every base renders on its own, and admission/ passes the API server (which compiles the
+    // policy's CEL) with its binding naming the policy.
+    for dir in [
+        "config/crd",
+        "config/rbac",
+        "config/operator",
+        "config/dispatcher",
+        "config/argocd",
+    ] {
+        assert!(!kustomize(cp, dir).trim().is_empty(), "{dir} renders");
+    }
+    let admission = server_dry_run(cp, &kustomize(cp, "config/admission"), "config/admission");
+    let policy = find(
+        &admission,
+        "ValidatingAdmissionPolicy",
+        "agenthooks-standard-edition",
+    );
+    let binding = find(
+        &admission,
+        "ValidatingAdmissionPolicyBinding",
+        "agenthooks-standard-edition",
+    );
+    assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
+    assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
+    assert_eq!(policy["spec"]["validations"][0]["message"], COMMAND_REFUSED);
+}
+
+// ---------------------------------------------------------------------------------------
+// (b) Helm
+
+fn helm_template(ns: &str, extra: &[&str]) -> Output {
+    let chart = chart();
+    let mut args = vec![
+        "template",
+        "agenthooks",
+        chart.as_str(),
+        "--namespace",
+        ns,
+        "--include-crds",
+    ];
+    args.extend_from_slice(extra);
+    run_helm(&args)
+}
+
+#[test]
+fn helm_chart_lints_renders_and_passes_a_server_side_dry_run() {
+    let cp = cp();
+    let chart = chart();
+    for extra in [&[][..], &["--set", "edition=standard"][..]] {
+        let mut args = vec!["lint", "--strict", chart.as_str()];
+        args.extend_from_slice(extra);
+        ok(run_helm(&args), &format!("helm lint {extra:?}"));
+    }
+
+    let ns = unique_name("ah-helm");
+    cp.create_namespace(&ns, &[]);
+
+    // Defaults: Lite, no admission policy, a generated 32-byte seal key.
+    let lite = ok(helm_template(&ns, &[]), "helm template (defaults)");
+    let items = server_dry_run(cp, &lite, "helm template (defaults)");
+    check_wiring(
+        &items,
+        "agenthooks-operator",
+        "agenthooks-dispatcher",
+        "lite",
+        "agenthooks-seal-key",
+    );
+    assert_eq!(count(&items, "CustomResourceDefinition"), 2);
+    assert_eq!(count(&items, "ValidatingAdmissionPolicy"), 0);
+    let secret = find(&items, "Secret", "agenthooks-seal-key");
+    let key = secret["data"]["seal.key"].as_str().expect("seal.key");
+    assert_eq!(key.len(), 44, "32 bytes in base64: {key}");
+    assert!(key.ends_with('='), "32 bytes in base64: {key}");
+    assert_eq!(
+        secret["metadata"]["annotations"]["helm.sh/resource-policy"],
+        "keep"
+    );
+    let op_args = args_of(find(&items, "Deployment", "agenthooks-operator"));
+    for want in [
+        format!("--master-namespace={ns}"),
+        format!("--lease-namespace={ns}"),
+        "--lease-name=agenthooks-operator".to_string(),
+    ] {
+        assert!(has_arg(&op_args, &want), "{op_args:?} lacks {want}");
+    }
+    assert!(
+        !args_of(find(&items, "Deployment", "agenthooks-dispatcher"))
+            .iter()
+            .any(|a| a.starts_with("--http-allow-cidr")),
+    );
+    // The chart's operator rights are those of config/rbac/.
+    let rbac = server_dry_run(cp, &kustomize(cp, "config/rbac"), "config/rbac");
+    assert_eq!(cluster_role_rules(&items), cluster_role_rules(&rbac));
+    let crb = find(&items, "ClusterRoleBinding", "agenthooks-operator");
+    assert_eq!(
+        crb["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "agenthooks-operator", "namespace": ns}])
+    );
+
+    // Standard, with two allowed CIDRs and three dispatchers.
+    let standard = ok(
+        helm_template(
+            &ns,
+            &[
+                "--set",
+                "edition=standard",
+                "--set",
+                "dispatcher.replicaCount=3",
+                "--set",
+                "dispatcher.httpAllowCidrs={10.20.0.0/16,fd00::/8}",
+            ],
+        ),
+        "helm template (standard)",
+    );
+    let items = server_dry_run(cp, &standard, "helm template (standard)");
+    check_wiring(
+        &items,
+        "agenthooks-operator",
+        "agenthooks-dispatcher",
+        "standard",
+        "agenthooks-seal-key",
+    );
+    let dispatcher = find(&items, "Deployment", "agenthooks-dispatcher");
+    assert_eq!(dispatcher["spec"]["replicas"], 3);
+    let cidrs: Vec<String> = args_of(dispatcher)
+        .into_iter()
+        .filter(|a| a.starts_with("--http-allow-cidr="))
+        .collect();
+    assert_eq!(
+        cidrs,
+        [
+            "--http-allow-cidr=10.20.0.0/16",
+            "--http-allow-cidr=fd00::/8"
+        ]
+    );
+    let policy = find(
+        &items,
+        "ValidatingAdmissionPolicy",
+        "agenthooks-standard-edition",
+    );
+    let binding = find(
+        &items,
+        "ValidatingAdmissionPolicyBinding",
+        "agenthooks-standard-edition",
+    );
+    assert_eq!(binding["spec"]["policyName"], "agenthooks-standard-edition");
+    // Same policy as config/admission/ (which test (d) runs for real).
+    let admission = server_dry_run(cp, &kustomize(cp, "config/admission"), "config/admission");
+    let shipped = find(
+        &admission,
+        "ValidatingAdmissionPolicy",
+        "agenthooks-standard-edition",
+    );
+    assert_eq!(policy["spec"], shipped["spec"]);
+
+    // Another release name, and every optional value set (from a values file).
+    let dir = tempfile::tempdir().unwrap();
+    let values = dir.path().join("values.yaml");
+    std::fs::write(
+        &values,
+        "masterNamespace: tenants-master\n\
+         logLevel: debug\n\
+         imagePullSecrets: [{name: regcred}]\n\
+         image: {repository: registry.example.com/agenthooks, tag: \"1.2\", pullPolicy: Always}\n\
+         operator:\n  replicaCount: 3\n  logFormat: text\n  leaseDurationSeconds: 20\n\
+         \x20 nodeSelector: {kubernetes.io/os: linux}\n\
+         \x20 tolerations: [{key: dedicated, operator: Equal, value: agents, effect: NoSchedule}]\n\
+         \x20 podAnnotations: {prometheus.io/scrape: \"true\"}\n\
+         dispatcher:\n  service: {type: NodePort, port: 18080}\n\
+         \x20 resources: {requests: {cpu: 1, memory: 1Gi}, limits: {memory: 2Gi}}\n",
+    )
+    .unwrap();
+    let full = ok(
+        run_helm(&[
+            "template",
+            "prod",
+            chart.as_str(),
+            "--namespace",
+            ns.as_str(),
+            "-f",
+            &path_str(&values),
+        ]),
+        "helm template prod -f values.yaml",
+    );
+    let items = server_dry_run(cp, &full, "helm template prod -f values.yaml");
+    let operator = find(&items, "Deployment", "prod-agenthooks-operator");
+    let op_args = args_of(operator);
+    assert!(
+        has_arg(&op_args, "--master-namespace=tenants-master"),
+        "{op_args:?}"
+    );
+    assert!(
+        has_arg(&op_args, "--lease-name=prod-agenthooks-operator"),
+        "{op_args:?}"
+    );
+    assert_eq!(operator["spec"]["replicas"], 3);
+    assert_eq!(
+        operator["spec"]["template"]["spec"]["containers"][0]["image"],
+        "registry.example.com/agenthooks:1.2"
+    );
+    let dispatcher = find(&items, "Deployment", "prod-agenthooks-dispatcher");
+    assert!(has_arg(
+        &args_of(dispatcher),
+        "--operator-url=http://prod-agenthooks-operator:9090"
+    ));
+    find(&items, "Service", "prod-agenthooks-operator");
+    find(&items, "Secret", "prod-agenthooks-seal-key");
+    find(&items, "ClusterRole", "prod-agenthooks-operator");
+
+    // An existing key Secret is used as is: no Secret rendered, both pods mount it.
+    let existing = ok(
+        helm_template(&ns, &["--set", "sealKey.existingSecret=my-seal-key"]),
+        "helm template (existingSecret)",
+    );
+    let items = server_dry_run(cp, &existing, "helm template (existingSecret)");
+    assert_eq!(count(&items, "Secret"), 0);
+    check_wiring(
+        &items,
+        "agenthooks-operator",
+        "agenthooks-dispatcher",
+        "lite",
+        "my-seal-key",
+    );
+
+    // The generated key is stable: with cluster access (what `helm upgrade` has), `lookup`
+    // reads the Secret back instead of generating a new key.
+    let stored = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+    cp.apply_yaml(
+        &json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "agenthooks-seal-key", "namespace": ns},
+            "data": {"seal.key": stored},
+        })
+        .to_string(),
+    );
+    let kubeconfig = path_str(&cp.kubeconfig);
+    let upgraded = ok(
+        helm_template(&ns, &["--dry-run=server", "--kubeconfig", &kubeconfig]),
+        "helm template --dry-run=server (lookup)",
+    );
+    let items = to_json(cp, &upgraded);
+    assert_eq!(
+        find(&items, "Secret", "agenthooks-seal-key")["data"]["seal.key"],
+        stored,
+        "lookup keeps the existing key"
+    );
+}
+
+#[test]
+fn helm_values_schema_refuses_typos_and_bad_enums() {
+    let ns = "agenthooks-system";
+    for (set, needle) in [
+        ("replicaCont=2", "replicaCont"),
+        ("dispatcher.replicaCont=3", "replicaCont"),
+        ("edition=enterprise", "edition"),
+        ("operator.logFormat=yaml", "logFormat"),
+        ("operator.resources.limits.memroy=1Gi", "memroy"),
+        ("image.pullPolicy=Sometimes", "pullPolicy"),
+        ("dispatcher.httpAllowCidrs={not-a-cidr}", "httpAllowCidrs"),
+        ("operator.leaseDurationSeconds=1", "leaseDurationSeconds"),
+    ] {
+        let out = helm_template(ns, &["--set", set]);
+        let stderr = text(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "--set {set} was accepted:\n{}",
+            text(&out.stdout)
+        );
+        assert!(
+            stderr.contains("schema") && stderr.contains(needle),
+            "--set {set}: {stderr}"
+        );
+        // helm lint refuses it too.
+        let lint = run_helm(&["lint", chart().as_str(), "--set", set]);
+        assert!(!lint.status.success(), "helm lint accepted --set {set}");
+    }
+    // Sanity: the accepted spellings pass.
+    ok(
+        helm_template(
+            ns,
+            &[
+                "--set",
+                "dispatcher.replicaCount=3",
+                "--set",
+                "edition=standard",
+                "--set",
+                "operator.resources.limits.memory=1Gi",
+            ],
+        ),
+        "helm template with valid values",
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// (c) Argo CD health check, run by a real Lua interpreter
+
+/// `v` as a Lua expression (objects and arrays become tables, as Argo CD converts them).
+fn lua_value(v: &Value) -> String {
+    match v {
+        Value::Null => "nil".into(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => lua_string(s),
+        Value::Array(a) => format!(
+            "{{{}}}",
+            a.iter().map(lua_value).collect::<Vec<_>>().join(", ")
+        ),
+        Value::Object(o) => format!(
+            "{{{}}}",
+            o.iter()
+                .map(|(k, v)| format!("[{}] = {}", lua_string(k), lua_value(v)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+fn lua_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for b in s.bytes() {
+        match b {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            0x20..=0x7e => out.push(b as char),
+            _ => out.push_str(&format!("\\{b:03}")),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Runs `script` as Argo CD does (global `obj`, the chunk returns the health table) and
+/// returns (status, message).
+fn run_health(lua: &str, script: &str, obj: &Value) -> (String, String) {
+    assert!(!script.contains("]==]"));
+    let program = format!(
+        "obj = {}\nlocal load_string = loadstring or load\n\
+         local chunk = assert(load_string([==[{script}]==]))\n\
+         local hs = chunk()\n\
+         io.write(tostring(hs.status), \"\\n\", tostring(hs.message), \"\\n\")\n",
+        lua_value(obj)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("health.lua");
+    std::fs::write(&file, program).unwrap();
+    let out = Command::new(lua)
+        .arg(&file)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("run {lua}: {e}"));
+    let stdout = ok(out, &format!("{lua} health check"));
+    let mut lines = stdout.lines();
+    (
+        lines.next().unwrap_or_default().to_string(),
+        lines.next().unwrap_or_default().to_string(),
+    )
+}
+
+fn lua_interpreters() -> Vec<&'static str> {
+    ["lua5.1", "lua5.4", "luajit"]
+        .into_iter()
+        .filter(|l| {
+            Command::new(l)
+                .arg("-v")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+        .collect()
+}
+
+#[test]
+fn argocd_health_check_runs_in_lua() {
+    let luas = lua_interpreters();
+    assert!(
+        !luas.is_empty(),
+        "no Lua interpreter: install the Debian package lua5.1 (Argo CD's dialect) or lua5.4"
+    );
+    let cp = cp();
+    let cms = to_json(cp, &kustomize(cp, "config/argocd"));
+    let cm = find(&cms, "ConfigMap", "argocd-cm");
+    let data = cm["data"].as_object().expect("data");
+    let scripts: Vec<(&str, &str)> = ["AgentHook", "TenantHookBudget"]
+        .into_iter()
+        .map(|kind| {
+            let key = format!("resource.customizations.health.agenthooks.io_{kind}");
+            let s = data
+                .get(&key)
+                .and_then(Value::as_str)
+                .unwrap_or_else(|| panic!("argocd-cm lacks {key}"));
+            (kind, s)
+        })
+        .collect();
+
+    let condition = |t: &str, s: &str, reason: &str, msg: &str| {
+        json!({"type": t, "status": s, "reason": reason, "message": msg,
+               "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 3})
+    };
+    for lua in &luas {
+        for (kind, script) in &scripts {
+            let base = |status: Option<Value>| {
+                let mut o = json!({
+                    "apiVersion": "agenthooks.io/v1alpha1", "kind": kind,
+                    "metadata": {"name": "h", "namespace": "tenant-acme", "generation": 3},
+                    "spec": {},
+                });
+                if let Some(s) = status {
+                    o["status"] = s;
+                }
+                o
+            };
+            let ready = base(Some(json!({
+                "observedGeneration": 3,
+                "conditions": [
+                    condition("Accepted", "True", "Accepted", "valid"),
+                    condition("Ready", "True", "Served", "served by 2 of 2 live dispatchers"),
+                ],
+            })));
+            assert_eq!(
+                run_health(lua, script, &ready),
+                ("Healthy".into(), "served by 2 of 2 live dispatchers".into()),
+                "{lua} {kind}: Ready=True"
+            );
+
+            let refused = base(Some(json!({
+                "observedGeneration": 3,
+                "conditions": [
+                    condition("Accepted", "False", "InvalidMatcher",
+                              "spec.matcher: regex parse error: unclosed group"),
+                    condition("Ready", "False", "NotAccepted", "not accepted"),
+                ],
+            })));
+            assert_eq!(
+                run_health(lua, script, &refused),
+                (
+                    "Degraded".into(),
+                    "spec.matcher: regex parse error: unclosed group".into()
+                ),
+                "{lua} {kind}: Accepted=False"
+            );
+
+            let fresh = base(None);
+            let (status, message) = run_health(lua, script, &fresh);
+            assert_eq!(status, "Progressing", "{lua} {kind}: no status");
+            assert!(!message.is_empty() && message != "nil");
+
+            // Ready=True for an older generation is not healthy yet.
+            let stale = base(Some(json!({
+                "observedGeneration": 2,
+                "conditions": [condition("Ready", "True", "Served", "served")],
+            })));
+            let (status, message) = run_health(lua, script, &stale);
+            assert_eq!(status, "Progressing", "{lua} {kind}: old generation");
+            assert!(message.contains('3'), "{message}");
+
+            // Reconciled and accepted, not yet served by every dispatcher.
+            let waiting = base(Some(json!({
+                "observedGeneration": 3,
+                "conditions": [
+                    condition("Accepted", "True", "Accepted", "valid"),
+                    condition("Ready", "Unknown", "Syncing", "served by 1 of 2 live dispatchers"),
+                ],
+            })));
+            assert_eq!(
+                run_health(lua, script, &waiting),
+                (
+                    "Progressing".into(),
+                    "served by 1 of 2 live dispatchers".into()
+                ),
+                "{lua} {kind}: Ready=Unknown"
+            );
+        }
+        eprintln!("[manifests] Argo CD health check ok under {lua}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// (d) the Standard-edition admission policy, through the API server
+
+fn hook(ns: &str, name: &str, handler: Value) -> String {
+    json!({
+        "apiVersion": "agenthooks.io/v1alpha1",
+        "kind": "AgentHook",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"event": "pre_tool_use", "scope": "tenant", "handler": handler},
+    })
+    .to_string()
+}
+
+fn command_handler() -> Value {
+    json!({"type": "command", "command": {"command": "exit 0"}})
+}
+
+fn http_handler() -> Value {
+    json!({"type": "http", "http": {"url": "https://policy.example.com/hook"}})
+}
+
+/// Deletes the test's binding even when the test fails (the policy itself is left: without
+/// a binding it does nothing, and a concurrent run against the same cluster may use it).
+struct DeleteOnDrop<'a>(&'a ControlPlane, String);
+
+impl Drop for DeleteOnDrop<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.kubectl(&[
+            "delete",
+            "validatingadmissionpolicybinding",
+            &self.1,
+            "--ignore-not-found",
+            "--wait=false",
+        ]);
+    }
+}
+
+#[test]
+fn admission_policy_refuses_command_hooks_in_bound_namespaces() {
+    let cp = cp();
+    let ns = unique_name("ah-standard");
+    let other = unique_name("ah-lite");
+    let label = "agenthooks-e2e/standard-edition";
+    cp.create_namespace(&ns, &[(label, &ns)]);
+    cp.create_namespace(&other, &[]);
+    // A command hook from the Lite days, before the policy binds.
+    cp.apply_yaml(&hook(&ns, "legacy", command_handler()));
+
+    // The shipped policy; a binding of our own, limited to the test namespace (the shipped
+    // binding applies to every namespace and would refuse other tests' command hooks).
+    let policy = std::fs::read_to_string(root().join("config/admission/policy.yaml")).unwrap();
+    cp.apply_yaml(&policy);
+    let binding = unique_name("ah-standard-edition");
+    let _cleanup = DeleteOnDrop(cp, binding.clone());
+    cp.apply_yaml(
+        &json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": binding},
+            "spec": {
+                "policyName": "agenthooks-standard-edition",
+                "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels": {label: ns}}},
+            },
+        })
+        .to_string(),
+    );
+
+    // Bindings take a few seconds to become active: probe with server-side dry runs.
+    let probe = hook(&ns, "probe", command_handler());
+    let started = Instant::now();
+    let mut last = String::new();
+    let active = wait_for(Duration::from_secs(30), || {
+        let out = cp.kubectl_stdin(&["create", "--dry-run=server", "-f", "-"], &probe);
+        last = text(&out.stderr);
+        !out.status.success()
+    });
+    assert!(active, "policy not enforced within 30 s; last: {last}");
+    eprintln!(
+        "[manifests] admission policy active after {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+
+    // kube-controller-manager type-checks the policy against the CRD schema and writes
+    // status.typeChecking; the harness control plane runs none, so this is checked only
+    // where the status is there (a full cluster by AGENTHOOKS_E2E_KUBECONFIG).
+    let p = cp.kubectl_json(&[
+        "get",
+        "validatingadmissionpolicy",
+        "agenthooks-standard-edition",
+    ]);
+    match p["status"].get("typeChecking") {
+        Some(tc) => {
+            let warnings = &tc["expressionWarnings"];
+            assert!(
+                warnings.is_null() || warnings.as_array().is_some_and(|w| w.is_empty()),
+                "type-check warnings: {warnings}"
+            );
+        }
+        None => eprintln!("[manifests] no policy type-check status (no kube-controller-manager)"),
+    }
+
+    // A command hook is refused with the policy's message, and not stored.
+    let out = cp.kubectl_stdin(
+        &["create", "-f", "-"],
+        &hook(&ns, "shell", command_handler()),
+    );
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "command hook admitted");
+    assert!(stderr.contains(COMMAND_REFUSED), "{stderr}");
+    assert!(stderr.contains("agenthooks-standard-edition"), "{stderr}");
+    assert!(
+        !cp.kubectl(&["-n", &ns, "get", "agenthook", "shell"])
+            .status
+            .success()
+    );
+
+    // An http hook is admitted.
+    ok(
+        cp.kubectl_stdin(&["create", "-f", "-"], &hook(&ns, "policy", http_handler())),
+        "create of an http hook",
+    );
+    // Turning it into a command hook is refused.
+    let out = cp.kubectl(&[
+        "-n",
+        &ns,
+        "patch",
+        "agenthook",
+        "policy",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"handler":{"type":"command","http":null,"command":{"command":"exit 0"}}}}"#,
+    ]);
+    assert!(!out.status.success(), "switch to command admitted");
+    assert!(text(&out.stderr).contains(COMMAND_REFUSED));
+
+    // The Lite-era command hook: metadata edits pass (so it can be relabelled and deleted),
+    // spec edits that keep the command handler do not.
+    ok(
+        cp.kubectl(&["-n", &ns, "label", "agenthook", "legacy", "audited=yes"]),
+        "label of a Lite-era command hook",
+    );
+    let out = cp.kubectl(&[
+        "-n",
+        &ns,
+        "patch",
+        "agenthook",
+        "legacy",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"priority":7}}"#,
+    ]);
+    assert!(
+        !out.status.success(),
+        "spec edit of a command hook admitted"
+    );
+    assert!(text(&out.stderr).contains(COMMAND_REFUSED));
+    ok(
+        cp.kubectl(&["-n", &ns, "delete", "agenthook", "legacy", "--wait=false"]),
+        "delete of a Lite-era command hook",
+    );
+
+    // Outside the bound namespaces (a Lite namespace here) command hooks are still admitted.
+    ok(
+        cp.kubectl_stdin(
+            &["create", "-f", "-"],
+            &hook(&other, "shell", command_handler()),
+        ),
+        "create of a command hook in an unbound namespace",
+    );
+}
