@@ -16,7 +16,7 @@ use serde_json::Value;
 use crate::event::{Event, MAX_LOOP_DEPTH};
 use crate::handlers::Outcome;
 use crate::hookset::HookSet;
-use crate::runner::{Engine, HookRun, LazyScope, run_hook};
+use crate::runner::{Engine, HookRun, LazyScope, filters_match, run_hook, run_matched};
 
 /// `allow` or `block`: the answer to the agent runtime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -97,13 +97,19 @@ pub async fn decide(engine: &Engine, set: &HookSet, mut event: Event) -> Decisio
         return decision;
     }
     let deadline = started + engine.chain_budget;
-    let mut event_json = Bytes::from(serde_json::to_vec(&event).expect("an event serializes"));
+    // Serialized when the first hook matches, again after an input rewrite.
+    let mut event_json: Option<Bytes> = None;
     let mut scope = LazyScope::default();
     let mut contexts: Vec<String> = Vec::new();
-    let tenant = event.tenant_id.clone();
+    // The agent id is held by the resolver while the event may be rewritten.
     let agent = event.agent_id.clone();
-
-    for hook in set.resolve(event.event, &tenant, &agent) {
+    for hook in set.resolve(event.event, &event.tenant_id, &agent) {
+        // Filters first: a hook that does not match costs no clock read and no I/O.
+        let filter = match filters_match(hook, &event, &mut scope) {
+            Ok(false) => continue,
+            Ok(true) => Ok(()),
+            Err(e) => Err(e),
+        };
         let now = Instant::now();
         let left = deadline.saturating_duration_since(now);
         if left.is_zero() {
@@ -115,11 +121,11 @@ pub async fn decide(engine: &Engine, set: &HookSet, mut event: Event) -> Decisio
         let own = Duration::from_millis(hook.compiled.timeout_ms);
         let cut_by_budget = left < own;
         let timeout = own.min(left);
-        let Some(mut run) = run_hook(engine, hook, &event, &event_json, &mut scope, timeout).await
-        else {
-            continue;
-        };
-        let result = run.result.take().expect("run_hook fills result");
+        let json = event_json.get_or_insert_with(|| {
+            Bytes::from(serde_json::to_vec(&event).expect("an event serializes"))
+        });
+        let mut run = run_matched(engine, hook, &event, json, timeout, filter).await;
+        let result = run.result.take().expect("run_matched fills result");
         let stop = match run.decision {
             Outcome::Allow => false,
             Outcome::Block | Outcome::Error => true,
@@ -161,8 +167,7 @@ pub async fn decide(engine: &Engine, set: &HookSet, mut event: Event) -> Decisio
                         break;
                     }
                     decision.updated_input = Some(event.tool_input.clone());
-                    event_json =
-                        Bytes::from(serde_json::to_vec(&event).expect("an event serializes"));
+                    event_json = None;
                     scope.reset();
                 }
             }
@@ -174,9 +179,7 @@ pub async fn decide(engine: &Engine, set: &HookSet, mut event: Event) -> Decisio
     }
     engine
         .metrics
-        .decision_duration
-        .with_label_values(&[event.event.as_str()])
-        .observe(started.elapsed().as_secs_f64());
+        .record_decision(event.event, started.elapsed());
     decision
 }
 

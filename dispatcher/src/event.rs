@@ -87,19 +87,24 @@ impl Event {
                 ),
             });
         }
-        let de = &mut serde_json::Deserializer::from_slice(body);
-        let mut ev: Event = serde_path_to_error::deserialize(de).map_err(|e| {
-            let path = e.path().to_string();
-            let inner = e.into_inner();
-            let msg = inner.to_string();
-            // serde reports an unknown variant of `event` with the list of the seven
-            let field = if path == "." || path.is_empty() {
-                "body".to_string()
-            } else {
-                path
-            };
-            EventError::invalid(field, strip_position(&msg))
-        })?;
+        // Fast path; on failure, parse again with path tracking to name the field.
+        let mut ev: Event = match serde_json::from_slice(body) {
+            Ok(ev) => ev,
+            Err(first) => {
+                let de = &mut serde_json::Deserializer::from_slice(body);
+                let (path, msg) = match serde_path_to_error::deserialize::<_, Event>(de) {
+                    Err(e) => (e.path().to_string(), e.into_inner().to_string()),
+                    // Never expected; still an error, never a panic.
+                    Ok(_) => (String::new(), first.to_string()),
+                };
+                let field = if path == "." || path.is_empty() {
+                    "body".to_string()
+                } else {
+                    path
+                };
+                return Err(EventError::invalid(field, strip_position(&msg)));
+            }
+        };
         ev.check()?;
         if ev.event_id.is_empty() {
             ev.event_id = uuid::Uuid::new_v4().to_string();
@@ -130,7 +135,7 @@ impl Event {
             return Err(EventError::invalid("tool_name", "is longer than 256 bytes"));
         }
         let mut size = 0usize;
-        check_caps(&self.tool_input, "tool_input", 0, &mut size)
+        check_caps(&self.tool_input, &mut Vec::new(), &mut size)
     }
 
     /// The tool name, `None` when absent or empty.
@@ -146,15 +151,41 @@ fn strip_position(msg: &str) -> String {
     }
 }
 
-fn check_caps(v: &Value, path: &str, depth: usize, size: &mut usize) -> Result<(), EventError> {
-    let too_large = |message: String| EventError::TooLarge {
-        field: path.to_string(),
+/// One step of a path inside `tool_input`, kept as borrowed parts and formatted only when
+/// a cap is broken.
+enum Seg<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+fn path_string(path: &[Seg<'_>]) -> String {
+    let mut out = String::from("tool_input");
+    for seg in path {
+        match seg {
+            Seg::Key(k) => {
+                out.push('.');
+                out.push_str(k);
+            }
+            Seg::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    out
+}
+
+fn check_caps<'a>(
+    v: &'a Value,
+    path: &mut Vec<Seg<'a>>,
+    size: &mut usize,
+) -> Result<(), EventError> {
+    let too_large = |path: &[Seg<'_>], message: String| EventError::TooLarge {
+        field: path_string(path),
         message,
     };
-    if depth > MAX_TOOL_INPUT_DEPTH {
-        return Err(too_large(format!(
-            "nests deeper than {MAX_TOOL_INPUT_DEPTH} levels"
-        )));
+    if path.len() > MAX_TOOL_INPUT_DEPTH {
+        return Err(too_large(
+            path,
+            format!("nests deeper than {MAX_TOOL_INPUT_DEPTH} levels"),
+        ));
     }
     *size += match v {
         Value::String(s) => s.len() + 2,
@@ -170,25 +201,29 @@ fn check_caps(v: &Value, path: &str, depth: usize, size: &mut usize) -> Result<(
     match v {
         Value::Array(a) => {
             if a.len() as u64 > MAX_LIST_LEN {
-                return Err(too_large(format!(
-                    "holds {} items; at most {MAX_LIST_LEN}",
-                    a.len()
-                )));
+                return Err(too_large(
+                    path,
+                    format!("holds {} items; at most {MAX_LIST_LEN}", a.len()),
+                ));
             }
             for (i, x) in a.iter().enumerate() {
-                check_caps(x, &format!("{path}[{i}]"), depth + 1, size)?;
+                path.push(Seg::Index(i));
+                check_caps(x, path, size)?;
+                path.pop();
             }
         }
         Value::Object(o) => {
             if o.len() as u64 > MAX_LIST_LEN {
-                return Err(too_large(format!(
-                    "holds {} keys; at most {MAX_LIST_LEN}",
-                    o.len()
-                )));
+                return Err(too_large(
+                    path,
+                    format!("holds {} keys; at most {MAX_LIST_LEN}", o.len()),
+                ));
             }
             for (k, x) in o {
                 *size += k.len() + 3;
-                check_caps(x, &format!("{path}.{k}"), depth + 1, size)?;
+                path.push(Seg::Key(k));
+                check_caps(x, path, size)?;
+                path.pop();
             }
         }
         _ => {}

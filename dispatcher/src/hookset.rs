@@ -32,22 +32,6 @@ impl std::ops::Deref for LoadedHook {
     }
 }
 
-impl LoadedHook {
-    /// Resolution filter of CONTRACT §3.1 for tenant `tenant` and agent `agent`.
-    pub fn applies_to(&self, tenant: &str, agent: &str) -> bool {
-        if !self.spec.enabled {
-            return false;
-        }
-        match self.spec.scope {
-            HookScope::Global => true,
-            HookScope::Tenant => self.compiled.tenant == tenant,
-            HookScope::Agent => {
-                self.compiled.tenant == tenant && self.spec.agent_ids.iter().any(|a| a == agent)
-            }
-        }
-    }
-}
-
 /// Ordering of CONTRACT §3.2: priority descending, then oldest first (creation time),
 /// then `namespace/name`. Hooks with no creation time sort after those with one.
 pub fn order(a: &LoadedHook, b: &LoadedHook) -> std::cmp::Ordering {
@@ -73,10 +57,28 @@ pub struct RejectedHook {
     pub errors: ValidationErrors,
 }
 
-/// Hooks indexed by event, each list in resolution order.
+/// The hooks of one event: global ones, and per tenant the tenant- and agent-scoped
+/// ones; each list in resolution order, so resolving merges two sorted lists and never
+/// looks at another tenant's hooks.
+#[derive(Debug, Default)]
+struct EventIndex {
+    global: Vec<Arc<LoadedHook>>,
+    by_tenant: HashMap<String, Vec<Arc<LoadedHook>>>,
+}
+
+impl EventIndex {
+    fn lists_mut(&mut self) -> impl Iterator<Item = &mut Vec<Arc<LoadedHook>>> {
+        std::iter::once(&mut self.global).chain(self.by_tenant.values_mut())
+    }
+    fn all(&self) -> impl Iterator<Item = &Arc<LoadedHook>> {
+        self.global.iter().chain(self.by_tenant.values().flatten())
+    }
+}
+
+/// Hooks indexed by event and tenant, each list in resolution order.
 #[derive(Debug, Default)]
 pub struct HookSet {
-    by_event: HashMap<HookEvent, Vec<Arc<LoadedHook>>>,
+    by_event: [EventIndex; HookEvent::ALL.len()],
     /// (source, e.g. snapshot epoch/version or file path; version).
     pub version: u64,
     pub master_namespace: String,
@@ -98,9 +100,7 @@ impl HookSet {
     ) -> (HookSet, Vec<RejectedHook>) {
         let reuse: HashMap<(&str, i64, &str), &Arc<LoadedHook>> = previous
             .map(|p| {
-                p.by_event
-                    .values()
-                    .flatten()
+                p.iter()
                     .map(|h| {
                         (
                             (h.uid.as_str(), h.generation, h.namespace_tenant.as_str()),
@@ -110,7 +110,7 @@ impl HookSet {
                     .collect()
             })
             .unwrap_or_default();
-        let mut by_event: HashMap<HookEvent, Vec<Arc<LoadedHook>>> = HashMap::new();
+        let mut by_event: [EventIndex; HookEvent::ALL.len()] = Default::default();
         let mut rejected = Vec::new();
         let mut len = 0;
         for s in sources {
@@ -144,10 +144,20 @@ impl HookSet {
                 }
             };
             len += 1;
-            by_event.entry(hook.spec.event).or_default().push(hook);
+            let index = &mut by_event[hook.spec.event as usize];
+            match hook.spec.scope {
+                HookScope::Global => index.global.push(hook),
+                HookScope::Tenant | HookScope::Agent => index
+                    .by_tenant
+                    .entry(hook.compiled.tenant.clone())
+                    .or_default()
+                    .push(hook),
+            }
         }
-        for list in by_event.values_mut() {
-            list.sort_by(|a, b| order(a, b));
+        for index in &mut by_event {
+            for list in index.lists_mut() {
+                list.sort_by(|a, b| order(a, b));
+            }
         }
         (
             HookSet {
@@ -177,23 +187,23 @@ impl HookSet {
 
     /// Hooks for `event` that apply to `tenant` and `agent`, in resolution order
     /// (CONTRACT §3.1–3.2).
-    pub fn resolve<'a>(
-        &'a self,
-        event: HookEvent,
-        tenant: &'a str,
-        agent: &'a str,
-    ) -> impl Iterator<Item = &'a Arc<LoadedHook>> + 'a {
-        self.by_event
-            .get(&event)
-            .map(|v| v.as_slice())
-            .unwrap_or_default()
-            .iter()
-            .filter(move |h| h.applies_to(tenant, agent))
+    pub fn resolve<'a>(&'a self, event: HookEvent, tenant: &str, agent: &'a str) -> Resolved<'a> {
+        let index = &self.by_event[event as usize];
+        let tenant_hooks = index
+            .by_tenant
+            .get(tenant)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        Resolved {
+            global: &index.global,
+            tenant: tenant_hooks,
+            agent,
+        }
     }
 
     /// Every hook, any event.
     pub fn iter(&self) -> impl Iterator<Item = &Arc<LoadedHook>> {
-        self.by_event.values().flatten()
+        self.by_event.iter().flat_map(EventIndex::all)
     }
 
     /// Number of hooks served.
@@ -209,6 +219,43 @@ impl HookSet {
     /// Finds a hook by `namespace/name`.
     pub fn get(&self, key: &str) -> Option<&Arc<LoadedHook>> {
         self.iter().find(|h| h.key == key)
+    }
+}
+
+/// The hooks of one event for one tenant and agent, in resolution order: a merge of the
+/// global list and the tenant's list, skipping disabled hooks and agent hooks of other
+/// agents. Allocates nothing.
+pub struct Resolved<'a> {
+    global: &'a [Arc<LoadedHook>],
+    tenant: &'a [Arc<LoadedHook>],
+    agent: &'a str,
+}
+
+impl<'a> Iterator for Resolved<'a> {
+    type Item = &'a Arc<LoadedHook>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let take_global = match (self.global.first(), self.tenant.first()) {
+                (None, None) => return None,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (Some(g), Some(t)) => order(g, t).is_le(),
+            };
+            let list = if take_global {
+                &mut self.global
+            } else {
+                &mut self.tenant
+            };
+            let (hook, rest) = list.split_first().expect("checked non-empty");
+            *list = rest;
+            let admitted = hook.spec.enabled
+                && (hook.spec.scope != HookScope::Agent
+                    || hook.spec.agent_ids.iter().any(|a| a == self.agent));
+            if admitted {
+                return Some(hook);
+            }
+        }
     }
 }
 

@@ -1,5 +1,12 @@
 //! Prometheus series of the dispatcher (CONTRACT §8.2), named `agenthooks_<noun>_<unit|total>`.
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use agenthooks_crds::HookEvent;
+use agenthooks_crds::agenthook::HandlerType;
+
+use crate::handlers::Outcome;
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
     Registry, TextEncoder,
@@ -31,6 +38,31 @@ pub struct Metrics {
     pub sync_errors: IntCounter,
     /// Seconds between the last two successful snapshot polls that brought changes.
     pub sync_lag: Histogram,
+    /// The hot series, resolved once: `executions` by [outcome][handler][event],
+    /// `hook_duration` by [handler], `decision_duration` by [event].
+    hot: Arc<HotSeries>,
+}
+
+struct HotSeries {
+    executions: Vec<IntCounter>,
+    hook_duration: [Histogram; 3],
+    decision_duration: Vec<Histogram>,
+}
+
+const OUTCOMES: [Outcome; 4] = [
+    Outcome::Allow,
+    Outcome::Block,
+    Outcome::Error,
+    Outcome::Timeout,
+];
+const HANDLERS: [HandlerType; 3] = [HandlerType::Command, HandlerType::Http, HandlerType::Prompt];
+
+fn handler_index(h: HandlerType) -> usize {
+    HANDLERS.iter().position(|x| *x == h).unwrap_or(0)
+}
+
+fn outcome_index(o: Outcome) -> usize {
+    OUTCOMES.iter().position(|x| *x == o).unwrap_or(0)
 }
 
 impl Default for Metrics {
@@ -46,33 +78,55 @@ impl Metrics {
         let buckets = vec![
             0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
         ];
+        let executions = IntCounterVec::new(
+            Opts::new(
+                "agenthooks_executions_total",
+                "Hook runs by decision, handler and event",
+            ),
+            &["decision", "handler", "event"],
+        )
+        .unwrap();
+        let hook_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "agenthooks_hook_duration_seconds",
+                "Duration of one hook run",
+            )
+            .buckets(buckets.clone()),
+            &["handler"],
+        )
+        .unwrap();
+        let decision_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "agenthooks_decision_duration_seconds",
+                "Duration of a blocking decision",
+            )
+            .buckets(buckets.clone()),
+            &["event"],
+        )
+        .unwrap();
+        let hot = Arc::new(HotSeries {
+            executions: OUTCOMES
+                .iter()
+                .flat_map(|o| {
+                    HANDLERS
+                        .iter()
+                        .flat_map(move |h| HookEvent::ALL.iter().map(move |e| (*o, *h, *e)))
+                })
+                .map(|(o, h, e)| {
+                    executions.with_label_values(&[o.as_str(), h.as_str(), e.as_str()])
+                })
+                .collect(),
+            hook_duration: HANDLERS.map(|h| hook_duration.with_label_values(&[h.as_str()])),
+            decision_duration: HookEvent::ALL
+                .iter()
+                .map(|e| decision_duration.with_label_values(&[e.as_str()]))
+                .collect(),
+        });
         let m = Metrics {
-            executions: IntCounterVec::new(
-                Opts::new(
-                    "agenthooks_executions_total",
-                    "Hook runs by decision, handler and event",
-                ),
-                &["decision", "handler", "event"],
-            )
-            .unwrap(),
-            hook_duration: HistogramVec::new(
-                HistogramOpts::new(
-                    "agenthooks_hook_duration_seconds",
-                    "Duration of one hook run",
-                )
-                .buckets(buckets.clone()),
-                &["handler"],
-            )
-            .unwrap(),
-            decision_duration: HistogramVec::new(
-                HistogramOpts::new(
-                    "agenthooks_decision_duration_seconds",
-                    "Duration of a blocking decision",
-                )
-                .buckets(buckets.clone()),
-                &["event"],
-            )
-            .unwrap(),
+            hot,
+            executions: executions.clone(),
+            hook_duration: hook_duration.clone(),
+            decision_duration: decision_duration.clone(),
             handler_errors: IntCounterVec::new(
                 Opts::new("agenthooks_handler_errors_total", "Hook errors by kind"),
                 &["kind"],
@@ -127,6 +181,30 @@ impl Metrics {
             m.registry.register(c).expect("metric names are unique");
         }
         m
+    }
+
+    /// Counts one hook run: its outcome, duration and error kind.
+    pub fn record_run(
+        &self,
+        outcome: Outcome,
+        handler: HandlerType,
+        event: HookEvent,
+        elapsed: Duration,
+        error_kind: Option<&'static str>,
+    ) {
+        let i = (outcome_index(outcome) * HANDLERS.len() + handler_index(handler))
+            * HookEvent::ALL.len()
+            + event as usize;
+        self.hot.executions[i].inc();
+        self.hot.hook_duration[handler_index(handler)].observe(elapsed.as_secs_f64());
+        if let Some(kind) = error_kind {
+            self.handler_errors.with_label_values(&[kind]).inc();
+        }
+    }
+
+    /// Records the duration of one blocking decision.
+    pub fn record_decision(&self, event: HookEvent, elapsed: Duration) {
+        self.hot.decision_duration[event as usize].observe(elapsed.as_secs_f64());
     }
 
     /// The text exposition format.

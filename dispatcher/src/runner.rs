@@ -165,7 +165,47 @@ pub async fn run_handler(
     }
 }
 
-/// Runs filters then handler, and records metrics. `None` when the filters skip it.
+/// Runs a hook whose filters were evaluated (`filter` is `Err` for a CEL error, which is
+/// the hook's outcome without running it) and records metrics.
+pub async fn run_matched(
+    engine: &Engine,
+    hook: &LoadedHook,
+    event: &Event,
+    event_json: &Bytes,
+    timeout: Duration,
+    filter: Result<(), String>,
+) -> HookRun {
+    let started = Instant::now();
+    let result = match filter {
+        Ok(()) => run_handler(engine, hook, event_json, timeout).await,
+        Err(e) => HandlerResult::error("cel_eval", e),
+    };
+    let elapsed = started.elapsed();
+    let handler = hook.spec.handler.type_;
+    engine.metrics.record_run(
+        result.outcome,
+        handler,
+        event.event,
+        elapsed,
+        result.error_kind,
+    );
+    tracing::debug!(
+        hook = %hook.key, handler = handler.as_str(), event = %event.event, decision = result.outcome.as_str(),
+        duration_ms = elapsed.as_secs_f64() * 1000.0, "hook.{}.{}", handler.as_str(), event.event
+    );
+    HookRun {
+        hook: hook.key.clone(),
+        handler: handler.as_str(),
+        decision: result.outcome,
+        duration_ms: (elapsed.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0,
+        reason: result.reason.clone(),
+        error_kind: result.error_kind,
+        mutation_denied: false,
+        result: Some(result),
+    }
+}
+
+/// Filters, then (when they select the event) [`run_matched`]. `None` when skipped.
 pub async fn run_hook(
     engine: &Engine,
     hook: &LoadedHook,
@@ -174,43 +214,10 @@ pub async fn run_hook(
     scope: &mut LazyScope,
     timeout: Duration,
 ) -> Option<HookRun> {
-    let started = Instant::now();
-    let result = match filters_match(hook, event, scope) {
+    let filter = match filters_match(hook, event, scope) {
         Ok(false) => return None,
-        Ok(true) => run_handler(engine, hook, event_json, timeout).await,
-        Err(e) => HandlerResult::error("cel_eval", e),
+        Ok(true) => Ok(()),
+        Err(e) => Err(e),
     };
-    let elapsed = started.elapsed();
-    let handler = hook.spec.handler.type_.as_str();
-    engine
-        .metrics
-        .executions
-        .with_label_values(&[result.outcome.as_str(), handler, event.event.as_str()])
-        .inc();
-    engine
-        .metrics
-        .hook_duration
-        .with_label_values(&[handler])
-        .observe(elapsed.as_secs_f64());
-    if let Some(kind) = result.error_kind {
-        engine
-            .metrics
-            .handler_errors
-            .with_label_values(&[kind])
-            .inc();
-    }
-    tracing::debug!(
-        hook = %hook.key, handler, event = %event.event, decision = result.outcome.as_str(),
-        duration_ms = elapsed.as_secs_f64() * 1000.0, "hook.{handler}.{}", event.event
-    );
-    Some(HookRun {
-        hook: hook.key.clone(),
-        handler,
-        decision: result.outcome,
-        duration_ms: (elapsed.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0,
-        reason: result.reason.clone(),
-        error_kind: result.error_kind,
-        mutation_denied: false,
-        result: Some(result),
-    })
+    Some(run_matched(engine, hook, event, event_json, timeout, filter).await)
 }
