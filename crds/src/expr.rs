@@ -9,13 +9,23 @@
 //! - **Names**: only `tool_name` (string), `tool_input` (map), `depth` (int) and
 //!   variables bound by macros (`all`, `exists`, `map`, ...) may be referenced; only the
 //!   functions of [`ALLOWED_FUNCTIONS`] (plus operators) may be called.
-//! - **Static cost**: every node costs 1; a comprehension costs its body times the size
-//!   of its range, where a range that is not a literal list is assumed to hold
-//!   [`MAX_LIST_LEN`] items (the declared cap of any list or map inside `tool_input`,
-//!   enforced with a 413 before any hook runs). Expressions whose worst case exceeds
-//!   [`MAX_COST`] are refused, e.g. nested comprehensions over `tool_input`.
-//! - **Runtime bound**: the static cost times the input caps bounds the work of every
-//!   evaluation; there is no unbounded loop in CEL, so that bound is the runtime bound.
+//! - **Static cost**: every node costs 1, and each value carries a worst-case size: a
+//!   value from the input is as large as the input's caps ([`MAX_LIST_LEN`] units: the
+//!   declared cap of any list or map inside `tool_input`, enforced with a 413 before any
+//!   hook runs), a field or element is no larger than its container, and one item of a
+//!   range of `n` taken from the input is `MAX_LIST_LEN / n` (the items share the caps).
+//!   Concatenation, `in`, equality and string functions cost the size of their operands;
+//!   a comprehension costs its body times the size of its range. Expressions whose worst
+//!   case exceeds [`MAX_COST`] are refused: nested comprehensions over `tool_input`,
+//!   membership tests over the input inside a loop over the input, `map` over the input
+//!   (its accumulator is copied on every step), lists joined to themselves.
+//! - **Runtime bound**: CEL has no unbounded loop, so the static cost over the capped
+//!   input bounds the work of every evaluation; the `cel` crate cannot be interrupted,
+//!   so this bound is the runtime bound (tests evaluate the costliest accepted shapes at
+//!   the caps).
+//! - **Boolean**: roots that are obviously not boolean (arithmetic, lists, maps,
+//!   non-boolean literals, conversions) are refused; anything else that yields a
+//!   non-boolean is an evaluation error, fail-closed.
 //! - **`matches()`**: the pattern must be a string literal; it is compiled once, at
 //!   validation, with a size limit, and looked up at evaluation (the `cel` crate's own
 //!   `matches` would compile it on every call).
@@ -56,11 +66,7 @@ pub const ALLOWED_FUNCTIONS: &[&str] = &[
     "bytes",
     "type",
     "dyn",
-    "max",
-    "min",
 ];
-
-const VARIABLES: [&str; 3] = ["tool_name", "tool_input", "depth"];
 
 /// Why an `ifExpr` was refused. Each message says what to change.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -77,6 +83,8 @@ pub enum ExprError {
     UnknownVariable(String),
     #[error("calls {0}(), which is not allowed; allowed: {allowed}", allowed = ALLOWED_FUNCTIONS.join(", "))]
     UnknownFunction(String),
+    #[error("is {0}, not a boolean expression; compare it, e.g. `depth + 1 > 2`")]
+    NotBoolean(&'static str),
     #[error("matches() needs a string literal pattern, so it can be compiled once")]
     DynamicPattern,
     #[error("matches() pattern {0:?} does not compile: {1}")]
@@ -105,6 +113,9 @@ impl IfExpr {
         }
         let program =
             Program::compile(source).map_err(|e| ExprError::Parse(first_line(&e.to_string())))?;
+        if let Some(what) = non_boolean_root(program.expression()) {
+            return Err(ExprError::NotBoolean(what));
+        }
         let mut checker = Checker {
             bound: Vec::new(),
             patterns: Vec::new(),
@@ -265,6 +276,34 @@ fn first_line(s: &str) -> String {
         .join(" ")
 }
 
+/// What an expression's root obviously produces when that is not a boolean (arithmetic,
+/// a non-boolean literal, a list or a map); `None` when it may be boolean.
+fn non_boolean_root(e: &IdedExpr) -> Option<&'static str> {
+    match &e.expr {
+        Expr::Literal(LiteralValue::Boolean(_)) => None,
+        Expr::Literal(_) => Some("a literal value"),
+        Expr::List(_) => Some("a list"),
+        Expr::Map(_) | Expr::Struct(_) => Some("a map"),
+        Expr::Call(c)
+            if matches!(
+                c.func_name.as_str(),
+                "_+_" | "_-_" | "_*_" | "_/_" | "_%_" | "-_"
+            ) =>
+        {
+            Some("arithmetic")
+        }
+        Expr::Call(c)
+            if matches!(
+                c.func_name.as_str(),
+                "size" | "int" | "uint" | "double" | "string" | "bytes"
+            ) =>
+        {
+            Some("a conversion or size")
+        }
+        _ => None,
+    }
+}
+
 /// Deepest bracket nesting outside string literals.
 fn lexical_nesting(src: &str) -> usize {
     let (mut depth, mut max) = (0usize, 0usize);
@@ -293,28 +332,73 @@ fn lexical_nesting(src: &str) -> usize {
     max
 }
 
+/// Static cost of an expression: `cost` in steps, `size` the worst-case length of the
+/// value it produces (list or map entries, string characters) in units of
+/// [`MAX_LIST_LEN`] for anything that comes from the input.
+#[derive(Clone, Copy)]
+struct Est {
+    cost: u64,
+    size: u64,
+}
+
+/// Functions whose work grows with the size of their operands (string scans, deep
+/// equality, membership, conversions).
+const LINEAR: &[&str] = &[
+    "size",
+    "contains",
+    "startsWith",
+    "endsWith",
+    "matches",
+    "string",
+    "bytes",
+    "_==_",
+    "_!=_",
+    "@in",
+];
+
 struct Checker {
-    /// Variables bound by enclosing comprehensions.
-    bound: Vec<String>,
+    /// Variables bound by enclosing comprehensions, with the size of what they hold.
+    bound: Vec<(String, u64)>,
     /// Literal `matches()` patterns to compile.
     patterns: Vec<String>,
 }
 
 impl Checker {
     fn cost(&mut self, e: &IdedExpr, level: usize) -> Result<u64, ExprError> {
+        self.est(e, level).map(|e| e.cost)
+    }
+
+    fn est(&mut self, e: &IdedExpr, level: usize) -> Result<Est, ExprError> {
         if level > MAX_NESTING * 4 {
             return Err(ExprError::TooDeep);
         }
         let next = level + 1;
         Ok(match &e.expr {
-            Expr::Unspecified | Expr::Literal(_) => 1,
+            Expr::Unspecified => Est { cost: 1, size: 1 },
+            Expr::Literal(LiteralValue::String(s)) => Est {
+                cost: 1,
+                size: s.inner().chars().count() as u64,
+            },
+            Expr::Literal(_) => Est { cost: 1, size: 1 },
             Expr::Ident(name) => {
-                if !VARIABLES.contains(&name.as_str()) && !self.bound.iter().any(|b| b == name) {
-                    return Err(ExprError::UnknownVariable(name.clone()));
-                }
-                1
+                let size = match name.as_str() {
+                    "depth" => 1,
+                    "tool_name" | "tool_input" => MAX_LIST_LEN,
+                    other => match self.bound.iter().rev().find(|(b, _)| b == other) {
+                        Some((_, size)) => *size,
+                        None => return Err(ExprError::UnknownVariable(name.clone())),
+                    },
+                };
+                Est { cost: 1, size }
             }
-            Expr::Select(s) => 1 + self.cost(&s.operand, next)?,
+            // A selected field is no larger than what it is selected from.
+            Expr::Select(s) => {
+                let operand = self.est(&s.operand, next)?;
+                Est {
+                    cost: operand.cost.saturating_add(1),
+                    size: operand.size,
+                }
+            }
             Expr::Call(call) => {
                 let name = call.func_name.as_str();
                 let operator = !name.starts_with(|c: char| c.is_ascii_alphabetic());
@@ -334,47 +418,80 @@ impl Checker {
                         _ => return Err(ExprError::DynamicPattern),
                     }
                 }
-                let mut c = 1u64;
+                let mut parts = Vec::with_capacity(call.args.len() + 1);
                 if let Some(t) = &call.target {
-                    c = c.saturating_add(self.cost(t, next)?);
+                    parts.push(self.est(t, next)?);
                 }
                 for a in &call.args {
-                    c = c.saturating_add(self.cost(a, next)?);
+                    parts.push(self.est(a, next)?);
                 }
-                c
+                let mut cost = parts.iter().fold(1u64, |c, p| c.saturating_add(p.cost));
+                let total_size = parts.iter().fold(0u64, |c, p| c.saturating_add(p.size));
+                let size = match name {
+                    // list or string concatenation copies both sides
+                    "_+_" => {
+                        cost = cost.saturating_add(total_size);
+                        total_size
+                    }
+                    // an element is no larger than its container
+                    "_[_]" => parts.first().map_or(1, |p| p.size),
+                    _ if LINEAR.contains(&name) => {
+                        cost = cost.saturating_add(total_size);
+                        1
+                    }
+                    "_?_:_" => parts.iter().skip(1).map(|p| p.size).max().unwrap_or(1),
+                    _ => 1,
+                };
+                Est { cost, size }
             }
             Expr::List(l) => {
-                let mut c = 1u64;
+                let mut cost = 1u64;
                 for el in &l.elements {
-                    c = c.saturating_add(self.cost(el, next)?);
+                    cost = cost.saturating_add(self.cost(el, next)?);
                 }
-                c
+                Est {
+                    cost,
+                    size: l.elements.len() as u64,
+                }
             }
-            Expr::Map(m) => self.entries(&m.entries, next)?,
-            Expr::Struct(s) => self.entries(&s.entries, next)?,
+            Expr::Map(m) => Est {
+                cost: self.entries(&m.entries, next)?,
+                size: m.entries.len() as u64,
+            },
+            Expr::Struct(s) => Est {
+                cost: self.entries(&s.entries, next)?,
+                size: s.entries.len() as u64,
+            },
             Expr::Comprehension(c) => {
-                let range_len = match &c.iter_range.expr {
-                    Expr::List(l) => l.elements.len() as u64,
-                    Expr::Map(m) => m.entries.len() as u64,
-                    _ => MAX_LIST_LEN,
+                let range = self.est(&c.iter_range, next)?;
+                let n = range.size.max(1);
+                // The items of a range taken from the input share the input's caps, so
+                // one item's share is the cap over the count; literal lists hold literals.
+                let item = match &c.iter_range.expr {
+                    Expr::List(_) | Expr::Map(_) => 1,
+                    _ => (MAX_LIST_LEN / n).max(1),
                 };
-                let range = self.cost(&c.iter_range, next)?;
-                let init = self.cost(&c.accu_init, next)?;
+                let init = self.est(&c.accu_init, next)?;
                 let depth = self.bound.len();
-                self.bound.push(c.accu_var.clone());
-                self.bound.push(c.iter_var.clone());
+                // The accumulator of map/filter grows to the range's size.
+                self.bound.push((c.accu_var.clone(), n.max(init.size)));
+                self.bound.push((c.iter_var.clone(), item));
                 if let Some(v2) = &c.iter_var2 {
-                    self.bound.push(v2.clone());
+                    self.bound.push((v2.clone(), item));
                 }
                 let body = self
                     .cost(&c.loop_cond, next)?
                     .saturating_add(self.cost(&c.loop_step, next)?);
-                let result = self.cost(&c.result, next)?;
+                let result = self.est(&c.result, next)?;
                 self.bound.truncate(depth);
-                range
-                    .saturating_add(init)
-                    .saturating_add(range_len.max(1).saturating_mul(body))
-                    .saturating_add(result)
+                Est {
+                    cost: range
+                        .cost
+                        .saturating_add(init.cost)
+                        .saturating_add(n.saturating_mul(body))
+                        .saturating_add(result.cost),
+                    size: result.size,
+                }
             }
         })
     }
@@ -470,7 +587,7 @@ mod tests {
 
     #[test]
     fn non_boolean_result_is_an_error() {
-        let err = eval("depth + 1", "t", json!({}), 0).unwrap_err();
+        let err = eval("depth > 0 ? 1 : 2", "t", json!({}), 0).unwrap_err();
         assert!(err.contains("not a bool"), "{err}");
     }
 
@@ -587,6 +704,76 @@ mod tests {
         let started = std::time::Instant::now();
         assert_eq!(e.evaluate(&scope), Ok(true));
         assert!(started.elapsed() < std::time::Duration::from_millis(500));
+    }
+
+    #[test]
+    fn concatenation_and_membership_are_charged_by_size() {
+        // A tester's DoS: the list joined to itself, scanned with `in` for every item.
+        let joined = vec!["tool_input.a"; 8].join(" + ");
+        let src = format!("({joined}).all(x, !((\"z\" + x) in ({joined})))");
+        assert!(
+            matches!(IfExpr::compile(&src), Err(ExprError::TooCostly(_))),
+            "{src}"
+        );
+        // membership over the input inside a loop over the input is quadratic: refused
+        assert!(matches!(
+            IfExpr::compile("tool_input.a.all(x, x in tool_input.b)"),
+            Err(ExprError::TooCostly(_))
+        ));
+        // map over the input grows its accumulator each step: quadratic, refused
+        assert!(matches!(
+            IfExpr::compile("size(tool_input.a.map(x, x)) > 0"),
+            Err(ExprError::TooCostly(_))
+        ));
+        // linear scans are fine
+        assert!(IfExpr::compile("'rm' in tool_input && tool_input.cmd.contains('-rf')").is_ok());
+        assert!(IfExpr::compile("tool_input.a.exists(x, x == 'rm')").is_ok());
+    }
+
+    #[test]
+    fn the_most_costly_accepted_expressions_stay_fast_at_the_input_caps() {
+        let items: Vec<_> = (0..MAX_LIST_LEN)
+            .map(|i| json!(format!("item-{i}-{}", "x".repeat(100))))
+            .collect();
+        let input = json!({"a": items, "cmd": "y".repeat(100_000)});
+        let scope = EvalScope::new("exec", &input, 0);
+        for src in [
+            "tool_input.a.all(x, x.size() < 1000 && x.startsWith('item') && !x.contains('zz'))",
+            "tool_input.a.exists(x, x.matches('^never$'))",
+            "tool_input.cmd.contains('rm -rf') || tool_input.cmd.size() > 10",
+        ] {
+            let e = IfExpr::compile(src).unwrap();
+            assert!(e.cost() <= MAX_COST, "{src}");
+            let started = std::time::Instant::now();
+            let _ = e.evaluate(&scope);
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(1),
+                "{src}: {:?}",
+                started.elapsed()
+            );
+        }
+    }
+
+    #[test]
+    fn obviously_non_boolean_expressions_are_refused() {
+        for src in [
+            "depth + 1",
+            "'text'",
+            "[1, 2]",
+            "{'a': 1}",
+            "size(tool_input)",
+            "42",
+        ] {
+            assert!(
+                matches!(IfExpr::compile(src), Err(ExprError::NotBoolean(_))),
+                "{src}"
+            );
+        }
+        assert!(IfExpr::compile("depth + 1 > 2").is_ok());
+        assert_eq!(
+            IfExpr::compile("max(1, 2) == 2").unwrap_err(),
+            ExprError::UnknownFunction("max".into())
+        );
     }
 
     #[test]

@@ -116,6 +116,17 @@ pub async fn decide(engine: &Engine, set: &HookSet, mut event: Event) -> Decisio
             decision.decision = Verdict::Block;
             decision.reason = Some(CHAIN_BUDGET_EXCEEDED.into());
             decision.deciding_hook = Some(hook.key.clone());
+            // The hook that found no budget left is listed, so the response names it.
+            decision.hooks.push(HookRun {
+                hook: hook.key.clone(),
+                handler: hook.spec.handler.type_.as_str(),
+                decision: Outcome::Timeout,
+                duration_ms: 0.0,
+                reason: Some(CHAIN_BUDGET_EXCEEDED.into()),
+                error_kind: Some("chain_budget"),
+                mutation_denied: false,
+                result: None,
+            });
             break;
         }
         let own = Duration::from_millis(hook.compiled.timeout_ms);

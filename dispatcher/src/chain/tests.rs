@@ -174,6 +174,30 @@ async fn timeout_follows_on_timeout() {
 }
 
 #[tokio::test]
+async fn an_exhausted_budget_lists_the_hook_it_stopped_at() {
+    let mut e = engine();
+    // No budget left before the first hook starts (e.g. spent evaluating filters).
+    e.chain_budget = Duration::ZERO;
+    let s = set(vec![cmd("tenant-acme", "never-started", 1, "exit 0", "")]);
+    let d = decide(&e, &s, event(json!({}))).await;
+    assert_eq!(d.decision, Verdict::Block);
+    assert_eq!(
+        d.deciding_hook.as_deref(),
+        Some("tenant-acme/never-started")
+    );
+    assert_eq!(d.hooks.len(), 1);
+    let last = d.hooks.last().unwrap();
+    assert_eq!(
+        (last.hook.as_str(), last.decision, last.reason.as_deref()),
+        (
+            "tenant-acme/never-started",
+            Outcome::Timeout,
+            Some(CHAIN_BUDGET_EXCEEDED)
+        )
+    );
+}
+
+#[tokio::test]
 async fn chain_budget_running_out_blocks() {
     let mut e = engine();
     e.chain_budget = Duration::from_millis(400);
