@@ -59,7 +59,7 @@ pub const DEFAULT_MAX_INVOCATIONS_PER_TURN: u32 = 5;
 #[x_kube(validation = Rule::new("self.scope != 'agent' || size(self.agentIds) > 0").message("spec.agentIds: scope agent needs at least one agent id").field_path(".agentIds"))]
 #[x_kube(validation = Rule::new("self.scope == 'agent' || size(self.agentIds) == 0").message("spec.agentIds: only scope agent takes agent ids").field_path(".agentIds"))]
 #[x_kube(validation = Rule::new("self.handler.type != 'prompt' || self.matcher != '' || self.ifExpr != ''").message("spec.matcher/spec.ifExpr: a prompt hook needs a non-empty matcher or ifExpr (runaway-cost guard)").field_path(".matcher"))]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AgentHookSpec {
     /// The lifecycle event this hook runs at.
     pub event: HookEvent,
@@ -148,6 +148,7 @@ impl HandlerType {
 /// The handler: `type` plus exactly the matching block.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[x_kube(validation = Rule::new("has(self.command) == (self.type == 'command') && has(self.http) == (self.type == 'http') && has(self.prompt) == (self.type == 'prompt')").message("spec.handler: exactly the block named by spec.handler.type must be set (command, http or prompt)"))]
+#[serde(deny_unknown_fields)]
 pub struct HandlerSpec {
     /// `command` (Lite only), `http` or `prompt`.
     #[serde(rename = "type")]
@@ -162,7 +163,7 @@ pub struct HandlerSpec {
 
 /// `command` handler: `sh -c <command>` with the event on stdin (CONTRACT §5 command).
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CommandHandlerSpec {
     #[schemars(length(min = 1, max = 4096))]
     pub command: String,
@@ -178,6 +179,7 @@ pub struct CommandHandlerSpec {
 
 /// `http` handler: POST of the event JSON (CONTRACT §5 http).
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
 pub struct HttpHandlerSpec {
     /// `http://` or `https://` URL, no userinfo.
     #[schemars(length(min = 1, max = 2048))]
@@ -189,7 +191,7 @@ pub struct HttpHandlerSpec {
 
 /// One request header: a literal `value` or a `valueFrom.secretKeyRef`.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[x_kube(validation = Rule::new("has(self.value) != has(self.valueFrom)").message("spec.handler.http.headers[]: set exactly one of value or valueFrom"))]
 pub struct HttpHeader {
     #[schemars(length(min = 1, max = 256))]
@@ -203,13 +205,14 @@ pub struct HttpHeader {
 
 /// Where a header value comes from.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HeaderValueSource {
     pub secret_key_ref: SecretKeyRef,
 }
 
 /// A key of a Secret in the hook's namespace.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
 pub struct SecretKeyRef {
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
@@ -219,7 +222,7 @@ pub struct SecretKeyRef {
 
 /// `prompt` handler: an LLM decides through a `decide` tool call (CONTRACT §5 prompt).
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PromptHandlerSpec {
     #[schemars(length(min = 1, max = 16384))]
     pub prompt_template: String,

@@ -709,7 +709,7 @@ mod tests {
     #[test]
     fn concatenation_and_membership_are_charged_by_size() {
         // A tester's DoS: the list joined to itself, scanned with `in` for every item.
-        let joined = vec!["tool_input.a"; 8].join(" + ");
+        let joined = ["tool_input.a"; 8].join(" + ");
         let src = format!("({joined}).all(x, !((\"z\" + x) in ({joined})))");
         assert!(
             matches!(IfExpr::compile(&src), Err(ExprError::TooCostly(_))),

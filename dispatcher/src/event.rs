@@ -4,8 +4,10 @@
 
 use agenthooks_crds::HookEvent;
 use agenthooks_crds::expr::MAX_LIST_LEN;
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::map::Entry;
 
 /// Largest request body accepted by `POST /v1/dispatch`, in bytes.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -15,6 +17,10 @@ pub const MAX_TOOL_INPUT_BYTES: usize = 256 * 1024;
 pub const MAX_TOOL_INPUT_DEPTH: usize = 32;
 /// Sub-agent depth bound (seed `MaxLoopDepth`): `depth > 3` runs no hook.
 pub const MAX_LOOP_DEPTH: i64 = 3;
+/// Longest field path reported in an error, in bytes (a cut path ends with `…`).
+pub const MAX_REPORTED_PATH_BYTES: usize = 200;
+/// Longest error message reported, in bytes (a cut message ends with `…`).
+const MAX_REPORTED_MESSAGE_BYTES: usize = 1024;
 
 /// One lifecycle event, as given to handlers (snake_case names, CONTRACT §1.3).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -32,8 +38,9 @@ pub struct Event {
     pub agent_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_name: Option<String>,
-    /// A JSON object; `{}` when missing.
-    #[serde(default = "empty_object")]
+    /// A JSON object; `{}` when missing. A key repeated at any depth is refused
+    /// (plain serde_json would keep the last one silently).
+    #[serde(default = "empty_object", deserialize_with = "unique_keys")]
     pub tool_input: Value,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw_input: Option<Value>,
@@ -74,6 +81,85 @@ impl EventError {
     }
 }
 
+/// A JSON value built like serde_json's own, except that an object holding the same key
+/// twice, at any depth, is an error. The error is raised while reading the second value,
+/// so a path-tracking deserializer reports the repeated key (`tool_input.a.cmd`).
+fn unique_keys<'de, D: Deserializer<'de>>(d: D) -> Result<Value, D::Error> {
+    d.deserialize_any(UniqueKeys)
+}
+
+struct UniqueKeys;
+
+impl<'de> DeserializeSeed<'de> for UniqueKeys {
+    type Value = Value;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for UniqueKeys {
+    type Value = Value;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(v) = seq.next_element_seed(UniqueKeys)? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            match out.entry(key) {
+                Entry::Vacant(slot) => {
+                    slot.insert(map.next_value_seed(UniqueKeys)?);
+                }
+                Entry::Occupied(_) => match map.next_value_seed(DuplicateKey)? {},
+            }
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+/// Fails in place of the value of a repeated key, so the error's path names that key.
+struct DuplicateKey;
+
+impl<'de> DeserializeSeed<'de> for DuplicateKey {
+    type Value = std::convert::Infallible;
+    fn deserialize<D: Deserializer<'de>>(self, _: D) -> Result<Self::Value, D::Error> {
+        Err(de::Error::custom("duplicate key"))
+    }
+}
+
 impl Event {
     /// Parses a request body. Errors name the field (`event`, `tool_input.a[3]`, ...).
     /// Fills a missing `event_id` with a UUID.
@@ -87,23 +173,18 @@ impl Event {
                 ),
             });
         }
+        // serde derive also reads a struct from a JSON array (`["stop"]`): only an
+        // object is an event.
+        let first = body
+            .iter()
+            .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
+        if first != Some(&b'{') {
+            return Err(EventError::invalid("body", "must be a JSON object"));
+        }
         // Fast path; on failure, parse again with path tracking to name the field.
         let mut ev: Event = match serde_json::from_slice(body) {
             Ok(ev) => ev,
-            Err(first) => {
-                let de = &mut serde_json::Deserializer::from_slice(body);
-                let (path, msg) = match serde_path_to_error::deserialize::<_, Event>(de) {
-                    Err(e) => (e.path().to_string(), e.into_inner().to_string()),
-                    // Never expected; still an error, never a panic.
-                    Ok(_) => (String::new(), first.to_string()),
-                };
-                let field = if path == "." || path.is_empty() {
-                    "body".to_string()
-                } else {
-                    path
-                };
-                return Err(EventError::invalid(field, strip_position(&msg)));
-            }
+            Err(first) => return Err(parse_error(body, first)),
         };
         ev.check()?;
         if ev.event_id.is_empty() {
@@ -134,6 +215,23 @@ impl Event {
         if self.tool_name.as_ref().is_some_and(|t| t.len() > 256) {
             return Err(EventError::invalid("tool_name", "is longer than 256 bytes"));
         }
+        // Names and ids end up in logs, metrics labels and audit rows: no NUL, newline,
+        // escape or other control character.
+        for (field, v) in [
+            ("tool_name", self.tool_name.as_deref()),
+            ("event_id", Some(self.event_id.as_str())),
+            ("session_id", Some(self.session_id.as_str())),
+            ("tenant_id", Some(self.tenant_id.as_str())),
+            ("agent_id", Some(self.agent_id.as_str())),
+            ("turn_id", self.turn_id.as_deref()),
+        ] {
+            if let Some(c) = v.and_then(|v| v.chars().find(|c| c.is_control())) {
+                return Err(EventError::invalid(
+                    field,
+                    format!("contains a control character (U+{:04X})", u32::from(c)),
+                ));
+            }
+        }
         let mut size = 0usize;
         check_caps(&self.tool_input, &mut Vec::new(), &mut size)
     }
@@ -142,6 +240,66 @@ impl Event {
     pub fn tool(&self) -> Option<&str> {
         self.tool_name.as_deref().filter(|t| !t.is_empty())
     }
+}
+
+/// Names the field of a failed parse: parses again with path tracking.
+fn parse_error(body: &[u8], first: serde_json::Error) -> EventError {
+    let de = &mut serde_json::Deserializer::from_slice(body);
+    let (path, msg) = match serde_path_to_error::deserialize::<_, Event>(de) {
+        Err(e) => (e.path().to_string(), e.into_inner().to_string()),
+        // Trailing characters after the object (only the fast path checks the end).
+        Ok(_) => (String::new(), first.to_string()),
+    };
+    // `?` stands for a place with no name (a key that could not be read): name the
+    // enclosing field, or the whole body.
+    let mut path = path.as_str();
+    while let Some(parent) = path.strip_suffix('?') {
+        path = parent.strip_suffix('.').unwrap_or(parent);
+    }
+    let field = if path.is_empty() || path == "." {
+        "body"
+    } else {
+        path
+    };
+    let msg = strip_position(&msg);
+    // serde refuses a repeated top-level field before reading its value, so the path
+    // is still empty: take the name from the message.
+    let field = match msg
+        .strip_prefix("duplicate field `")
+        .and_then(|m| m.strip_suffix('`'))
+    {
+        Some(name) if field == "body" => name,
+        _ => field,
+    };
+    if msg == "recursion limit exceeded" {
+        // Past serde_json's nesting limit (128): over a cap, whatever the path.
+        let top = field.split(['.', '[']).next().unwrap_or(field);
+        let message = if top == "tool_input" {
+            format!("nests deeper than {MAX_TOOL_INPUT_DEPTH} levels")
+        } else {
+            "nests deeper than 127 levels".to_owned()
+        };
+        return EventError::TooLarge {
+            field: top.to_owned(),
+            message,
+        };
+    }
+    EventError::invalid(
+        cut_to(field, MAX_REPORTED_PATH_BYTES),
+        cut_to(&msg, MAX_REPORTED_MESSAGE_BYTES),
+    )
+}
+
+/// `s`, or its longest prefix that, followed by `…`, fits in `max` bytes.
+fn cut_to(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max - '…'.len_utf8();
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
 }
 
 fn strip_position(msg: &str) -> String {
@@ -168,8 +326,11 @@ fn path_string(path: &[Seg<'_>]) -> String {
             }
             Seg::Index(i) => out.push_str(&format!("[{i}]")),
         }
+        if out.len() > MAX_REPORTED_PATH_BYTES {
+            break;
+        }
     }
-    out
+    cut_to(&out, MAX_REPORTED_PATH_BYTES)
 }
 
 fn check_caps<'a>(
@@ -320,5 +481,200 @@ mod tests {
     fn empty_tool_name_counts_as_none() {
         let e = parse(json!({"event": "pre_tool_use", "tool_name": ""})).unwrap();
         assert_eq!(e.tool(), None);
+    }
+
+    fn invalid(body: &[u8]) -> (String, String) {
+        match Event::parse(body) {
+            Err(EventError::Invalid { field, message }) => (field, message),
+            other => panic!("{}: {other:?}", String::from_utf8_lossy(body)),
+        }
+    }
+
+    #[test]
+    fn a_body_that_is_not_a_json_object_is_400_on_body() {
+        for body in [
+            &br#"["stop"]"#[..],
+            b" \n\t[\"pre_tool_use\", \"e\", \"s\"]",
+            b"\"stop\"",
+            b"7",
+            b"null",
+            b"",
+            b"   ",
+        ] {
+            let (field, message) = invalid(body);
+            assert_eq!(
+                (field.as_str(), message.as_str()),
+                ("body", "must be a JSON object"),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        // Leading JSON whitespace before the object is fine.
+        let e = Event::parse(b" \r\n\t{\"event\":\"stop\"}").unwrap();
+        assert_eq!(e.event, HookEvent::Stop);
+    }
+
+    #[test]
+    fn duplicate_keys_inside_tool_input_are_400_naming_the_path() {
+        for (body, path) in [
+            (
+                r#"{"event":"pre_tool_use","tool_input":{"cmd":"rm -rf /x","cmd":"ls"}}"#,
+                "tool_input.cmd",
+            ),
+            (
+                r#"{"event":"pre_tool_use","tool_input":{"a":{"b":[1,{"c":1,"d":2,"c":3}]}}}"#,
+                "tool_input.a.b[1].c",
+            ),
+            (
+                r#"{"event":"pre_tool_use","tool_input":{"x":{},"y":1,"x":{"z":2}}}"#,
+                "tool_input.x",
+            ),
+        ] {
+            let (field, message) = invalid(body.as_bytes());
+            assert_eq!(
+                (field.as_str(), message.as_str()),
+                (path, "duplicate key"),
+                "{body}"
+            );
+        }
+        // Top-level duplicates stay refused.
+        let (field, message) = invalid(br#"{"event":"stop","event":"pre_tool_use"}"#);
+        assert_eq!(field, "event");
+        assert_eq!(message, "duplicate field `event`");
+        // Same key at different places is not a duplicate; values keep every type.
+        let e = Event::parse(
+            br#"{"event":"pre_tool_use","tool_input":{"a":{"k":1},"b":{"k":[true,null,-2,3.5,18446744073709551615,"s"]},"k":"x"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            e.tool_input,
+            serde_json::json!({"a":{"k":1},"b":{"k":[true,null,-2,3.5,18446744073709551615u64,"s"]},"k":"x"})
+        );
+    }
+
+    #[test]
+    fn malformed_json_is_reported_on_body_not_a_question_mark() {
+        for body in [
+            &b"{not json"[..],
+            b"{",
+            b"{\"event\":\"stop\"",
+            b"{\"event\":\"stop\",}",
+            b"{\"event\":\"stop\"} trailing",
+        ] {
+            let (field, _) = invalid(body);
+            assert_eq!(field, "body", "{}", String::from_utf8_lossy(body));
+        }
+        // Inside a field, the field is named (not `tool_input.?`).
+        let (field, message) = invalid(br#"{"event":"stop","tool_input":{"a":{"b":1,}}}"#);
+        assert_eq!(
+            (field.as_str(), message.as_str()),
+            ("tool_input.a", "trailing comma")
+        );
+    }
+
+    #[test]
+    fn nesting_past_the_parser_limit_is_413_on_tool_input_with_a_short_field() {
+        for depth in [130, 5000] {
+            let body = format!(
+                r#"{{"event":"pre_tool_use","tool_input":{{"d":{}1{}}}}}"#,
+                "[".repeat(depth),
+                "]".repeat(depth)
+            );
+            let err = Event::parse(body.as_bytes()).unwrap_err();
+            assert_eq!(err.status(), 413, "{err}");
+            assert_eq!(
+                err,
+                EventError::TooLarge {
+                    field: "tool_input".into(),
+                    message: format!("nests deeper than {MAX_TOOL_INPUT_DEPTH} levels"),
+                }
+            );
+        }
+        // Objects too, not only arrays.
+        let body = format!(
+            r#"{{"event":"pre_tool_use","tool_input":{}1{}}}"#,
+            r#"{"k":"#.repeat(200),
+            "}".repeat(200)
+        );
+        let err = Event::parse(body.as_bytes()).unwrap_err();
+        assert_eq!(
+            (err.status(), err.to_string().len() < 100),
+            (413, true),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn reported_paths_are_cut_to_200_bytes() {
+        // A duplicate key with a long name, and a cap broken under long keys.
+        let k = "k".repeat(1000);
+        let body = format!(r#"{{"event":"pre_tool_use","tool_input":{{"{k}":1,"{k}":2}}}}"#);
+        let (field, message) = invalid(body.as_bytes());
+        assert_eq!(message, "duplicate key");
+        assert_eq!(field.len(), 200, "{field}");
+        assert!(field.starts_with("tool_input.kkk"), "{field}");
+
+        let long: Vec<_> = (0..=MAX_LIST_LEN).collect();
+        let mut v = serde_json::json!({ "items": long });
+        for _ in 0..3 {
+            v = serde_json::json!({ k.clone(): v });
+        }
+        let err = parse(json!({"event": "pre_tool_use", "tool_input": v})).unwrap_err();
+        let EventError::TooLarge { field, .. } = err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(field.len(), 200, "{field}");
+        // Cut on a character boundary.
+        let k = "é".repeat(300);
+        let body = format!(r#"{{"event":"pre_tool_use","tool_input":{{"{k}":1,"{k}":2}}}}"#);
+        let (field, _) = invalid(body.as_bytes());
+        assert!(field.len() <= 200 && field.len() >= 196, "{}", field.len());
+        // An unknown top-level field with a long name: path and message both cut.
+        let k = "u".repeat(2000);
+        let (field, message) = invalid(format!(r#"{{"event":"stop","{k}":1}}"#).as_bytes());
+        assert_eq!((field.len(), message.len()), (200, 1024));
+        assert!(field.ends_with("uu…"), "{field}");
+        assert!(message.starts_with("unknown field `uuu"), "{message}");
+    }
+
+    #[test]
+    fn control_characters_in_names_and_ids_are_400_naming_the_field() {
+        for field in [
+            "tool_name",
+            "event_id",
+            "session_id",
+            "tenant_id",
+            "agent_id",
+            "turn_id",
+        ] {
+            for bad in [
+                "exec\u{0}",
+                "ex\nec",
+                "\u{1b}[31m",
+                "a\u{7f}",
+                "b\u{85}",
+                "\t",
+            ] {
+                let mut body = json!({"event": "pre_tool_use"});
+                body[field] = json!(bad);
+                let (f, message) = match parse(body) {
+                    Err(EventError::Invalid { field, message }) => (field, message),
+                    other => panic!("{field} {bad:?}: {other:?}"),
+                };
+                assert_eq!(f, field, "{bad:?}");
+                assert!(
+                    message.starts_with("contains a control character (U+"),
+                    "{message}"
+                );
+            }
+            let mut body = json!({"event": "pre_tool_use"});
+            body[field] = json!("fine-id_ü 1");
+            assert!(parse(body).is_ok(), "{field}");
+        }
+        let (f, message) = invalid(br#"{"event":"pre_tool_use","tool_name":"exec\u0000"}"#);
+        assert_eq!(
+            (f.as_str(), message.as_str()),
+            ("tool_name", "contains a control character (U+0000)")
+        );
     }
 }

@@ -123,8 +123,8 @@ pub fn load(
             if value.is_null() {
                 continue;
             }
-            let head: Header = serde_norway::from_value(value.clone())
-                .map_err(|e| derr(format!("bad header: {e}")))?;
+            let head: Header =
+                from_value(value.clone()).map_err(|e| derr(format!("bad header: {e}")))?;
             match head.kind.as_str() {
                 "AgentHook" | "TenantHookBudget" => {
                     let want = format!("{GROUP}/{VERSION}");
@@ -140,8 +140,7 @@ pub fn load(
                     if head.metadata.name.is_empty() {
                         return Err(derr("metadata.name: required".into()));
                     }
-                    let hd: HookDoc =
-                        serde_norway::from_value(value).map_err(|e| derr(format!("{e}")))?;
+                    let hd: HookDoc = from_value(value).map_err(derr)?;
                     let namespace = head
                         .metadata
                         .namespace
@@ -171,8 +170,7 @@ pub fn load(
                     );
                 }
                 "Secret" => {
-                    let sd: SecretDoc =
-                        serde_norway::from_value(value).map_err(|e| derr(format!("{e}")))?;
+                    let sd: SecretDoc = from_value(value).map_err(derr)?;
                     let mut values: BTreeMap<String, Vec<u8>> = BTreeMap::new();
                     for (k, v) in sd.data {
                         let compact: String = v.split_whitespace().collect();
@@ -263,6 +261,29 @@ pub fn load(
         });
     }
     Ok(set)
+}
+
+/// `serde_norway::from_value` with errors that start with the path of the field
+/// (`spec.event: unknown variant ...`, `spec.handler: missing field ...`).
+fn from_value<T: serde::de::DeserializeOwned>(value: serde_norway::Value) -> Result<T, String> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.into_inner().to_string();
+        // A missing field is reported on the map that lacks it: name the field itself.
+        let missing = message
+            .strip_prefix("missing field `")
+            .and_then(|m| m.strip_suffix('`'));
+        let path = match (missing, path.as_str()) {
+            (Some(name), ".") => name.to_owned(),
+            (Some(name), _) => format!("{path}.{name}"),
+            (None, _) => path,
+        };
+        if path == "." {
+            message
+        } else {
+            format!("{path}: {message}")
+        }
+    })
 }
 
 fn list_files(path: &Path) -> Result<Vec<PathBuf>, LoadError> {

@@ -108,7 +108,9 @@ impl HttpCaller {
     ///   (no retry).
     /// * 5xx or transport error → one retry after [`RETRY_BACKOFF`]; if it fails again,
     ///   `Error` kind `http_5xx` / `transport`. If the retry cannot happen before the
-    ///   timeout, the result is `Timeout` at once.
+    ///   timeout, that first error is returned at once (still an `Error`: fail-closed,
+    ///   CONTRACT §4.3; never relabelled `Timeout`, which `onTimeout: allow` would let
+    ///   through).
     /// * Host name not resolvable → `Error` kind `transport` (not retried: one resolution
     ///   per call). Bad header name/value → `Error` kind `bad_header`.
     /// * The whole call past `timeout` → [`HandlerResult::timeout`].
@@ -123,7 +125,7 @@ impl HttpCaller {
     ) -> HandlerResult {
         let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
         let deadline = Instant::now() + timeout;
-        let work = self.call_inner(url, headers, body, deadline, timeout_ms);
+        let work = self.call_inner(url, headers, body, deadline);
         match tokio::time::timeout_at(deadline, work).await {
             Ok(r) => r,
             Err(_) => HandlerResult::timeout(timeout_ms),
@@ -136,7 +138,6 @@ impl HttpCaller {
         headers: &[(String, String)],
         body: Bytes,
         deadline: Instant,
-        timeout_ms: u64,
     ) -> HandlerResult {
         let client = match &self.inner.client {
             Ok(c) => c,
@@ -209,8 +210,13 @@ impl HttpCaller {
             Attempt::Retryable(r) => r,
         };
         if deadline.saturating_duration_since(Instant::now()) <= RETRY_BACKOFF {
-            // The retry cannot happen inside the hook's timeout.
-            return HandlerResult::timeout(timeout_ms);
+            // The retry cannot happen inside the hook's timeout: the failure stands as
+            // the error it is. Only the deadline expiring while waiting is a timeout.
+            tracing::debug!(
+                reason = retry_why.reason.as_deref().unwrap_or(""),
+                "http hook failed, no room left in the timeout for the retry"
+            );
+            return retry_why;
         }
         tracing::debug!(
             reason = retry_why.reason.as_deref().unwrap_or(""),
@@ -879,7 +885,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn retry_that_cannot_fit_in_the_timeout_is_a_timeout() {
+    async fn server_error_with_no_room_for_the_retry_is_an_error_not_a_timeout() {
         let srv = server(|_| async { json(502, "") }).await;
         let started = StdInstant::now();
         let r = loopback_caller()
@@ -890,11 +896,46 @@ mod tests {
                 Duration::from_millis(800),
             )
             .await;
-        assert_eq!(r.outcome, Outcome::Timeout, "{r:?}");
-        assert_eq!(r.error_kind, Some("timeout"));
-        assert!(started.elapsed() < Duration::from_millis(900));
+        // An error (fail-closed whatever `onTimeout` says), returned at once.
+        assert_eq!(r.outcome, Outcome::Error, "{r:?}");
+        assert_eq!(r.error_kind, Some("http_5xx"));
+        assert_eq!(r.reason.as_deref(), Some("hook answered 502"));
+        assert_eq!(r.metadata.http_status, Some(502));
+        assert!(
+            started.elapsed() < Duration::from_millis(700),
+            "{:?}",
+            started.elapsed()
+        );
         tokio::time::sleep(Duration::from_millis(1200)).await;
         assert_eq!(srv.hits(), 1);
+    }
+
+    #[tokio::test]
+    async fn transport_error_with_no_room_for_the_retry_is_an_error_not_a_timeout() {
+        let (addr, count) = dropping_server().await;
+        let started = StdInstant::now();
+        let r = loopback_caller()
+            .call(
+                &format!("http://{addr}/"),
+                &[],
+                Bytes::from_static(b"{}"),
+                Duration::from_millis(800),
+            )
+            .await;
+        assert_eq!(r.outcome, Outcome::Error, "{r:?}");
+        assert_eq!(r.error_kind, Some("transport"));
+        assert_eq!(r.metadata.http_status, None);
+        assert!(
+            r.reason.as_deref().unwrap().starts_with("request failed"),
+            "{r:?}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_millis(700),
+            "{:?}",
+            started.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        assert_eq!(count.load(Ordering::SeqCst), 1);
     }
 
     /// A TCP server that accepts and drops every connection, counting them.

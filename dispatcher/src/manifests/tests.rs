@@ -172,3 +172,163 @@ fn secret_documents_feed_headers_sealed() {
             .contains("Secret tenant-acme/tok key \"token\" not found")
     );
 }
+
+#[test]
+fn spec_errors_name_the_field_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = HOOK.replace("NAME", "x");
+    let cases: Vec<(String, &str)> = vec![
+        (
+            base.replace("pre_tool_use", "pre_tool_call"),
+            "spec.event: unknown variant `pre_tool_call`, expected one of ",
+        ),
+        (
+            base.replace("  event: pre_tool_use\n", "  event: pre_tool_use\n  priority: high\n"),
+            "spec.priority: invalid type: string \"high\", expected i32",
+        ),
+        (
+            base.replace(
+                "  handler: {type: http, http: {url: 'https://policy.example.com/hook'}}\n",
+                "",
+            ),
+            "spec.handler: missing field `handler`",
+        ),
+        (
+            base.replace("  event: pre_tool_use\n", "  event: pre_tool_use\n  ifexpr: 'false'\n"),
+            "spec.ifexpr: unknown field `ifexpr`, expected one of ",
+        ),
+        (
+            base.replace("  event: pre_tool_use\n", "  event: pre_tool_use\n  timeOutMs: 20000\n"),
+            "spec.timeOutMs: unknown field `timeOutMs`, expected one of ",
+        ),
+        (
+            base.replace("{type: http, http: {", "{type: http, bogus: 1, http: {"),
+            "spec.handler.bogus: unknown field `bogus`, expected one of ",
+        ),
+        (
+            base.replace("hook'}", "hook', bogus: 1}"),
+            "spec.handler.http.bogus: unknown field `bogus`, expected ",
+        ),
+        (
+            base.replace(
+                "hook'}",
+                "hook', headers: [{name: A, valueFrom: {secretKeyRef: {name: s, key: k, optional: true}}}]}",
+            ),
+            "spec.handler.http.headers[0].valueFrom.secretKeyRef.optional: unknown field `optional`, expected ",
+        ),
+        (
+            base.replace("  event: pre_tool_use\n", "  event: pre_tool_use\n  timeoutMs: soon\n"),
+            "spec.timeoutMs: invalid type: string \"soon\", expected i64",
+        ),
+    ];
+    for (i, (text, want)) in cases.iter().enumerate() {
+        let p = write(dir.path(), &format!("h{i}.yaml"), text);
+        let err = load_lite(&p).unwrap_err().to_string();
+        let prefix = format!("{}: document 1: {want}", p.display());
+        assert!(err.starts_with(&prefix), "got:  {err}\nwant: {prefix}");
+    }
+    // The second document of a file is counted as such.
+    let p = write(
+        dir.path(),
+        "two.yaml",
+        &format!(
+            "{}---\n{}",
+            HOOK.replace("NAME", "a"),
+            base.replace(
+                "  event: pre_tool_use\n",
+                "  event: pre_tool_use\n  priority: high\n"
+            )
+        ),
+    );
+    assert_eq!(
+        load_lite(&p).unwrap_err().to_string(),
+        format!(
+            "{}: document 2: spec.priority: invalid type: string \"high\", expected i32",
+            p.display()
+        )
+    );
+}
+
+#[test]
+fn unknown_fields_in_any_spec_block_are_refused() {
+    // One stray key in each of the eight spec structs; a typo must never be dropped
+    // silently (an ignored `ifexpr` makes a hook run on every event).
+    let dir = tempfile::tempdir().unwrap();
+    let hook = |spec: &str| {
+        format!(
+            "apiVersion: agenthooks.io/v1alpha1\nkind: AgentHook\nmetadata: {{name: x, namespace: tenant-acme}}\nspec:\n{spec}"
+        )
+    };
+    let http = |block: &str| {
+        hook(&format!(
+            "  event: pre_tool_use\n  handler: {{type: http, http: {block}}}\n"
+        ))
+    };
+    let cases: Vec<(String, &str)> = vec![
+        // AgentHookSpec
+        (
+            hook(
+                "  event: pre_tool_use\n  ifexpr: 'false'\n  handler: {type: http, http: {url: 'https://p.example/h'}}\n",
+            ),
+            "spec.ifexpr: unknown field `ifexpr`",
+        ),
+        // HandlerSpec
+        (
+            hook(
+                "  event: pre_tool_use\n  handler: {type: http, bogus: 1, http: {url: 'https://p.example/h'}}\n",
+            ),
+            "spec.handler.bogus: unknown field `bogus`",
+        ),
+        // CommandHandlerSpec
+        (
+            hook(
+                "  event: pre_tool_use\n  handler: {type: command, command: {command: 'exit 0', env: [A]}}\n",
+            ),
+            "spec.handler.command.env: unknown field `env`",
+        ),
+        // HttpHandlerSpec
+        (
+            http("{url: 'https://p.example/h', timeoutMs: 100}"),
+            "spec.handler.http.timeoutMs: unknown field `timeoutMs`",
+        ),
+        // HttpHeader
+        (
+            http("{url: 'https://p.example/h', headers: [{name: A, value: b, secret: true}]}"),
+            "spec.handler.http.headers[0].secret: unknown field `secret`",
+        ),
+        // HeaderValueSource
+        (
+            http(
+                "{url: 'https://p.example/h', headers: [{name: A, valueFrom: {configMapKeyRef: {name: c, key: k}}}]}",
+            ),
+            "spec.handler.http.headers[0].valueFrom.configMapKeyRef: unknown field `configMapKeyRef`",
+        ),
+        // SecretKeyRef
+        (
+            http(
+                "{url: 'https://p.example/h', headers: [{name: A, valueFrom: {secretKeyRef: {name: s, key: k, namespace: other}}}]}",
+            ),
+            "spec.handler.http.headers[0].valueFrom.secretKeyRef.namespace: unknown field `namespace`",
+        ),
+        // PromptHandlerSpec
+        (
+            hook(
+                "  event: pre_tool_use\n  matcher: x\n  handler: {type: prompt, prompt: {promptTemplate: t, temperature: 0}}\n",
+            ),
+            "spec.handler.prompt.temperature: unknown field `temperature`",
+        ),
+    ];
+    for (i, (text, want)) in cases.iter().enumerate() {
+        let p = write(dir.path(), &format!("u{i}.yaml"), text);
+        let err = load_lite(&p).unwrap_err().to_string();
+        let prefix = format!("{}: document 1: {want}, expected ", p.display());
+        assert!(err.starts_with(&prefix), "got:  {err}\nwant: {prefix}");
+    }
+    // Without the stray keys, the same blocks load.
+    let ok = http(
+        "{url: 'https://p.example/h', headers: [{name: A, value: b}, {name: C, valueFrom: {secretKeyRef: {name: s, key: k}}}]}",
+    );
+    let secret = "apiVersion: v1\nkind: Secret\nmetadata: {name: s, namespace: tenant-acme}\nstringData: {k: v}\n---\n";
+    let p = write(dir.path(), "ok.yaml", &format!("{secret}{ok}"));
+    assert_eq!(load_lite(&p).unwrap().len(), 1);
+}

@@ -150,6 +150,63 @@ async fn bad_requests_are_400_and_413_naming_the_field() {
 }
 
 #[tokio::test]
+async fn refused_event_shapes_answer_with_status_field_and_message() {
+    let state = AppState::new(Engine::new(
+        HttpCaller::new(vec![]),
+        Edition::Lite,
+        SealKey::generate(),
+    ));
+    state.set_hooks(hooks("exit 0"));
+    let base = serve(state).await;
+    let deep = format!(
+        r#"{{"event":"pre_tool_use","tool_name":"exec","tool_input":{{"d":{}1{}}}}}"#,
+        "[".repeat(300),
+        "]".repeat(300)
+    );
+    for (body, status, field, error) in [
+        (
+            r#"["pre_tool_use","exec"]"#.to_owned(),
+            400,
+            "body",
+            "body: must be a JSON object",
+        ),
+        (
+            r#"{"event":"pre_tool_use","tool_name":"exec","tool_input":{"cmd":"rm -rf /x","cmd":"ls"}}"#
+                .to_owned(),
+            400,
+            "tool_input.cmd",
+            "tool_input.cmd: duplicate key",
+        ),
+        ("{nope".to_owned(), 400, "body", "body: key must be a string"),
+        (
+            deep,
+            413,
+            "tool_input",
+            "tool_input: nests deeper than 32 levels",
+        ),
+        (
+            r#"{"event":"pre_tool_use","tool_name":"exec\u0000"}"#.to_owned(),
+            400,
+            "tool_name",
+            "tool_name: contains a control character (U+0000)",
+        ),
+        (
+            r#"{"event":"pre_tool_use","session_id":"s\nforged log line"}"#.to_owned(),
+            400,
+            "session_id",
+            "session_id: contains a control character (U+000A)",
+        ),
+    ] {
+        let (s, b) = post(&base, body.clone()).await;
+        assert_eq!(
+            (s, b["field"].as_str(), b["error"].as_str()),
+            (status, Some(field), Some(error)),
+            "{body}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn non_blocking_events_answer_allow() {
     let state = AppState::new(Engine::new(
         HttpCaller::new(vec![]),
