@@ -189,9 +189,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         shutdown_signal().await;
         shutdown.cancel();
     });
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(async move { cancel.cancelled().await })
-        .await?;
+    agenthooks_dispatcher::server::serve(listener, router(state), cancel).await?;
     Ok(())
 }
 

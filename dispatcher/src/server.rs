@@ -8,9 +8,9 @@
 //!   503), `GET /metrics`.
 
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use axum::Router;
-use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -50,6 +50,64 @@ impl AppState {
     }
 }
 
+/// Deadline for a client to send a request's headers (slowloris guard).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Deadline for a client to send a request's body once its headers arrived.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves `router` on `listener` until `shutdown` fires, then lets in-flight requests
+/// finish. Unlike `axum::serve`, a client that sends its headers slower than
+/// [`HEADER_READ_TIMEOUT`] is disconnected (the handler bounds body reads by
+/// [`BODY_READ_TIMEOUT`]): a dispatcher on every tool call must not be held by idle
+/// sockets.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use hyper_util::server::conn::auto::Builder;
+    use hyper_util::service::TowerToHyperService;
+
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    let builder = builder.http1_only();
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        let (stream, _peer) = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off, keep serving.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(router.clone());
+        let conn = builder
+            .serve_connection(TokioIo::new(stream), service)
+            .into_owned();
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        });
+    }
+    tokio::select! {
+        _ = graceful.shutdown() => {}
+        _ = tokio::time::sleep(Duration::from_secs(15)) => tracing::warn!("connections still open after 15 s; exiting"),
+    }
+    Ok(())
+}
+
 /// The router of every route above.
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
@@ -70,15 +128,36 @@ fn error(status: StatusCode, field: &str, message: String) -> Response {
         .into_response()
 }
 
-async fn dispatch(
-    State(state): State<Arc<AppState>>,
-    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
-) -> Response {
-    let body = match body {
-        Ok(b) => b,
-        Err(e) => {
-            let status = e.status();
-            return error(status, "body", format!("body: {}", e.body_text()));
+async fn dispatch(State(state): State<Arc<AppState>>, body: axum::body::Body) -> Response {
+    let body = match tokio::time::timeout(
+        BODY_READ_TIMEOUT,
+        axum::body::to_bytes(body, MAX_BODY_BYTES),
+    )
+    .await
+    {
+        Ok(Ok(b)) => b,
+        Ok(Err(e)) => {
+            // axum reports the size cap as a `LengthLimitError` ("length limit exceeded").
+            let too_large = e.to_string().contains("length limit");
+            return if too_large {
+                error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "body",
+                    format!("body: larger than {MAX_BODY_BYTES} bytes"),
+                )
+            } else {
+                error(StatusCode::BAD_REQUEST, "body", format!("body: {e}"))
+            };
+        }
+        Err(_) => {
+            return error(
+                StatusCode::REQUEST_TIMEOUT,
+                "body",
+                format!(
+                    "body: not received within {} s",
+                    BODY_READ_TIMEOUT.as_secs()
+                ),
+            );
         }
     };
     let Some(set) = state.hooks() else {

@@ -7,10 +7,11 @@ use agenthooks_crds::sealed::SealKey;
 use agenthooks_crds::snapshot::SnapshotHook;
 use serde_json::{Value, json};
 
-async fn serve(state: Arc<AppState>) -> String {
+async fn serve_state(state: Arc<AppState>) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router(state)).await.unwrap() });
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(async move { serve(listener, router(state), stop).await.unwrap() });
     format!("http://{addr}")
 }
 
@@ -54,7 +55,7 @@ async fn not_ready_until_hooks_are_loaded_then_decides() {
         Edition::Lite,
         SealKey::generate(),
     ));
-    let base = serve(Arc::clone(&state)).await;
+    let base = serve_state(Arc::clone(&state)).await;
     let c = reqwest::Client::new();
     assert_eq!(
         c.get(format!("{base}/readyz"))
@@ -131,7 +132,7 @@ async fn bad_requests_are_400_and_413_naming_the_field() {
         SealKey::generate(),
     ));
     state.set_hooks(hooks("exit 0"));
-    let base = serve(state).await;
+    let base = serve_state(state).await;
     let (s, b) = post(&base, r#"{"event": "pre_tool_call"}"#).await;
     assert_eq!((s, b["field"].as_str()), (400, Some("event")));
     let (s, b) = post(&base, "{nope").await;
@@ -157,7 +158,7 @@ async fn refused_event_shapes_answer_with_status_field_and_message() {
         SealKey::generate(),
     ));
     state.set_hooks(hooks("exit 0"));
-    let base = serve(state).await;
+    let base = serve_state(state).await;
     let deep = format!(
         r#"{{"event":"pre_tool_use","tool_name":"exec","tool_input":{{"d":{}1{}}}}}"#,
         "[".repeat(300),
@@ -214,11 +215,66 @@ async fn non_blocking_events_answer_allow() {
         SealKey::generate(),
     ));
     state.set_hooks(hooks("exit 2"));
-    let base = serve(state).await;
+    let base = serve_state(state).await;
     let (s, d) = post(
         &base,
         json!({"event": "post_tool_use", "tool_name": "exec"}).to_string(),
     )
     .await;
     assert_eq!((s, d["decision"].as_str()), (200, Some("allow")));
+}
+
+#[tokio::test]
+async fn a_client_that_never_finishes_its_headers_is_disconnected() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let state = AppState::new(Engine::new(
+        HttpCaller::new(vec![]),
+        Edition::Lite,
+        SealKey::generate(),
+    ));
+    let base = serve_state(state).await;
+    let addr = base.trim_start_matches("http://").to_string();
+    let mut sock = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    sock.write_all(b"POST /v1/dispatch HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut buf = Vec::new();
+    // The server closes the connection (after a 408 or nothing) once the deadline passes.
+    let read = tokio::time::timeout(HEADER_READ_TIMEOUT * 3, sock.read_to_end(&mut buf)).await;
+    assert!(
+        read.is_ok(),
+        "connection still open after {:?}",
+        started.elapsed()
+    );
+    assert!(started.elapsed() >= HEADER_READ_TIMEOUT - std::time::Duration::from_millis(500));
+}
+
+#[tokio::test]
+async fn a_body_shorter_than_its_content_length_gets_408() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let state = AppState::new(Engine::new(
+        HttpCaller::new(vec![]),
+        Edition::Lite,
+        SealKey::generate(),
+    ));
+    state.set_hooks(hooks("exit 0"));
+    let base = serve_state(state).await;
+    let addr = base.trim_start_matches("http://").to_string();
+    let mut sock = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    sock.write_all(
+        b"POST /v1/dispatch HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"event\"",
+    )
+    .await
+    .unwrap();
+    let mut buf = vec![0u8; 512];
+    let n = tokio::time::timeout(BODY_READ_TIMEOUT * 2, sock.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 408"),
+        "{}",
+        String::from_utf8_lossy(&buf[..n])
+    );
 }
