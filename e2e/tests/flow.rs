@@ -20,19 +20,20 @@ struct Stack {
     _procs: std::sync::Mutex<Vec<Proc>>,
 }
 
+/// Installs the CRDs the way the README and the issue say: `kubectl apply -f config/crd/`.
 fn crds(cp: &ControlPlane) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let crd = root.join("config/crd/agenthooks.yaml");
+    let dir = root.join("config/crd/");
     let out = cp.kubectl(&[
         "apply",
         "--server-side",
         "--force-conflicts",
         "-f",
-        crd.to_str().unwrap(),
+        dir.to_str().unwrap(),
     ]);
     assert!(
         out.status.success(),
-        "{}",
+        "kubectl apply -f config/crd/: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     cp.wait_for_crd("agenthooks.agenthooks.io", Duration::from_secs(30));
