@@ -23,6 +23,8 @@ pub struct LoadedHook {
     pub compiled: CompiledHook,
     /// `namespace/name`, the name shown in responses and logs.
     pub key: String,
+    /// Breaker state of this hook version on this dispatcher.
+    pub breaker: crate::breaker::Breaker,
 }
 
 impl std::ops::Deref for LoadedHook {
@@ -131,6 +133,7 @@ impl HookSet {
                             key: format!("{}/{}", s.namespace, s.name),
                             source: s,
                             compiled,
+                            breaker: Default::default(),
                         }),
                         Err(errors) => {
                             rejected.push(RejectedHook {

@@ -3,6 +3,7 @@
 //! - [`event`]: the dispatch request, its parsing and input caps (CONTRACT §1, §2.4).
 //! - [`hookset`]: hooks compiled once per version, indexed for resolution (CONTRACT §3).
 //! - [`manifests`]: AgentHook YAML for standalone mode and `check`.
+//! - [`breaker`]: the per-hook circuit breaker (CONTRACT §6.1).
 //! - [`chain`]: the blocking chain and the non-blocking path (CONTRACT §4).
 //! - [`runner`]: one hook run: filters, then its handler, under its timeout.
 //! - [`handlers`]: command and http handlers, SSRF guard (CONTRACT §5).
@@ -10,6 +11,7 @@
 //! - [`sync`]: the long-poll client that follows the operator's snapshots.
 //! - [`metrics`]: Prometheus series (CONTRACT §8.2).
 
+pub mod breaker;
 pub mod chain;
 pub mod event;
 pub mod handlers;

@@ -28,6 +28,8 @@ pub struct Metrics {
     pub loop_depth_exceeded: IntCounter,
     /// `updatedInput` dropped from hooks outside the master namespace.
     pub mutation_denied: IntCounter,
+    /// Circuit-breaker trips (seed `security.hook.circuit_breaker`).
+    pub breaker_trips: IntCounter,
     /// Non-blocking hook runs shed because the background queue was full.
     pub background_shed: IntCounter,
     /// Version of the snapshot or hooks file served.
@@ -142,6 +144,11 @@ impl Metrics {
                 "updatedInput dropped from non-master hooks",
             )
             .unwrap(),
+            breaker_trips: IntCounter::new(
+                "agenthooks_breaker_trips_total",
+                "Hooks tripped by the circuit breaker",
+            )
+            .unwrap(),
             background_shed: IntCounter::new(
                 "agenthooks_background_shed_total",
                 "Non-blocking hook runs shed: queue full",
@@ -173,6 +180,7 @@ impl Metrics {
             Box::new(m.loop_depth_exceeded.clone()),
             Box::new(m.mutation_denied.clone()),
             Box::new(m.background_shed.clone()),
+            Box::new(m.breaker_trips.clone()),
             Box::new(m.snapshot_version.clone()),
             Box::new(m.hooks_loaded.clone()),
             Box::new(m.sync_errors.clone()),

@@ -182,6 +182,14 @@ pub async fn run_matched(
     };
     let elapsed = started.elapsed();
     let handler = hook.spec.handler.type_;
+    if let Some(trip) = hook.breaker.record(result.outcome, Instant::now()) {
+        engine.metrics.breaker_trips.inc();
+        tracing::warn!(
+            target: "security.hook.circuit_breaker",
+            hook = %hook.key, uid = %hook.uid, generation = hook.generation, reason = %trip.reason(),
+            "security.hook.circuit_breaker"
+        );
+    }
     engine.metrics.record_run(
         result.outcome,
         handler,

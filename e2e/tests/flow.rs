@@ -189,23 +189,59 @@ fn rm_event() -> Value {
     json!({"event": "pre_tool_use", "tenant_id": "acme", "agent_id": "a1", "tool_name": "exec", "tool_input": {"cmd": "rm -rf /"}})
 }
 
+/// The generation of `key` served by a dispatcher, from `GET /v1/hooks` (None: not served).
+fn served_generation(base: &str, key: &str) -> Option<i64> {
+    let out = std::process::Command::new("curl")
+        .args(["-s", "--max-time", "5", &format!("{base}/v1/hooks")])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+    v["hooks"]
+        .as_array()?
+        .iter()
+        .find(|h| h["hook"] == key)
+        .and_then(|h| h["generation"].as_i64())
+}
+
+fn generation(cp: &ControlPlane, ns: &str, name: &str) -> i64 {
+    cp.kubectl_json(&["-n", ns, "get", "agenthook", name, "-o", "json"])["metadata"]["generation"]
+        .as_i64()
+        .unwrap()
+}
+
+// Waiting polls GET /v1/hooks, not decisions: five blocks a minute would trip the hook's
+// circuit breaker (CONTRACT §6.1). Each phase then sends one decision per dispatcher.
 #[test]
 fn apply_reaches_both_dispatchers_then_edit_and_delete() {
     let s = stack();
     let name = unique_name("no-rm");
+    let key = format!("{}/{name}", s.tenant_ns);
     let started = Instant::now();
     s.cp.apply_yaml(&hook_yaml(&s.tenant_ns, &name, BLOCK_RM));
-    let both_block = wait_for(Duration::from_secs(30), || {
+    let g1 = generation(s.cp, &s.tenant_ns, &name);
+    let served = wait_for(Duration::from_secs(30), || {
         s.dispatchers
             .iter()
-            .all(|d| dispatch(d, &rm_event())["reason"] == "v1-block")
+            .all(|d| served_generation(d, &key) == Some(g1))
     });
     let apply_to_served = started.elapsed();
-    assert!(both_block, "both dispatchers should block within 30 s");
+    assert!(served, "both dispatchers should serve the hook within 30 s");
     println!(
         "E2E-FIGURE apply_to_both_dispatchers_ms={}",
         apply_to_served.as_millis()
     );
+    for d in &s.dispatchers {
+        let v = dispatch(d, &rm_event());
+        assert_eq!(
+            (
+                v["decision"].as_str(),
+                v["reason"].as_str(),
+                v["decidingHook"].as_str()
+            ),
+            (Some("block"), Some("v1-block"), Some(key.as_str())),
+            "{d}: {v}"
+        );
+    }
 
     // Accepted=True and then Ready=True (both live dispatchers serve it)
     assert!(wait_for(Duration::from_secs(20), || condition(
@@ -258,31 +294,35 @@ fn apply_reaches_both_dispatchers_then_edit_and_delete() {
         &name,
         &BLOCK_RM.replace("v1-block", "v2-block"),
     ));
+    let g2 = generation(s.cp, &s.tenant_ns, &name);
+    assert!(g2 > g1);
     assert!(wait_for(Duration::from_secs(30), || s
         .dispatchers
         .iter()
-        .all(|d| dispatch(d, &rm_event())["reason"] == "v2-block")));
+        .all(|d| served_generation(d, &key) == Some(g2))));
     println!(
         "E2E-FIGURE edit_to_both_dispatchers_ms={}",
         started.elapsed().as_millis()
     );
+    for d in &s.dispatchers {
+        assert_eq!(dispatch(d, &rm_event())["reason"], "v2-block", "{d}");
+    }
 
-    // delete: both stop running it
+    // delete: both stop serving and running it
     s.cp.kubectl_ok(&["-n", &s.tenant_ns, "delete", "agenthook", &name]);
-    let key = format!("{}/{name}", s.tenant_ns);
-    let ran_it = |d: &str| {
+    assert!(wait_for(Duration::from_secs(30), || s
+        .dispatchers
+        .iter()
+        .all(|d| served_generation(d, &key).is_none())));
+    for d in &s.dispatchers {
         let v = dispatch(d, &rm_event());
-        v["hooks"]
+        let ran = v["hooks"]
             .as_array()
-            .is_none_or(|hs| hs.iter().any(|h| h["hook"] == key.as_str()))
-    };
-    assert!(
-        wait_for(Duration::from_secs(30), || s
-            .dispatchers
+            .unwrap()
             .iter()
-            .all(|d| !ran_it(d))),
-        "a deleted hook must stop running on both dispatchers"
-    );
+            .any(|h| h["hook"] == key.as_str());
+        assert!(!ran, "{d}: a deleted hook ran: {v}");
+    }
 }
 
 #[test]

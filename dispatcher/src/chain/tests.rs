@@ -397,3 +397,35 @@ async fn non_blocking_events_answer_allow_at_once() {
         "depth over 3 runs no hook"
     );
 }
+
+#[tokio::test]
+async fn a_tripped_breaker_stops_the_hook_on_this_dispatcher() {
+    let s = set(vec![
+        cmd("tenant-acme", "flaky-blocker", 2, "exit 2", ""),
+        cmd("tenant-acme", "after", 1, "exit 0", ""),
+    ]);
+    let e = engine();
+    for _ in 0..crate::breaker::TRIP_THRESHOLD {
+        let d = decide(&e, &s, event(json!({}))).await;
+        assert_eq!(
+            d.deciding_hook.as_deref(),
+            Some("tenant-acme/flaky-blocker")
+        );
+    }
+    assert_eq!(e.metrics.breaker_trips.get(), 1);
+    let d = decide(&e, &s, event(json!({}))).await;
+    assert_eq!(
+        ran(&d),
+        [("tenant-acme/after", Outcome::Allow)],
+        "the tripped hook no longer runs"
+    );
+    // a new generation (spec edit) starts closed
+    let mut edited = cmd("tenant-acme", "flaky-blocker", 2, "exit 2", "");
+    edited.generation = 2;
+    let (s2, _) = HookSet::build(vec![edited], MASTER, Edition::Lite, 2, Some(&s));
+    let d = decide(&e, &s2, event(json!({}))).await;
+    assert_eq!(
+        d.deciding_hook.as_deref(),
+        Some("tenant-acme/flaky-blocker")
+    );
+}

@@ -1,0 +1,193 @@
+//! The circuit breaker of one hook on one dispatcher (CONTRACT §6.1; seed "Circuit
+//! breaker": "N consecutive blocks/timeouts in a rolling window auto-disables the hook").
+//!
+//! Rule: a hook whose outcomes are `block` or `timeout` [`TRIP_THRESHOLD`] times in a row,
+//! the first and the last of them within [`TRIP_WINDOW`], trips. An `allow` resets the
+//! run; an `error` neither counts nor resets. Once tripped the hook stays open on this
+//! dispatcher: it runs no more. The state lives with the compiled hook, so a new
+//! generation (a spec edit) starts closed (CONTRACT §6.3).
+//!
+//! The lock is a `std::sync::Mutex` held for a few instructions, never across an await.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::handlers::Outcome;
+
+/// Outcomes in a row that trip the breaker (seed: 5).
+pub const TRIP_THRESHOLD: usize = 5;
+/// Window the run must fit in (seed: 1 minute).
+pub const TRIP_WINDOW: Duration = Duration::from_secs(60);
+
+/// Why and when a breaker tripped.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trip {
+    /// `block` and `timeout` counts of the tripping run.
+    pub blocks: usize,
+    pub timeouts: usize,
+    /// Seconds between the first and the last outcome of the run.
+    pub over_seconds: f64,
+}
+
+impl Trip {
+    /// A sentence for status, Events and logs.
+    pub fn reason(&self) -> String {
+        format!(
+            "{} blocks and {} timeouts in a row within {:.0} s (threshold {TRIP_THRESHOLD} within {} s)",
+            self.blocks,
+            self.timeouts,
+            self.over_seconds,
+            TRIP_WINDOW.as_secs()
+        )
+    }
+}
+
+/// Breaker state of one hook version.
+#[derive(Debug, Default)]
+pub struct Breaker {
+    open: AtomicBool,
+    /// The current run of block/timeout outcomes: (when, was it a timeout).
+    run: Mutex<VecDeque<(Instant, bool)>>,
+}
+
+impl Breaker {
+    /// Whether the hook must not run any more.
+    pub fn is_open(&self) -> bool {
+        self.open.load(Ordering::Acquire)
+    }
+
+    /// Records one outcome at `now`. Returns the trip when this outcome tripped it.
+    pub fn record(&self, outcome: Outcome, now: Instant) -> Option<Trip> {
+        let counts_as_timeout = match outcome {
+            Outcome::Allow => {
+                self.run.lock().unwrap_or_else(|p| p.into_inner()).clear();
+                return None;
+            }
+            Outcome::Error => return None,
+            Outcome::Block => false,
+            Outcome::Timeout => true,
+        };
+        let mut run = self.run.lock().unwrap_or_else(|p| p.into_inner());
+        run.push_back((now, counts_as_timeout));
+        while run.len() > TRIP_THRESHOLD {
+            run.pop_front();
+        }
+        if run.len() < TRIP_THRESHOLD {
+            return None;
+        }
+        let first = run.front().map(|(t, _)| *t).unwrap_or(now);
+        let span = now.saturating_duration_since(first);
+        if span > TRIP_WINDOW {
+            return None;
+        }
+        if self.open.swap(true, Ordering::AcqRel) {
+            return None; // already open: trip once
+        }
+        let timeouts = run.iter().filter(|(_, t)| *t).count();
+        Some(Trip {
+            blocks: run.len() - timeouts,
+            timeouts,
+            over_seconds: span.as_secs_f64(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(base: Instant, secs: u64) -> Instant {
+        base + Duration::from_secs(secs)
+    }
+
+    #[test]
+    fn five_blocks_within_a_minute_trip_once() {
+        let b = Breaker::default();
+        let t0 = Instant::now();
+        for i in 0..4 {
+            assert_eq!(b.record(Outcome::Block, at(t0, i)), None);
+            assert!(!b.is_open());
+        }
+        let trip = b
+            .record(Outcome::Block, at(t0, 4))
+            .expect("the fifth trips");
+        assert_eq!((trip.blocks, trip.timeouts), (5, 0));
+        assert!(b.is_open());
+        assert_eq!(b.record(Outcome::Block, at(t0, 5)), None, "trips only once");
+    }
+
+    #[test]
+    fn timeouts_count_like_blocks() {
+        let b = Breaker::default();
+        let t0 = Instant::now();
+        for (i, o) in [
+            Outcome::Timeout,
+            Outcome::Block,
+            Outcome::Timeout,
+            Outcome::Block,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            assert_eq!(b.record(o, at(t0, i as u64)), None);
+        }
+        let trip = b.record(Outcome::Timeout, at(t0, 10)).unwrap();
+        assert_eq!((trip.blocks, trip.timeouts), (2, 3));
+    }
+
+    #[test]
+    fn an_allow_resets_the_run() {
+        let b = Breaker::default();
+        let t0 = Instant::now();
+        for i in 0..4 {
+            b.record(Outcome::Block, at(t0, i));
+        }
+        b.record(Outcome::Allow, at(t0, 5));
+        for i in 6..10 {
+            assert_eq!(
+                b.record(Outcome::Block, at(t0, i)),
+                None,
+                "only 4 since the allow"
+            );
+        }
+        assert!(b.record(Outcome::Block, at(t0, 10)).is_some());
+    }
+
+    #[test]
+    fn errors_neither_count_nor_reset() {
+        let b = Breaker::default();
+        let t0 = Instant::now();
+        for i in 0..4 {
+            b.record(Outcome::Block, at(t0, i));
+            assert_eq!(b.record(Outcome::Error, at(t0, i)), None);
+        }
+        assert!(!b.is_open(), "errors do not count");
+        assert!(
+            b.record(Outcome::Block, at(t0, 5)).is_some(),
+            "errors did not reset the run"
+        );
+    }
+
+    #[test]
+    fn a_run_spread_over_more_than_a_minute_does_not_trip() {
+        let b = Breaker::default();
+        let t0 = Instant::now();
+        for i in 0..5 {
+            assert_eq!(
+                b.record(Outcome::Block, at(t0, i * 20)),
+                None,
+                "5 blocks over 80 s"
+            );
+        }
+        // the last five are now 20..100 s: still over a minute apart
+        assert_eq!(b.record(Outcome::Block, at(t0, 100)), None);
+        // exactly 60 s between first and last of the run trips (within the window)
+        let b = Breaker::default();
+        for i in 0..4 {
+            b.record(Outcome::Block, at(t0, i * 15));
+        }
+        assert!(b.record(Outcome::Block, at(t0, 60)).is_some());
+    }
+}
