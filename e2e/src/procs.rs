@@ -107,6 +107,11 @@ impl Proc {
         }
     }
 
+    /// Its pid (`None` once stopped).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Whether the process is still running.
     pub fn running(&mut self) -> bool {
         matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))

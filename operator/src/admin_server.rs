@@ -1,13 +1,18 @@
 //! Health and metrics server: `/healthz`, `/readyz`, `/metrics` (`--metrics-addr`).
 //!
 //! - `GET /healthz`: `200 ok` while the process runs.
-//! - `GET /readyz`: `200` unless this replica leads but has not finished its initial
-//!   sync (then `503`); the body is `{"leader", "synced", "snapshotVersion"}`. A standby
-//!   replica is ready (so a rollout never waits on leadership); dispatchers learn from
-//!   the sync server's 503 that it does not serve.
-//! - `GET /metrics`: Prometheus text format.
+//! - `GET /readyz`: `200` unless this replica leads and either has not finished its
+//!   initial sync or has a watch (AgentHooks, Namespaces, Secrets) that has kept failing
+//!   for longer than `--watch-grace-seconds` (see [`crate::watch_health`]): then `503`.
+//!   The body is `{"leader", "synced", "snapshotVersion", "watches": [{"resource",
+//!   "healthy", "failingForSeconds"?, "errors"?, "error"?}], "failing": [resource...],
+//!   "reason"?}`; `reason` says in words why it is not ready. A standby replica runs no
+//!   watches and is ready (so a rollout never waits on leadership); dispatchers learn
+//!   from the sync server's 503 that it does not serve.
+//! - `GET /metrics`: Prometheus text format (the watch gauges are re-evaluated first).
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::Router;
 use axum::extract::State;
@@ -18,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
 use crate::shared::Shared;
+use crate::watch_health::WatchStatus;
 
 /// The router.
 pub fn router(shared: Arc<Shared>) -> Router {
@@ -48,24 +54,43 @@ pub async fn serve(
 
 async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
     let s = shared.serving();
-    let status = if s.leader && !s.synced {
-        StatusCode::SERVICE_UNAVAILABLE
-    } else {
+    let watches = shared.watch_report(Instant::now());
+    let failing: Vec<&WatchStatus> = watches.iter().filter(|w| !w.healthy).collect();
+    let mut reasons = Vec::new();
+    if s.leader && !s.synced {
+        reasons.push("the initial sync of this leader session is not complete".to_string());
+    }
+    if s.leader {
+        reasons.extend(failing.iter().map(|w| {
+            format!(
+                "watch {} failing for {} s: {}",
+                w.resource,
+                w.failing_for_seconds.unwrap_or_default(),
+                w.error.as_deref().unwrap_or("unknown error")
+            )
+        }));
+    }
+    let status = if reasons.is_empty() {
         StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
     };
     let version = shared.snapshots.borrow().version;
-    (
-        status,
-        axum::Json(serde_json::json!({
-            "leader": s.leader,
-            "synced": s.synced,
-            "snapshotVersion": version,
-        })),
-    )
-        .into_response()
+    let mut body = serde_json::json!({
+        "leader": s.leader,
+        "synced": s.synced,
+        "snapshotVersion": version,
+        "watches": watches,
+        "failing": failing.iter().map(|w| w.resource).collect::<Vec<_>>(),
+    });
+    if !reasons.is_empty() {
+        body["reason"] = reasons.join("; ").into();
+    }
+    (status, axum::Json(body)).into_response()
 }
 
 async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
+    shared.watch_report(Instant::now());
     let mut resp = shared.metrics.encode().into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -79,6 +104,7 @@ mod tests {
     use super::*;
     use crate::metrics::Metrics;
     use crate::shared::tests::config;
+    use crate::watch_health::Watched;
     use axum::body::Body;
     use axum::http::Request;
     use tower::ServiceExt;
@@ -104,5 +130,60 @@ mod tests {
         shared.set_synced(true);
         assert_eq!(status(&shared, "/readyz").await, StatusCode::OK);
         assert_eq!(status(&shared, "/metrics").await, StatusCode::OK);
+    }
+
+    async fn get(shared: &Arc<Shared>, uri: &str) -> (StatusCode, String) {
+        let resp = router(shared.clone())
+            .oneshot(Request::get(uri).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = resp.status();
+        let body = http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    #[tokio::test]
+    async fn readyz_fails_while_a_watch_keeps_failing_and_names_it() {
+        let mut cfg = config();
+        cfg.watch_grace = std::time::Duration::ZERO;
+        let shared = Shared::new(cfg, Metrics::new().unwrap());
+        shared.set_leader(true);
+        shared.set_synced(true);
+        let forbidden = "agenthooks.agenthooks.io is forbidden: cannot watch";
+        let past = Instant::now() - std::time::Duration::from_secs(3);
+        shared
+            .watch_health
+            .error(Watched::AgentHooks, forbidden, past);
+
+        let (code, body) = get(&shared, "/readyz").await;
+        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["failing"], serde_json::json!(["agenthooks"]));
+        assert!(v["reason"].as_str().unwrap().contains(forbidden), "{body}");
+        let hooks = &v["watches"][0];
+        assert_eq!(hooks["resource"], "agenthooks");
+        assert_eq!(hooks["healthy"], false);
+        assert_eq!(hooks["error"], forbidden);
+        assert_eq!(v["watches"][1]["healthy"], true);
+        let (_, metrics) = get(&shared, "/metrics").await;
+        assert!(
+            metrics.contains("agenthooks_operator_watch_healthy{resource=\"agenthooks\"} 0"),
+            "{metrics}"
+        );
+
+        // a standby runs no watches: ready whatever is recorded
+        shared.set_leader(false);
+        assert_eq!(get(&shared, "/readyz").await.0, StatusCode::OK);
+        shared.set_leader(true);
+        shared.set_synced(true);
+        shared.watch_health.ok(Watched::AgentHooks);
+        let (code, body) = get(&shared, "/readyz").await;
+        assert_eq!(code, StatusCode::OK, "{body}");
+        assert!(!body.contains("reason"), "{body}");
+        let (_, metrics) = get(&shared, "/metrics").await;
+        assert!(metrics.contains("agenthooks_operator_watch_healthy{resource=\"agenthooks\"} 1"));
     }
 }

@@ -27,7 +27,19 @@ pub struct Config {
     /// A dispatcher not seen polling for this long is no longer live
     /// (`--dispatcher-ttl-seconds`, default 30 s).
     pub dispatcher_ttl: Duration,
+    /// A watch (AgentHooks, Namespaces, Secrets) that keeps failing for longer than this
+    /// fails readiness (`--watch-grace-seconds`, default 10 s).
+    pub watch_grace: Duration,
+    /// Server-side timeout of each watch request (`--watch-timeout-seconds`, default 290
+    /// as in kube-runtime). The API server checks authorization when a watch starts, so
+    /// a permission lost while a watch runs shows within this time.
+    pub watch_timeout_seconds: u32,
 }
+
+/// Default of [`Config::watch_grace`].
+pub const DEFAULT_WATCH_GRACE: Duration = Duration::from_secs(10);
+/// Default of [`Config::watch_timeout_seconds`].
+pub const DEFAULT_WATCH_TIMEOUT_SECONDS: u32 = 290;
 
 /// Which Lease to hold, as whom.
 #[derive(Debug, Clone)]

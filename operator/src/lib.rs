@@ -19,9 +19,11 @@
 //! - [`sync_server`]: `GET /v1/snapshot` (long poll) and `GET /v1/dispatchers`.
 //! - [`admin_server`]: `/healthz`, `/readyz`, `/metrics`.
 //! - [`metrics`]: Prometheus metrics.
+//! - [`watch_health`]: health of the session's watches (readiness, metrics) and the API
+//!   client layer that sees watches start.
 //! - [`leader`]: leader election with `kube-lease-manager`.
 //! - [`shared`]: state shared by the controller and the servers.
-//! - [`run`]: wires everything under one cancellation token.
+//! - [`run`](mod@run): wires everything under one cancellation token.
 
 #![warn(missing_docs)]
 
@@ -39,6 +41,7 @@ pub mod snapshot_builder;
 pub mod status;
 pub mod sync_server;
 pub mod validation_cache;
+pub mod watch_health;
 
 pub use config::{Config, LeaseConfig};
 pub use error::Error;

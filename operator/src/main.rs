@@ -6,7 +6,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use agenthooks_crds::{DEFAULT_MASTER_NAMESPACE, Edition};
-use agenthooks_operator::config::{default_identity, load_seal_key};
+use agenthooks_operator::config::{
+    DEFAULT_WATCH_GRACE, DEFAULT_WATCH_TIMEOUT_SECONDS, default_identity, load_seal_key,
+};
+use agenthooks_operator::watch_health::{self, WatchHealth};
 use agenthooks_operator::{Config, LeaseConfig};
 use anyhow::Context as _;
 use clap::Parser;
@@ -50,6 +53,14 @@ struct Args {
     /// A dispatcher not seen polling for this many seconds is no longer live.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     dispatcher_ttl_seconds: u64,
+    /// A watch (AgentHooks, Namespaces, Secrets) that keeps failing for this many seconds
+    /// (e.g. 403 after the operator's Role lost `watch`) fails /readyz until it recovers.
+    #[arg(long, default_value_t = DEFAULT_WATCH_GRACE.as_secs(), value_parser = clap::value_parser!(u64).range(1..=3600))]
+    watch_grace_seconds: u64,
+    /// Server-side timeout of each watch request. The API server checks permissions when
+    /// a watch starts, so a lost permission shows at the latest this long after.
+    #[arg(long, default_value_t = DEFAULT_WATCH_TIMEOUT_SECONDS, value_parser = clap::value_parser!(u32).range(1..=3600))]
+    watch_timeout_seconds: u32,
     /// Log format: text or json (filter with RUST_LOG, default info).
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
@@ -111,13 +122,18 @@ async fn main() -> anyhow::Result<()> {
         metrics_addr: args.metrics_addr,
         seal_key,
         dispatcher_ttl: Duration::from_secs(args.dispatcher_ttl_seconds),
+        watch_grace: Duration::from_secs(args.watch_grace_seconds),
+        watch_timeout_seconds: args.watch_timeout_seconds,
     };
-    let client = kube::Client::try_default()
+    let kube_config = kube::Config::infer()
         .await
-        .context("building a Kubernetes client (in-cluster config, or KUBECONFIG)")?;
+        .context("loading the Kubernetes client configuration (in-cluster, or KUBECONFIG)")?;
+    let health = WatchHealth::new();
+    let client =
+        watch_health::client(kube_config, &health).context("building a Kubernetes client")?;
 
     let cancel = CancellationToken::new();
     tokio::spawn(shutdown_signal(cancel.clone()));
-    agenthooks_operator::run(config, client, cancel).await?;
+    agenthooks_operator::run(config, client, health, cancel).await?;
     Ok(())
 }

@@ -1,6 +1,8 @@
 //! Prometheus metrics of the operator (CONVENTIONS habit 12: `agenthooks_<noun>_<unit|total>`).
 
-use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+
+use crate::watch_health::Watched;
 
 /// The operator's metrics, registered in their own [`Registry`].
 #[derive(Clone, Debug)]
@@ -27,6 +29,13 @@ pub struct Metrics {
     /// `agenthooks_operator_snapshot_polls_total{result}`: long polls by answer,
     /// `snapshot`, `not_modified`, `unavailable` or `bad_request`.
     pub snapshot_polls_total: IntCounterVec,
+    /// `agenthooks_operator_watch_errors_total{resource}`: errors of the leader session's
+    /// watch streams (`agenthooks`, `namespaces`, `secrets`): failed lists and watch
+    /// starts (a `403` included) and errors inside a watch (a `410 Gone` included).
+    pub watch_errors_total: IntCounterVec,
+    /// `agenthooks_operator_watch_healthy{resource}`: 0 while that watch has kept failing
+    /// for longer than `--watch-grace-seconds` (readiness fails meanwhile), else 1.
+    pub watch_healthy: IntGaugeVec,
 }
 
 impl Metrics {
@@ -83,7 +92,27 @@ impl Metrics {
         registry.register(Box::new(live_dispatchers.clone()))?;
         registry.register(Box::new(status_writes_total.clone()))?;
         registry.register(Box::new(leader.clone()))?;
+        let watch_errors_total = IntCounterVec::new(
+            Opts::new(
+                "agenthooks_operator_watch_errors_total",
+                "Errors of the watch streams by resource (agenthooks, namespaces, secrets).",
+            ),
+            &["resource"],
+        )?;
+        let watch_healthy = IntGaugeVec::new(
+            Opts::new(
+                "agenthooks_operator_watch_healthy",
+                "0 while a watch has kept failing for longer than the grace, else 1.",
+            ),
+            &["resource"],
+        )?;
+        for w in Watched::ALL {
+            watch_errors_total.with_label_values(&[w.label()]);
+            watch_healthy.with_label_values(&[w.label()]).set(1);
+        }
         registry.register(Box::new(snapshot_polls_total.clone()))?;
+        registry.register(Box::new(watch_errors_total.clone()))?;
+        registry.register(Box::new(watch_healthy.clone()))?;
         Ok(Metrics {
             registry,
             reconcile_total,
@@ -94,6 +123,8 @@ impl Metrics {
             status_writes_total,
             leader,
             snapshot_polls_total,
+            watch_errors_total,
+            watch_healthy,
         })
     }
 
@@ -122,6 +153,8 @@ mod tests {
             "agenthooks_operator_reconcile_errors_total{reason=\"kube\"} 1",
             "agenthooks_snapshot_version 3",
             "agenthooks_operator_live_dispatchers 2",
+            "agenthooks_operator_watch_errors_total{resource=\"secrets\"} 0",
+            "agenthooks_operator_watch_healthy{resource=\"agenthooks\"} 1",
         ] {
             assert!(text.contains(name), "missing {name} in\n{text}");
         }

@@ -17,6 +17,7 @@ use crate::metrics::Metrics;
 use crate::reconcile::session;
 use crate::shared::Shared;
 use crate::sync_server::SyncState;
+use crate::watch_health::WatchHealth;
 use crate::{admin_server, leader, sync_server};
 
 async fn bind(addr: SocketAddr, what: &'static str) -> Result<tokio::net::TcpListener, Error> {
@@ -32,19 +33,31 @@ async fn bind(addr: SocketAddr, what: &'static str) -> Result<tokio::net::TcpLis
 /// leadership is lost. On `cancel`: stops serving (waiting long polls answer 503), stops
 /// the session, releases the Lease and waits for the servers.
 ///
+/// `watch_health` tracks the session's watches for `/readyz` and the metrics; pass the
+/// one whose [`crate::watch_health::WatchStartLayer`] is in `client`
+/// ([`crate::watch_health::client`]), so a watch that starts working again after failing
+/// is seen even before an object changes.
+///
 /// Errors: [`Error::Bind`] when a listener cannot be bound, [`Error::Metrics`] on a
 /// metrics registration bug, or the first server failure.
-pub async fn run(config: Config, client: Client, cancel: CancellationToken) -> Result<(), Error> {
+pub async fn run(
+    config: Config,
+    client: Client,
+    watch_health: Arc<WatchHealth>,
+    cancel: CancellationToken,
+) -> Result<(), Error> {
     let metrics = Metrics::new()?;
     let sync_listener = bind(config.sync_addr, "sync").await?;
     let metrics_listener = bind(config.metrics_addr, "metrics").await?;
-    let shared = Shared::new(config, metrics);
+    let shared = Shared::with_watch_health(config, metrics, watch_health);
     tracing::info!(
         epoch = %shared.epoch,
         master_namespace = %shared.config.master_namespace,
         edition = %shared.config.edition,
         seal_key = shared.config.seal_key.is_some(),
         identity = %shared.config.lease.identity,
+        watch_grace_seconds = shared.config.watch_grace.as_secs(),
+        watch_timeout_seconds = shared.config.watch_timeout_seconds,
         "agenthooks operator starting"
     );
 

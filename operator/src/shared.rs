@@ -1,7 +1,9 @@
 //! State shared by the controller, the publisher, the ready pass and the servers.
 
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
+use kube::runtime::watcher;
 use tokio::sync::{Notify, watch};
 
 use crate::config::Config;
@@ -11,6 +13,7 @@ use crate::metrics::Metrics;
 use crate::ready::DispatcherTracker;
 use crate::snapshot_builder::{self, Published};
 use crate::validation_cache::ValidationCache;
+use crate::watch_health::{WatchHealth, WatchStatus, Watched};
 
 /// Whether this replica may serve snapshots: it leads and its leader session finished
 /// its initial sync.
@@ -58,11 +61,25 @@ pub struct Shared {
     pub tracker_changed: Arc<Notify>,
     /// Signalled when the index changed and a publish is wanted.
     pub publish_requested: Notify,
+    /// Health of the leader session's watches (also fed by the API client's
+    /// [`crate::watch_health::WatchStartLayer`]).
+    pub watch_health: Arc<WatchHealth>,
 }
 
 impl Shared {
-    /// Fresh state: empty index, version 0 published (empty), not serving.
+    /// Fresh state: empty index, version 0 published (empty), not serving, every watch
+    /// healthy.
     pub fn new(config: Config, metrics: Metrics) -> Arc<Shared> {
+        Shared::with_watch_health(config, metrics, WatchHealth::new())
+    }
+
+    /// Like [`Shared::new`], tracking watch health in `watch_health` (the one the API
+    /// client's layer feeds).
+    pub fn with_watch_health(
+        config: Config,
+        metrics: Metrics,
+        watch_health: Arc<WatchHealth>,
+    ) -> Arc<Shared> {
         let epoch = uuid::Uuid::new_v4().simple().to_string();
         let empty = snapshot_builder::build(&epoch, 0, &config.master_namespace, Vec::new())
             .unwrap_or_else(|_| Published {
@@ -83,7 +100,42 @@ impl Shared {
             tracker: Arc::new(Mutex::new(tracker)),
             tracker_changed: Arc::new(Notify::new()),
             publish_requested: Notify::new(),
+            watch_health,
         })
+    }
+
+    /// Records one item of watch `w`'s stream: an error counts in
+    /// `agenthooks_operator_watch_errors_total` and starts (or extends) a failing streak;
+    /// an object event or a finished list ends it.
+    pub fn observe_watch<K>(&self, w: Watched, item: &Result<watcher::Event<K>, watcher::Error>) {
+        match item {
+            Err(e) => {
+                self.metrics
+                    .watch_errors_total
+                    .with_label_values(&[w.label()])
+                    .inc();
+                let text = e.to_string();
+                tracing::warn!(watch = %w, error = %text, "watch error (retrying with backoff)");
+                self.watch_health.error(w, &text, Instant::now());
+            }
+            Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone) => {
+                self.watch_health.ok(w)
+            }
+            Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
+        }
+    }
+
+    /// Every watch's status at `now` (unhealthy past [`Config::watch_grace`]); sets
+    /// `agenthooks_operator_watch_healthy`.
+    pub fn watch_report(&self, now: Instant) -> Vec<WatchStatus> {
+        let report = self.watch_health.report(now, self.config.watch_grace);
+        for (w, s) in Watched::ALL.iter().zip(&report) {
+            self.metrics
+                .watch_healthy
+                .with_label_values(&[w.label()])
+                .set(i64::from(s.healthy));
+        }
+        report
     }
 
     /// Current leader / synced state.
@@ -166,6 +218,8 @@ pub(crate) mod tests {
                 duration_seconds: 15,
             },
             dispatcher_ttl: Duration::from_secs(30),
+            watch_grace: Duration::from_secs(10),
+            watch_timeout_seconds: 290,
         }
     }
 
@@ -180,6 +234,51 @@ pub(crate) mod tests {
         assert_eq!(rx.borrow().version, 1);
         assert_eq!(rx.borrow().hooks, 1);
         assert_eq!(rx.borrow().epoch, shared.epoch);
+    }
+
+    #[test]
+    fn watch_errors_count_and_fail_past_the_grace() {
+        let shared = Shared::new(config(), Metrics::new().unwrap());
+        let err: Result<watcher::Event<()>, _> = Err(watcher::Error::NoResourceVersion);
+        shared.observe_watch(Watched::AgentHooks, &err);
+        shared.observe_watch(Watched::AgentHooks, &err);
+        let errors = |w: Watched| {
+            shared
+                .metrics
+                .watch_errors_total
+                .with_label_values(&[w.label()])
+                .get()
+        };
+        let healthy = |w: Watched| {
+            shared
+                .metrics
+                .watch_healthy
+                .with_label_values(&[w.label()])
+                .get()
+        };
+        assert_eq!(
+            (errors(Watched::AgentHooks), errors(Watched::Secrets)),
+            (2, 0)
+        );
+        let now = Instant::now();
+        assert!(shared.watch_report(now).iter().all(|s| s.healthy));
+        let later = now + shared.config.watch_grace + Duration::from_secs(1);
+        let report = shared.watch_report(later);
+        assert!(!report[0].healthy && report[1].healthy && report[2].healthy);
+        assert_eq!(healthy(Watched::AgentHooks), 0);
+        assert_eq!(healthy(Watched::Namespaces), 1);
+
+        // the start of a re-list does not heal it, its end does
+        shared.observe_watch(Watched::AgentHooks, &Ok(watcher::Event::<()>::Init));
+        assert!(!shared.watch_report(later).iter().all(|s| s.healthy));
+        shared.observe_watch(Watched::AgentHooks, &Ok(watcher::Event::<()>::InitDone));
+        assert!(shared.watch_report(later).iter().all(|s| s.healthy));
+        assert_eq!(healthy(Watched::AgentHooks), 1);
+        assert_eq!(
+            errors(Watched::AgentHooks),
+            2,
+            "the counter never goes back"
+        );
     }
 
     #[test]

@@ -210,7 +210,7 @@ pub fn breaker_open(status: Option<&AgentHookStatus>, generation: i64) -> bool {
     }
 }
 
-/// What [`write`] did.
+/// What [`write()`] did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum WriteOutcome {
     /// Nothing to change; no request made.

@@ -10,16 +10,27 @@
 //! - Secrets (metadata only): a change or deletion re-queues the hooks of that
 //!   namespace whose headers read that Secret.
 //! - The ready pass re-queues hooks whose `Ready` should move.
+//!
+//! Every watch retries its own errors with backoff (a `410 Gone` starts it over), reports
+//! them and its recoveries to [`crate::watch_health`], and keeps them from the controller
+//! (whose shared trigger backoff would pause every watch). A small monitor re-evaluates
+//! their health each second (metrics, and a log line when one turns unhealthy). A `410
+//! Gone` or a restarted API server makes the watcher re-list (the hook store is replaced
+//! and deletions missed meanwhile are pruned from the index), so the session keeps
+//! working without a restart.
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use agenthooks_crds::AgentHook;
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::PartialObjectMeta;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::utils::Backoff;
 use kube::runtime::{PredicateConfig, WatchStreamExt, predicates, watcher};
 use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
@@ -28,6 +39,7 @@ use super::{Context, error_policy, ready_pass, reconcile, triggers};
 use crate::index::HookKey;
 use crate::shared::{Shared, lock};
 use crate::snapshot_builder;
+use crate::watch_health::Watched;
 
 /// Reconciles running at once.
 pub const CONCURRENCY: u16 = 8;
@@ -38,7 +50,9 @@ pub async fn run(shared: Arc<Shared>, client: Client, cancel: CancellationToken)
     lock(&shared.index).reset();
     lock(&shared.validation).clear();
     shared.set_synced(false);
+    shared.watch_health.reset();
     tracing::info!("leader session starting");
+    let watch_config = watcher::Config::default().timeout(shared.config.watch_timeout_seconds);
 
     let (hook_reader, hook_writer) = reflector::store::<AgentHook>();
     let (ns_reader, ns_writer) = reflector::store::<PartialObjectMeta<Namespace>>();
@@ -51,44 +65,48 @@ pub async fn run(shared: Arc<Shared>, client: Client, cancel: CancellationToken)
     let tap_shared = shared.clone();
     let tap_reader = hook_reader.clone();
     let tap_ctx = ctx.clone();
-    let hook_triggers = watcher(
+    let hook_triggers = retried(watcher(
         Api::<AgentHook>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
+        watch_config.clone(),
+    ))
     .reflect(hook_writer)
     .inspect(move |ev| {
+        tap_shared.observe_watch(Watched::AgentHooks, ev);
         on_hook_event(&tap_shared, &tap_reader, ev);
         if matches!(ev, Ok(watcher::Event::InitDone)) {
             tap_ctx.hooks_listed.send_replace(true);
         }
     })
+    .filter(observed_errors_stay_here)
     .applied_objects()
     .predicate_filter(triggers::hook_trigger, PredicateConfig::default());
 
     // Api<PartialObjectMeta<K>> makes metadata-only list/watch requests.
-    let ns_triggers = watcher(
+    let ns_triggers = retried(watcher(
         Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
+        watch_config.clone(),
+    ))
     .reflect(ns_writer)
     .inspect({
         let ctx = ctx.clone();
         move |ev| {
+            ctx.shared.observe_watch(Watched::Namespaces, ev);
             if matches!(ev, Ok(watcher::Event::InitDone)) {
                 ctx.namespaces_listed.send_replace(true);
             }
         }
     })
+    .filter(observed_errors_stay_here)
     .touched_objects()
     .predicate_filter(predicates::labels, PredicateConfig::default());
 
-    let secret_triggers = watcher(
+    let secret_shared = shared.clone();
+    let secret_triggers = retried(watcher(
         Api::<PartialObjectMeta<Secret>>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
+        watch_config,
+    ))
+    .inspect(move |ev| secret_shared.observe_watch(Watched::Secrets, ev))
+    .filter(observed_errors_stay_here)
     .touched_objects()
     .predicate_filter(predicates::resource_version, PredicateConfig::default());
 
@@ -127,9 +145,88 @@ pub async fn run(shared: Arc<Shared>, client: Client, cancel: CancellationToken)
 
     let publisher = snapshot_builder::run_publisher(shared.clone(), cancel.clone());
     let ready = ready_pass::run(ctx, hook_reader, ready_tx, cancel.clone());
-    tokio::join!(controller, publisher, ready);
+    let monitor = monitor_watches(shared.clone(), cancel.clone());
+    tokio::join!(controller, publisher, ready, monitor);
     shared.set_synced(false);
+    shared.watch_health.reset();
+    shared.watch_report(Instant::now());
     tracing::info!("leader session ended");
+}
+
+/// Whether a watch stream item is a `410 Gone` (the watch expired: the watcher re-lists).
+fn is_gone<K>(item: &Result<watcher::Event<K>, watcher::Error>) -> bool {
+    matches!(item, Err(watcher::Error::WatchError(status)) if status.code == 410)
+}
+
+/// kube-runtime's default watcher backoff (0.8 s doubling to 30 s, jittered, forgotten
+/// after 2 min without errors), started over by a `410 Gone`.
+///
+/// A 410 right after a watch start succeeded means "re-list now". Without starting over,
+/// the delay grown by the failed reconnections of an outage (up to 30 s) was slept once
+/// more before the re-list that ends it.
+#[derive(Default)]
+struct GoneRestartsBackoff {
+    inner: watcher::DefaultBackoff,
+    gone: Arc<AtomicBool>,
+}
+
+impl Iterator for GoneRestartsBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        if self.gone.swap(false, Ordering::Relaxed) {
+            self.inner.reset();
+        }
+        self.inner.next()
+    }
+}
+
+impl Backoff for GoneRestartsBackoff {
+    fn reset(&mut self) {
+        self.inner.reset();
+    }
+}
+
+/// A watch stream that retries its errors after [`GoneRestartsBackoff`].
+fn retried<K>(
+    stream: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send {
+    let backoff = GoneRestartsBackoff::default();
+    let gone = backoff.gone.clone();
+    stream
+        .inspect(move |item| {
+            if is_gone(item) {
+                gone.store(true, Ordering::Relaxed);
+            }
+        })
+        .backoff(backoff)
+}
+
+/// Keeps a watch error (already backed off by its own watcher, counted and logged by
+/// [`Shared::observe_watch`]) from reaching the controller.
+///
+/// The kube-runtime `Controller` puts its own backoff on the *merged* trigger streams:
+/// every error of any watch paused all three, for a delay that grew with each error and
+/// reset only on a change that passed the predicates. After an API server restart (each
+/// watch failing to reconnect, then `410 Gone`) that left every watch, re-lists included,
+/// unpolled for half a minute and more, so a new hook waited that long.
+fn observed_errors_stay_here<K>(
+    item: &Result<watcher::Event<K>, watcher::Error>,
+) -> std::future::Ready<bool> {
+    std::future::ready(item.is_ok())
+}
+
+/// Re-evaluates the watches' health each second until `cancel` (the gauge, and the log
+/// line of a watch turning unhealthy, follow the clock even when nobody asks `/readyz`).
+async fn monitor_watches(shared: Arc<Shared>, cancel: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => { shared.watch_report(Instant::now()); }
+        }
+    }
 }
 
 /// Feeds deletions and re-lists to the index, straight from the hook watch (after the
@@ -161,8 +258,8 @@ fn on_hook_event(
                 shared.publish_requested.notify_one();
             }
         }
-        Ok(_) => {}
-        Err(e) => tracing::warn!(error = %e, "AgentHook watch error (retrying with backoff)"),
+        // errors are counted and logged by `Shared::observe_watch`
+        Ok(_) | Err(_) => {}
     }
 }
 
@@ -179,6 +276,30 @@ mod tests {
         h.metadata.uid = Some(uid.into());
         h.metadata.generation = Some(1);
         h
+    }
+
+    #[test]
+    fn a_410_starts_the_backoff_over() {
+        let mut b = GoneRestartsBackoff::default();
+        let first = b.next().unwrap();
+        assert!(first < Duration::from_millis(1700), "{first:?}");
+        let grown = (0..5).map(|_| b.next().unwrap()).last().unwrap();
+        assert!(grown >= Duration::from_secs(12), "{grown:?}");
+        b.gone.store(true, Ordering::Relaxed);
+        let after_gone = b.next().unwrap();
+        assert!(after_gone < Duration::from_millis(1700), "{after_gone:?}");
+
+        let gone: Result<watcher::Event<()>, _> =
+            Err(watcher::Error::WatchError(Box::new(kube::core::Status {
+                code: 410,
+                message: "too old resource version: 1 (2)".into(),
+                ..Default::default()
+            })));
+        assert!(is_gone(&gone));
+        assert!(!is_gone(&Err::<watcher::Event<()>, _>(
+            watcher::Error::NoResourceVersion
+        )));
+        assert!(!is_gone(&Ok(watcher::Event::<()>::Init)));
     }
 
     #[test]
