@@ -400,6 +400,17 @@ mod tests {
         fields[0] == "Z" && ppid == std::process::id()
     }
 
+    /// Reads (and removes) the process-group id a test command wrote with `echo $$ > FILE`.
+    fn take_pgid(pidfile: &std::path::Path) -> i32 {
+        let pgid = std::fs::read_to_string(pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let _ = std::fs::remove_file(pidfile);
+        pgid
+    }
+
     fn tmp_path(tag: &str) -> std::path::PathBuf {
         std::env::temp_dir().join(format!(
             "agenthooks-{tag}-{}-{}",
@@ -713,12 +724,7 @@ mod tests {
         assert!(took >= Duration::from_millis(900), "{took:?}");
         assert!(took < Duration::from_secs(3), "{took:?}");
 
-        let pgid: i32 = std::fs::read_to_string(&pidfile)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        let _ = std::fs::remove_file(&pidfile);
+        let pgid = take_pgid(&pidfile);
         let left = wait_group_gone(pgid).await;
         assert!(left.is_empty(), "processes left in group {pgid}: {left:?}");
         assert!(!is_zombie_child_of_us(pgid), "sh {pgid} left as a zombie");
@@ -732,12 +738,7 @@ mod tests {
         let r = run(&spec(&cmd), EVENT, Duration::from_millis(300)).await;
         assert_eq!(r.outcome, Outcome::Timeout);
         assert!(started.elapsed() < Duration::from_secs(2));
-        let pgid: i32 = std::fs::read_to_string(&pidfile)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        let _ = std::fs::remove_file(&pidfile);
+        let pgid = take_pgid(&pidfile);
         let left = wait_group_gone(pgid).await;
         assert!(left.is_empty(), "{left:?}");
         assert!(!is_zombie_child_of_us(pgid));
@@ -754,12 +755,7 @@ mod tests {
         let r = run(&spec(&cmd), EVENT, Duration::from_secs(5)).await;
         assert_eq!(r.outcome, Outcome::Allow, "{r:?}");
         assert!(started.elapsed() < Duration::from_secs(2));
-        let pgid: i32 = std::fs::read_to_string(&pidfile)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        let _ = std::fs::remove_file(&pidfile);
+        let pgid = take_pgid(&pidfile);
         let left = wait_group_gone(pgid).await;
         assert!(left.is_empty(), "{left:?}");
     }
@@ -772,12 +768,7 @@ mod tests {
         let fut = run(&s, EVENT, Duration::from_secs(10));
         // Cancel from outside, as the chain budget would.
         let _ = tokio::time::timeout(Duration::from_millis(300), fut).await;
-        let pgid: i32 = std::fs::read_to_string(&pidfile)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        let _ = std::fs::remove_file(&pidfile);
+        let pgid = take_pgid(&pidfile);
         let left = wait_group_gone(pgid).await;
         assert!(left.is_empty(), "{left:?}");
     }

@@ -7,6 +7,15 @@ use agenthooks_crds::sealed::SealKey;
 use agenthooks_crds::snapshot::SnapshotHook;
 use serde_json::{Value, json};
 
+/// A state with a Lite engine, no SSRF allowlist, and no hooks yet.
+fn new_state() -> Arc<AppState> {
+    AppState::new(Engine::new(
+        HttpCaller::new(vec![]),
+        Edition::Lite,
+        SealKey::generate(),
+    ))
+}
+
 async fn serve_state(state: Arc<AppState>) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -50,11 +59,7 @@ async fn post(base: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {
 
 #[tokio::test]
 async fn not_ready_until_hooks_are_loaded_then_decides() {
-    let state = AppState::new(Engine::new(
-        HttpCaller::new(vec![]),
-        Edition::Lite,
-        SealKey::generate(),
-    ));
+    let state = new_state();
     let base = serve_state(Arc::clone(&state)).await;
     let c = reqwest::Client::new();
     assert_eq!(
@@ -126,11 +131,7 @@ async fn not_ready_until_hooks_are_loaded_then_decides() {
 
 #[tokio::test]
 async fn bad_requests_are_400_and_413_naming_the_field() {
-    let state = AppState::new(Engine::new(
-        HttpCaller::new(vec![]),
-        Edition::Lite,
-        SealKey::generate(),
-    ));
+    let state = new_state();
     state.set_hooks(hooks("exit 0"));
     let base = serve_state(state).await;
     let (s, b) = post(&base, r#"{"event": "pre_tool_call"}"#).await;
@@ -152,11 +153,7 @@ async fn bad_requests_are_400_and_413_naming_the_field() {
 
 #[tokio::test]
 async fn refused_event_shapes_answer_with_status_field_and_message() {
-    let state = AppState::new(Engine::new(
-        HttpCaller::new(vec![]),
-        Edition::Lite,
-        SealKey::generate(),
-    ));
+    let state = new_state();
     state.set_hooks(hooks("exit 0"));
     let base = serve_state(state).await;
     let deep = format!(
@@ -209,11 +206,7 @@ async fn refused_event_shapes_answer_with_status_field_and_message() {
 
 #[tokio::test]
 async fn non_blocking_events_answer_allow() {
-    let state = AppState::new(Engine::new(
-        HttpCaller::new(vec![]),
-        Edition::Lite,
-        SealKey::generate(),
-    ));
+    let state = new_state();
     state.set_hooks(hooks("exit 2"));
     let base = serve_state(state).await;
     let (s, d) = post(
@@ -227,11 +220,7 @@ async fn non_blocking_events_answer_allow() {
 #[tokio::test]
 async fn a_client_that_never_finishes_its_headers_is_disconnected() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let state = AppState::new(Engine::new(
-        HttpCaller::new(vec![]),
-        Edition::Lite,
-        SealKey::generate(),
-    ));
+    let state = new_state();
     let base = serve_state(state).await;
     let addr = base.trim_start_matches("http://").to_string();
     let mut sock = tokio::net::TcpStream::connect(&addr).await.unwrap();
@@ -253,11 +242,7 @@ async fn a_client_that_never_finishes_its_headers_is_disconnected() {
 #[tokio::test]
 async fn a_body_shorter_than_its_content_length_gets_408() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let state = AppState::new(Engine::new(
-        HttpCaller::new(vec![]),
-        Edition::Lite,
-        SealKey::generate(),
-    ));
+    let state = new_state();
     state.set_hooks(hooks("exit 0"));
     let base = serve_state(state).await;
     let addr = base.trim_start_matches("http://").to_string();
