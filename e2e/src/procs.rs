@@ -52,7 +52,34 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// A child process killed (SIGKILL) and reaped when dropped. Its output goes to a log
+/// Pids of live children, killed at process exit: a [`Proc`] kept in a `static` (shared
+/// by the tests of a binary) is never dropped, and must not outlive the test run.
+static LIVE: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
+extern "C" fn kill_live_children() {
+    let pids = LIVE.lock().map(|l| l.clone()).unwrap_or_default();
+    for pid in pids {
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+}
+
+fn track(pid: u32) {
+    static HOOK: Once = Once::new();
+    HOOK.call_once(|| unsafe {
+        libc::atexit(kill_live_children);
+    });
+    if let Ok(mut l) = LIVE.lock() {
+        l.push(pid);
+    }
+}
+
+fn untrack(pid: u32) {
+    if let Ok(mut l) = LIVE.lock() {
+        l.retain(|p| *p != pid);
+    }
+}
+
+/// A child process killed (SIGKILL) and reaped when dropped, or at process exit. Its output goes to a log
 /// file whose tail [`Proc::log_tail`] shows on failure.
 pub struct Proc {
     pub name: String,
@@ -84,6 +111,7 @@ impl Proc {
             .stderr(out)
             .spawn()
             .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
+        track(child.id());
         Proc {
             name: name.to_string(),
             child: Some(child),
@@ -94,6 +122,7 @@ impl Proc {
     /// Sends SIGTERM and waits up to `timeout` for exit; then SIGKILL.
     pub fn stop(&mut self, timeout: Duration) {
         if let Some(mut c) = self.child.take() {
+            untrack(c.id());
             unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
             let deadline = Instant::now() + timeout;
             while Instant::now() < deadline {
@@ -128,6 +157,7 @@ impl Proc {
 impl Drop for Proc {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
+            untrack(c.id());
             let _ = c.kill();
             let _ = c.wait();
         }
