@@ -70,3 +70,194 @@ pub struct TenantHookBudgetStatus {
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
 }
+
+/// Percentage of the monthly total below which a budget is in `Warning` (seed: "warn at
+/// 20% remaining"; CONTRACT §5.5: Warning *below* 20%, so exactly 20% is still `Ok`).
+pub const WARNING_PERCENT: i64 = 20;
+
+/// State of a budget (status `state`, printer column State).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BudgetState {
+    /// 20% or more remaining.
+    Ok,
+    /// Below 20% remaining, above 0.
+    Warning,
+    /// Nothing remaining: prompt hooks of blocking events are blocked.
+    Exhausted,
+}
+
+impl BudgetState {
+    /// `Ok`, `Warning` or `Exhausted` (the status word).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BudgetState::Ok => "Ok",
+            BudgetState::Warning => "Warning",
+            BudgetState::Exhausted => "Exhausted",
+        }
+    }
+
+    /// State for `remaining` tokens of a monthly `total` (both clamped at 0).
+    pub fn of(total: i64, remaining: i64) -> BudgetState {
+        let (total, remaining) = (total.max(0), remaining.max(0));
+        if remaining == 0 {
+            BudgetState::Exhausted
+        } else if (remaining as i128) * 100 < (total as i128) * WARNING_PERCENT as i128 {
+            BudgetState::Warning
+        } else {
+            BudgetState::Ok
+        }
+    }
+}
+
+/// The budget period containing `now`: its UTC month, `YYYY-MM`.
+pub fn period_of(now: chrono::DateTime<chrono::Utc>) -> String {
+    now.format("%Y-%m").to_string()
+}
+
+/// The first instant of the UTC month after `now` (when the next period starts).
+pub fn next_period_start(now: chrono::DateTime<chrono::Utc>) -> chrono::DateTime<chrono::Utc> {
+    use chrono::{Datelike, TimeZone};
+    let (y, m) = if now.month() == 12 {
+        (now.year() + 1, 1)
+    } else {
+        (now.year(), now.month() + 1)
+    };
+    chrono::Utc
+        .with_ymd_and_hms(y, m, 1, 0, 0, 0)
+        .single()
+        .expect("the first of a month exists")
+}
+
+/// The status a budget should show at `now`: the recorded `used` within the current
+/// period, or a fresh period (used 0) when the recorded one is another month. The
+/// configured total is kept across the rollover; `remaining` never goes below 0.
+pub fn status_at(
+    spec: &TenantHookBudgetSpec,
+    recorded: Option<&TenantHookBudgetStatus>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> TenantHookBudgetStatus {
+    let period = period_of(now);
+    let used = recorded
+        .filter(|s| s.period.as_deref() == Some(period.as_str()))
+        .map_or(0, |s| s.used.max(0));
+    let remaining = (spec.monthly_tokens.max(0) - used).max(0);
+    TenantHookBudgetStatus {
+        observed_generation: recorded.and_then(|s| s.observed_generation),
+        period: Some(period),
+        used,
+        remaining,
+        state: Some(
+            BudgetState::of(spec.monthly_tokens, remaining)
+                .as_str()
+                .to_string(),
+        ),
+        conditions: recorded.map(|s| s.conditions.clone()).unwrap_or_default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::{TimeZone, Utc};
+
+    fn spec(total: i64) -> TenantHookBudgetSpec {
+        TenantHookBudgetSpec {
+            tenant: None,
+            monthly_tokens: total,
+        }
+    }
+
+    #[test]
+    fn default_total_is_one_million() {
+        let s: TenantHookBudgetSpec = serde_json::from_str("{}").unwrap();
+        assert_eq!(s.monthly_tokens, 1_000_000);
+    }
+
+    #[test]
+    fn state_edges_exactly_twenty_percent_and_zero() {
+        assert_eq!(
+            BudgetState::of(1_000_000, 200_000),
+            BudgetState::Ok,
+            "exactly 20% is not below 20%"
+        );
+        assert_eq!(BudgetState::of(1_000_000, 199_999), BudgetState::Warning);
+        assert_eq!(BudgetState::of(1_000_000, 1), BudgetState::Warning);
+        assert_eq!(BudgetState::of(1_000_000, 0), BudgetState::Exhausted);
+        assert_eq!(
+            BudgetState::of(1_000_000, -5),
+            BudgetState::Exhausted,
+            "overspend clamps to 0"
+        );
+        assert_eq!(
+            BudgetState::of(0, 0),
+            BudgetState::Exhausted,
+            "a zero budget is exhausted"
+        );
+        assert_eq!(BudgetState::of(10, 2), BudgetState::Ok);
+        assert_eq!(BudgetState::of(10, 1), BudgetState::Warning);
+    }
+
+    #[test]
+    fn status_within_a_period_keeps_used_and_never_goes_below_zero() {
+        let now = Utc.with_ymd_and_hms(2026, 11, 15, 12, 0, 0).unwrap();
+        let recorded = TenantHookBudgetStatus {
+            period: Some("2026-11".into()),
+            used: 850_000,
+            ..Default::default()
+        };
+        let s = status_at(&spec(1_000_000), Some(&recorded), now);
+        assert_eq!(
+            (s.used, s.remaining, s.state.as_deref()),
+            (850_000, 150_000, Some("Warning"))
+        );
+        let over = TenantHookBudgetStatus {
+            period: Some("2026-11".into()),
+            used: 1_200_000,
+            ..Default::default()
+        };
+        let s = status_at(&spec(1_000_000), Some(&over), now);
+        assert_eq!((s.remaining, s.state.as_deref()), (0, Some("Exhausted")));
+    }
+
+    #[test]
+    fn a_new_utc_month_starts_a_new_period_with_the_configured_total() {
+        let recorded = TenantHookBudgetStatus {
+            period: Some("2026-11".into()),
+            used: 1_000_000,
+            ..Default::default()
+        };
+        let last_second = Utc.with_ymd_and_hms(2026, 11, 30, 23, 59, 59).unwrap();
+        let s = status_at(&spec(1_000_000), Some(&recorded), last_second);
+        assert_eq!(
+            (s.period.as_deref(), s.remaining, s.state.as_deref()),
+            (Some("2026-11"), 0, Some("Exhausted"))
+        );
+        let first_second = Utc.with_ymd_and_hms(2026, 12, 1, 0, 0, 0).unwrap();
+        let s = status_at(&spec(1_000_000), Some(&recorded), first_second);
+        assert_eq!(
+            (s.period.as_deref(), s.used, s.remaining, s.state.as_deref()),
+            (Some("2026-12"), 0, 1_000_000, Some("Ok"))
+        );
+        // a local-time midnight elsewhere does not roll over: the period is UTC
+        let utc_late = Utc.with_ymd_and_hms(2026, 11, 30, 22, 0, 0).unwrap();
+        assert_eq!(period_of(utc_late), "2026-11");
+    }
+
+    #[test]
+    fn next_period_start_crosses_years() {
+        let dec = Utc.with_ymd_and_hms(2026, 12, 31, 23, 0, 0).unwrap();
+        assert_eq!(
+            next_period_start(dec),
+            Utc.with_ymd_and_hms(2027, 1, 1, 0, 0, 0).unwrap()
+        );
+        let feb = Utc.with_ymd_and_hms(2028, 2, 29, 0, 0, 0).unwrap();
+        assert_eq!(
+            next_period_start(feb),
+            Utc.with_ymd_and_hms(2028, 3, 1, 0, 0, 0).unwrap()
+        );
+        assert_eq!(
+            period_of(Utc.with_ymd_and_hms(2027, 1, 1, 0, 0, 0).unwrap()),
+            "2027-01"
+        );
+    }
+}
