@@ -130,12 +130,7 @@ pub async fn run_handler(
                 let Some(c) = &hook.spec.handler.command else {
                     return HandlerResult::error("bad_spec", "handler.command is missing");
                 };
-                let spec = command::CommandSpec {
-                    command: c.command.clone(),
-                    allowed_env_vars: c.allowed_env_vars.clone(),
-                    cwd: c.cwd.clone(),
-                };
-                command::run(&spec, event_json, timeout).await
+                command::run(c, event_json, timeout).await
             }
             HandlerType::Http => {
                 let Some(h) = &hook.spec.handler.http else {

@@ -360,6 +360,15 @@ pub fn validate(
     })
 }
 
+/// Request headers the dispatcher sets itself; a hook may not configure them (lowercase).
+pub const RESERVED_HEADERS: [&str; 5] = [
+    "host",
+    "content-length",
+    "content-type",
+    "transfer-encoding",
+    "connection",
+];
+
 /// Header rules: a valid token name, not one the dispatcher sets itself.
 fn check_header(h: &crate::agenthook::HttpHeader) -> Result<(), String> {
     let name = h.name.as_str();
@@ -370,14 +379,10 @@ fn check_header(h: &crate::agenthook::HttpHeader) -> Result<(), String> {
     if !token {
         return Err(format!("{name:?} is not a valid header name"));
     }
-    const RESERVED: [&str; 5] = [
-        "host",
-        "content-length",
-        "content-type",
-        "transfer-encoding",
-        "connection",
-    ];
-    if RESERVED.iter().any(|r| name.eq_ignore_ascii_case(r)) {
+    if RESERVED_HEADERS
+        .iter()
+        .any(|r| name.eq_ignore_ascii_case(r))
+    {
         return Err(format!(
             "{name:?} is set by the dispatcher and cannot be configured"
         ));

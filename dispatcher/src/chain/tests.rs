@@ -344,13 +344,6 @@ async fn matcher_and_if_expr_filter_and_cel_errors_fail_closed() {
 
 #[tokio::test]
 async fn a_matcher_never_fires_without_a_tool_name() {
-    let s = set(vec![cmd(
-        "tenant-acme",
-        "any-tool",
-        1,
-        "exit 2",
-        "matcher: '.*'",
-    )]);
     let mut ev = event(json!({"event": "user_prompt_submit"}));
     ev.tool_name = None;
     let mut src = cmd("tenant-acme", "any-tool", 1, "exit 2", "matcher: '.*'");
@@ -359,7 +352,6 @@ async fn a_matcher_never_fires_without_a_tool_name() {
     let d = decide(&engine(), &s2, ev).await;
     assert_eq!(d.decision, Verdict::Allow);
     assert!(d.hooks.is_empty());
-    drop(s);
 }
 
 #[tokio::test]

@@ -32,17 +32,10 @@ use super::{HandlerResult, MAX_OUTPUT_BYTES, cut};
 /// (CONTRACT §5 command.2).
 pub const SAFE_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
-/// Config of a command hook (AgentHook `spec.handler.command`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CommandSpec {
-    /// The shell command, run as `sh -c <command>`. Never combined with event data.
-    pub command: String,
-    /// Names of variables of the dispatcher's own environment passed through, if set.
-    pub allowed_env_vars: Vec<String>,
-    /// Working directory; must exist (else error kind `cwd_missing`). `None` keeps the
-    /// dispatcher's working directory.
-    pub cwd: Option<String>,
-}
+/// Config of a command hook: the API type of `spec.handler.command` itself
+/// (`command` run as `sh -c`, never combined with event data; `allowed_env_vars` passed
+/// through if set; `cwd` must exist, else error kind `cwd_missing`).
+pub use agenthooks_crds::agenthook::CommandHandlerSpec as CommandSpec;
 
 /// The environment a command runs with (CONTRACT §5 command.2): the variables named in
 /// `allowed` that `lookup` finds set, plus `PATH=`[`SAFE_PATH`] unless `PATH` is named.

@@ -15,6 +15,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agenthooks_crds::validation::RESERVED_HEADERS;
 use bytes::Bytes;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
@@ -183,10 +184,7 @@ impl HttpCaller {
             let Ok(n) = HeaderName::from_bytes(name.as_bytes()) else {
                 return HandlerResult::error("bad_header", format!("invalid header name {name:?}"));
             };
-            if matches!(
-                n.as_str(),
-                "host" | "content-length" | "transfer-encoding" | "connection" | "content-type"
-            ) {
+            if RESERVED_HEADERS.contains(&n.as_str()) {
                 return HandlerResult::error(
                     "bad_header",
                     format!("header {n} is set by the dispatcher and may not be configured"),

@@ -25,8 +25,13 @@ async fn serve_state(state: Arc<AppState>) -> String {
 }
 
 fn hooks(cmd: &str) -> HookSet {
+    hooks_for("pre_tool_use", cmd)
+}
+
+/// One tenant-acme command hook on `event`, matching tool `exec`.
+fn hooks_for(event: &str, cmd: &str) -> HookSet {
     let spec = serde_norway::from_str(&format!(
-        "event: pre_tool_use\nmatcher: '^exec$'\nhandler: {{type: command, command: {{command: {}}}}}",
+        "event: {event}\nmatcher: '^exec$'\nhandler: {{type: command, command: {{command: {}}}}}",
         serde_json::to_string(cmd).unwrap()
     ))
     .unwrap();
@@ -205,16 +210,34 @@ async fn refused_event_shapes_answer_with_status_field_and_message() {
 }
 
 #[tokio::test]
-async fn non_blocking_events_answer_allow() {
+async fn non_blocking_events_answer_allow_even_when_their_hook_blocks() {
+    let marker = std::env::temp_dir().join(format!("agenthooks-observed-{}", std::process::id()));
+    let _ = std::fs::remove_file(&marker);
     let state = new_state();
-    state.set_hooks(hooks("exit 2"));
+    // The hook runs (it leaves a marker) and blocks; the answer is still allow, at once.
+    state.set_hooks(hooks_for(
+        "post_tool_use",
+        &format!("touch {}; exit 2", marker.display()),
+    ));
     let base = serve_state(state).await;
+    let started = std::time::Instant::now();
     let (s, d) = post(
         &base,
-        json!({"event": "post_tool_use", "tool_name": "exec"}).to_string(),
+        json!({"event": "post_tool_use", "tenant_id": "acme", "tool_name": "exec"}).to_string(),
     )
     .await;
     assert_eq!((s, d["decision"].as_str()), (200, Some("allow")));
+    assert!(started.elapsed() < std::time::Duration::from_secs(2));
+    let mut ran = false;
+    for _ in 0..50 {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        if marker.exists() {
+            ran = true;
+            break;
+        }
+    }
+    assert!(ran, "the background hook should have run");
+    let _ = std::fs::remove_file(&marker);
 }
 
 #[tokio::test]
