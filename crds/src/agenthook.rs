@@ -269,6 +269,13 @@ pub struct BreakerStatus {
     /// The dispatcher that tripped it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dispatcher: Option<String>,
+    /// The `metadata.generation` that tripped: a new generation closes the breaker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    /// The `agenthooks.io/reset-breaker` annotation value when it tripped: a different
+    /// value closes the breaker (CONTRACT §6.3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_annotation: Option<String>,
 }
 
 /// Execution counts (CONTRACT §7, issue "execution status").

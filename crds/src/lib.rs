@@ -7,6 +7,7 @@
 //! - [`validation`]: the one validation function used by admission, reconcile and
 //!   standalone load (CONTRACT §2).
 //! - [`snapshot`]: the wire format the operator serves to dispatchers.
+//! - [`report`]: what dispatchers report to the operator (trips, counts, budget calls).
 //! - [`sealed`]: AES-256-GCM sealing of secret header values inside snapshots.
 //! - [`tenancy`]: namespace → tenant, editions.
 
@@ -14,6 +15,7 @@ pub mod agenthook;
 pub mod budget;
 pub mod event;
 pub mod expr;
+pub mod report;
 pub mod sealed;
 pub mod snapshot;
 pub mod tenancy;

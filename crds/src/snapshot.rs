@@ -37,6 +37,11 @@ pub struct SnapshotHook {
     /// The tenant of the hook's namespace, resolved by the operator.
     pub namespace_tenant: String,
     pub spec: AgentHookSpec,
+    /// The hook's `agenthooks.io/reset-breaker` annotation value. A dispatcher keeps a
+    /// hook's breaker state only while (uid, generation, reset token) stay the same, so a
+    /// reset reaches it even if it never saw the snapshot without the hook.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_token: Option<String>,
     /// Header values from Secrets, sealed with the sync key ([`crate::sealed`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sealed_headers: Vec<SealedHeader>,

@@ -292,6 +292,7 @@ mod tests {
             namespace_tenant: ns.trim_start_matches("tenant-").into(),
             spec: serde_norway::from_str(yaml).unwrap(),
             sealed_headers: vec![],
+            reset_token: None,
         }
     }
 

@@ -247,6 +247,7 @@ pub fn load(
             namespace_tenant: tenant,
             spec: h.spec,
             sealed_headers: headers,
+            reset_token: None,
         });
     }
     let (set, rejected) = HookSet::build(sources, master_namespace, edition, 1, None);

@@ -304,6 +304,7 @@ pub(crate) mod tests {
                 namespace_tenant: ns.into(),
                 spec: spec(0),
                 sealed_headers: vec![],
+                reset_token: None,
             },
             verdict: Verdict::Accepted,
             breaker_open: false,

@@ -28,6 +28,7 @@
 #![warn(missing_docs)]
 
 pub mod admin_server;
+pub mod budget;
 pub mod config;
 pub mod error;
 pub mod index;
@@ -35,6 +36,7 @@ pub mod leader;
 pub mod metrics;
 pub mod ready;
 pub mod reconcile;
+pub mod report;
 pub mod run;
 pub mod shared;
 pub mod snapshot_builder;

@@ -19,6 +19,7 @@ use crate::shared::Shared;
 use crate::sync_server::SyncState;
 use crate::watch_health::WatchHealth;
 use crate::{admin_server, leader, sync_server};
+use crate::{budget, report};
 
 async fn bind(addr: SocketAddr, what: &'static str) -> Result<tokio::net::TcpListener, Error> {
     tokio::net::TcpListener::bind(addr)
@@ -65,7 +66,17 @@ pub async fn run(
         cancel.clone(),
         sync_server::serve(
             sync_listener,
-            SyncState::from_shared(&shared, cancel.clone()),
+            sync_server::router(SyncState::from_shared(&shared, cancel.clone()))
+                .merge(report::start(
+                    shared.clone(),
+                    client.clone(),
+                    cancel.clone(),
+                ))
+                .merge(budget::start(
+                    shared.clone(),
+                    client.clone(),
+                    cancel.clone(),
+                )),
             cancel.clone(),
         ),
     );

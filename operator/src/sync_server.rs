@@ -94,17 +94,18 @@ pub fn router(state: SyncState) -> Router {
         .with_state(state)
 }
 
-/// Serves [`router`] on `listener` until `shutdown` (waits in progress answer 503 at once).
+/// Serves `app` ([`router`] merged with the report and budget routes) on `listener` until
+/// `shutdown` (waits in progress answer 503 at once).
 ///
 /// Errors: [`Error::Serve`] if the server fails.
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    state: SyncState,
+    app: Router,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     let addr: Option<SocketAddr> = listener.local_addr().ok();
     tracing::info!(addr = ?addr, "sync server listening");
-    axum::serve(listener, router(state))
+    axum::serve(listener, app)
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await
         .map_err(|source| Error::Serve {
@@ -499,7 +500,7 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let shutdown = h.state.shutdown.clone();
-        let server = tokio::spawn(serve(listener, h.state.clone(), shutdown.clone()));
+        let server = tokio::spawn(serve(listener, router(h.state.clone()), shutdown.clone()));
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         stream

@@ -33,6 +33,7 @@ fn cmd(ns: &str, name: &str, priority: i32, command: &str, extra: &str) -> Snaps
         },
         spec: serde_norway::from_str(&yaml).unwrap(),
         sealed_headers: vec![],
+        reset_token: None,
     }
 }
 

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use agenthooks_crds::snapshot::SnapshotHook;
 use agenthooks_crds::tenancy::namespace_tenant;
 use agenthooks_crds::validation::{ValidationContext, validate};
-use agenthooks_crds::{AgentHook, AgentHookSpec};
+use agenthooks_crds::{AgentHook, AgentHookSpec, RESET_BREAKER_ANNOTATION};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::PartialObjectMeta;
 use kube::runtime::controller::Action;
@@ -295,6 +295,7 @@ async fn reconcile_hook(hook: &AgentHook, ctx: &Context) -> Result<Outcome, Erro
             namespace_tenant: tenant,
             spec: hook.spec.clone(),
             sealed_headers,
+            reset_token: hook.annotations().get(RESET_BREAKER_ANNOTATION).cloned(),
         },
         verdict: verdict.clone(),
         breaker_open: breaker_open(hook.status.as_ref(), generation),

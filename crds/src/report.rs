@@ -1,0 +1,153 @@
+//! What dispatchers tell the operator: breaker trips and execution counts
+//! (`POST /v1/report` on the operator's sync port), and the budget accounting calls
+//! (`POST /v1/budget/reserve`, `POST /v1/budget/settle`).
+//!
+//! Design (issue "Safeguards that hold across replicas"): dispatchers hold no API-server
+//! credentials. They report to the operator's leader, which is the one writer of
+//! AgentHook and TenantHookBudget status. A report is acknowledged (`200`) only once
+//! what it carries is written to the API server, so a dispatcher keeps (and merges into
+//! its next report) anything not acknowledged: no count is lost when the operator is
+//! away or fails over. Every call answers `503` on a replica that is not the synced
+//! leader; the dispatcher then tries its next operator URL.
+
+use serde::{Deserialize, Serialize};
+
+/// `POST /v1/report` body.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// The dispatcher's stable id (as in the snapshot poll).
+    pub dispatcher: String,
+    /// Random per report attempt batch; a report retried after a lost answer carries the
+    /// same id, and the operator applies a given id once.
+    pub report_id: String,
+    /// Breakers this dispatcher tripped since its last acknowledged report.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trips: Vec<TripReport>,
+    /// Execution counts since its last acknowledged report, one entry per hook.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub executions: Vec<ExecutionDelta>,
+}
+
+/// One breaker trip (CONTRACT §6.2).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TripReport {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    /// The generation that tripped; a report for an older generation is ignored.
+    pub generation: i64,
+    /// The `agenthooks.io/reset-breaker` value of the snapshot hook that tripped
+    /// ([`crate::snapshot::SnapshotHook::reset_token`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_token: Option<String>,
+    /// When it tripped, RFC 3339 UTC.
+    pub tripped_at: String,
+    /// Why, one sentence (e.g. "5 blocks and 0 timeouts in a row within 3 s ...").
+    pub reason: String,
+}
+
+/// Executions of one hook since the last acknowledged report (CONTRACT §7; issue point 4).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutionDelta {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    #[serde(default)]
+    pub allow: u64,
+    #[serde(default)]
+    pub block: u64,
+    #[serde(default)]
+    pub error: u64,
+    #[serde(default)]
+    pub timeout: u64,
+    /// The latest run among these, RFC 3339 UTC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_execution_time: Option<String>,
+    /// Its outcome: `allow`, `block`, `error` or `timeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_decision: Option<String>,
+}
+
+/// `POST /v1/report` answer (200): what was applied.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ReportAck {
+    /// Trips recorded (a trip for a hook already open, gone or at another generation is
+    /// acknowledged but not counted).
+    pub trips: usize,
+    /// Hooks whose `status.executions` were written.
+    pub executions: usize,
+    /// True when this `reportId` had already been applied (nothing done twice).
+    #[serde(default)]
+    pub duplicate: bool,
+}
+
+/// Refusal reason: the tenant has no TenantHookBudget.
+pub const REASON_BUDGET_NOT_FOUND: &str = "BudgetNotFound";
+/// Refusal reason: what remains (after reservations in flight) cannot cover the call.
+pub const REASON_BUDGET_EXHAUSTED: &str = "BudgetExhausted";
+/// Refusal reason: the budget could not be reached or read (fail closed).
+pub const REASON_BUDGET_UNAVAILABLE: &str = "BudgetUnavailable";
+
+/// `POST /v1/budget/reserve` body: hold `tokens` of `tenant`'s budget before a costly
+/// call (CONTRACT §5.5: the call's bound, prompt estimate + max output tokens).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReserveRequest {
+    pub dispatcher: String,
+    pub tenant: String,
+    /// Tokens to hold, > 0.
+    pub tokens: i64,
+    /// The hook asking, `namespace/name` (logs and Events only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook: Option<String>,
+}
+
+/// `POST /v1/budget/reserve` answer (200 whether granted or not).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReserveResponse {
+    pub granted: bool,
+    /// Set when granted: pass it to settle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation_id: Option<String>,
+    /// Set when refused: [`REASON_BUDGET_NOT_FOUND`] or [`REASON_BUDGET_EXHAUSTED`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Tokens left after this reservation and every other one in flight (never below 0).
+    pub remaining: i64,
+    /// The budget, `namespace/name`, when one applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<String>,
+}
+
+/// `POST /v1/budget/settle` body: the real cost of a reserved call; `tokens: 0` releases
+/// a reservation whose call was never made or failed before the provider counted
+/// anything (case "release on failure").
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SettleRequest {
+    pub dispatcher: String,
+    pub tenant: String,
+    pub reservation_id: String,
+    /// Tokens the provider reported, >= 0.
+    pub tokens: i64,
+}
+
+/// `POST /v1/budget/settle` answer (200 once `used` is written to the budget's status).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SettleResponse {
+    /// `status.used` after this settle.
+    pub used: i64,
+    /// `status.remaining` after this settle.
+    pub remaining: i64,
+    /// `Ok`, `Warning` or `Exhausted`.
+    pub state: String,
+    /// True when this reservation had already been settled (nothing done twice).
+    #[serde(default)]
+    pub duplicate: bool,
+}
