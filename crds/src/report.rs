@@ -27,6 +27,50 @@ pub struct Report {
     /// Execution counts since its last acknowledged report, one entry per hook.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub executions: Vec<ExecutionDelta>,
+    /// The breaker's view of hooks whose run changed since the last report: the
+    /// operator merges these across dispatchers by time and trips a hook whose last
+    /// [`crate::report::BREAKER_THRESHOLD`] outcomes, over every dispatcher, are
+    /// `block`/`timeout` within [`crate::report::BREAKER_WINDOW_SECONDS`] (CONTRACT §6.1,
+    /// counted across replicas).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub breaker: Vec<BreakerObservation>,
+}
+
+/// Outcomes in a row that trip a breaker (seed: 5).
+pub const BREAKER_THRESHOLD: usize = 5;
+/// Window, in seconds, those outcomes must fit in (seed: one minute).
+pub const BREAKER_WINDOW_SECONDS: i64 = 60;
+
+/// One dispatcher's breaker run of one hook: when it last saw `allow`, and the
+/// `block`/`timeout` outcomes it saw since (the run), oldest first.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BreakerObservation {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    pub generation: i64,
+    /// As in [`TripReport::reset_token`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_token: Option<String>,
+    /// The last `allow` of this hook on this dispatcher, RFC 3339 UTC (ms precision).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_allow_at: Option<String>,
+    /// The `block`/`timeout` outcomes after `last_allow_at`, oldest first; at most
+    /// [`BREAKER_THRESHOLD`] (the newest ones). Errors are not outcomes here (§6.1).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub run: Vec<RunOutcome>,
+}
+
+/// A `block` or `timeout` outcome in a breaker run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RunOutcome {
+    /// When, RFC 3339 UTC (ms precision).
+    pub at: String,
+    /// `timeout` (true) or `block` (false).
+    #[serde(default)]
+    pub timeout: bool,
 }
 
 /// One breaker trip (CONTRACT §6.2).

@@ -51,6 +51,7 @@
 //! runtime to make progress meanwhile.
 
 pub mod procs;
+pub mod stack;
 
 use std::ffi::OsStr;
 use std::fs;

@@ -28,6 +28,7 @@
 #![warn(missing_docs)]
 
 pub mod admin_server;
+pub mod breaker_window;
 pub mod budget;
 pub mod config;
 pub mod error;

@@ -1,0 +1,278 @@
+//! Operators and dispatchers as child processes on the shared control plane, and the
+//! HTTP look-ups tests make of them (through `curl`, as a user would).
+//!
+//! Used by the issue-3 tests (breaker, budgets, executions, failover). Every process
+//! logs to a directory under the system temp dir; [`Stack::tails`] shows the end of
+//! every log when a test fails.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::procs::{Proc, bin, free_port};
+use crate::{ControlPlane, unique_name, wait_for};
+
+/// Hex seal key shared by the operator and dispatchers of a test stack.
+pub const SEAL_KEY_HEX: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+/// Installs both CRDs as the README says (`kubectl apply --server-side -f config/crd/`)
+/// and waits until they are established.
+pub fn install_crds(cp: &ControlPlane) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/crd/");
+    let out = cp.kubectl(&[
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "kubectl apply -f config/crd/: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    cp.wait_for_crd("agenthooks.agenthooks.io", Duration::from_secs(30));
+    cp.wait_for_crd("tenanthookbudgets.agenthooks.io", Duration::from_secs(30));
+}
+
+/// `GET url` → (status, body); status 0 when nothing answered within 5 s.
+pub fn http_get(url: &str) -> (u16, String) {
+    curl(&["-s", "--max-time", "5", "-w", "\n%{http_code}", url])
+}
+
+/// `POST url` with a JSON body → (status, body); status 0 when nothing answered in 15 s.
+pub fn http_post(url: &str, body: &Value) -> (u16, String) {
+    curl(&[
+        "-s",
+        "--max-time",
+        "15",
+        "-H",
+        "content-type: application/json",
+        "-X",
+        "POST",
+        "-d",
+        &body.to_string(),
+        "-w",
+        "\n%{http_code}",
+        url,
+    ])
+}
+
+fn curl(args: &[&str]) -> (u16, String) {
+    let out = Command::new("curl").args(args).output().expect("run curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+/// Sum of the samples of metric `name` whose label set contains `labels` (`""`: all).
+pub fn metric(text: &str, name: &str, labels: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (metric_name, rest) = match series.find('{') {
+                Some(i) => (&series[..i], &series[i..]),
+                None => (series, ""),
+            };
+            (metric_name == name && rest.contains(labels))
+                .then(|| value.parse::<f64>().ok())
+                .flatten()
+        })
+        .sum()
+}
+
+/// An operator process.
+pub struct OperatorProc {
+    pub proc: Proc,
+    /// `http://127.0.0.1:<sync port>`.
+    pub sync: String,
+    /// `http://127.0.0.1:<metrics port>` (`/healthz`, `/readyz`, `/metrics`).
+    pub admin: String,
+    /// Its Lease holder identity.
+    pub identity: String,
+}
+
+impl OperatorProc {
+    /// Starts `agenthooks-operator` with `KUBECONFIG=kubeconfig`, the Lease `lease` in
+    /// `master`, holder identity `identity`, and `extra` flags.
+    pub fn start(
+        kubeconfig: &Path,
+        master: &str,
+        lease: &str,
+        identity: &str,
+        extra: &[&str],
+        logs: &Path,
+    ) -> OperatorProc {
+        let (sync_port, admin_port) = (free_port(), free_port());
+        let key = seal_key_file(logs);
+        let mut args: Vec<String> = [
+            "--master-namespace",
+            master,
+            "--sync-addr",
+            &format!("127.0.0.1:{sync_port}"),
+            "--metrics-addr",
+            &format!("127.0.0.1:{admin_port}"),
+            "--seal-key-file",
+            key.to_str().unwrap(),
+            "--lease-name",
+            lease,
+            "--lease-namespace",
+            master,
+            "--identity",
+            identity,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let proc = Proc::start(
+            identity,
+            &bin("agenthooks-operator"),
+            &args,
+            &[("KUBECONFIG", kubeconfig.to_str().unwrap())],
+            logs,
+        );
+        OperatorProc {
+            proc,
+            sync: format!("http://127.0.0.1:{sync_port}"),
+            admin: format!("http://127.0.0.1:{admin_port}"),
+            identity: identity.to_string(),
+        }
+    }
+
+    /// Whether it holds the Lease (its `agenthooks_operator_leader` gauge is 1).
+    pub fn is_leader(&self) -> bool {
+        let (code, text) = http_get(&format!("{}/metrics", self.admin));
+        code == 200 && metric(&text, "agenthooks_operator_leader", "") == 1.0
+    }
+}
+
+/// A dispatcher process following operators.
+pub struct DispatcherProc {
+    pub proc: Proc,
+    /// `http://127.0.0.1:<port>`.
+    pub url: String,
+    pub id: String,
+}
+
+impl DispatcherProc {
+    /// Starts `agenthooks-dispatcher --operator-url <each of operators> ...` with `extra`
+    /// flags.
+    pub fn start(
+        operators: &[&str],
+        id: &str,
+        master: &str,
+        extra: &[&str],
+        logs: &Path,
+    ) -> DispatcherProc {
+        let port = free_port();
+        let key = seal_key_file(logs);
+        let mut args: Vec<String> = Vec::new();
+        for o in operators {
+            args.push("--operator-url".into());
+            args.push(o.to_string());
+        }
+        args.extend(
+            [
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--dispatcher-id",
+                id,
+                "--master-namespace",
+                master,
+                "--seal-key-file",
+                key.to_str().unwrap(),
+            ]
+            .iter()
+            .map(|s| s.to_string()),
+        );
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let proc = Proc::start(id, &bin("agenthooks-dispatcher"), &args, &[], logs);
+        DispatcherProc {
+            proc,
+            url: format!("http://127.0.0.1:{port}"),
+            id: id.to_string(),
+        }
+    }
+
+    /// `GET /readyz` status.
+    pub fn readyz(&self) -> u16 {
+        http_get(&format!("{}/readyz", self.url)).0
+    }
+
+    /// `POST /v1/dispatch` → (status, body as JSON or Null).
+    pub fn dispatch(&self, event: &Value) -> (u16, Value) {
+        let (code, body) = http_post(&format!("{}/v1/dispatch", self.url), event);
+        (code, serde_json::from_str(&body).unwrap_or(Value::Null))
+    }
+
+    /// The generation of hook `ns/name` it serves (`GET /v1/hooks`), if any.
+    pub fn served_generation(&self, key: &str) -> Option<i64> {
+        let (_, body) = http_get(&format!("{}/v1/hooks", self.url));
+        let v: Value = serde_json::from_str(&body).ok()?;
+        v["hooks"]
+            .as_array()?
+            .iter()
+            .find(|h| h["hook"] == key)
+            .and_then(|h| h["generation"].as_i64())
+    }
+
+    /// `GET /metrics` text.
+    pub fn metrics(&self) -> String {
+        http_get(&format!("{}/metrics", self.url)).1
+    }
+}
+
+/// A fresh log directory `<tmp>/<prefix>-<unique>`.
+pub fn log_dir(prefix: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(unique_name(prefix));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn seal_key_file(logs: &Path) -> PathBuf {
+    let key = logs.join("seal.key");
+    if !key.exists() {
+        std::fs::write(&key, SEAL_KEY_HEX).unwrap();
+    }
+    key
+}
+
+/// A kubeconfig for the operator's ServiceAccount as shipped in `config/rbac/operator.yaml`
+/// (every `agenthooks-operator` name made unique, namespace `agenthooks-system` replaced by
+/// `ns`), so a test runs the operator with exactly the permissions users give it.
+pub fn operator_service_account_kubeconfig(cp: &ControlPlane, ns: &str, dir: &Path) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let role = unique_name("ah-operator");
+    let rbac = std::fs::read_to_string(root.join("config/rbac/operator.yaml"))
+        .unwrap()
+        .replace("agenthooks-operator", &role)
+        .replace("agenthooks-system", ns);
+    cp.apply_yaml(&rbac);
+    let token = cp.kubectl_ok(&["create", "token", &role, "-n", ns, "--duration=2h"]);
+    let mut kc: Value = cp.kubectl_json(&["config", "view", "--minify", "--raw"]);
+    kc["users"][0]["user"] = serde_json::json!({ "token": token.trim() });
+    let path = dir.join("operator.kubeconfig");
+    std::fs::write(&path, kc.to_string()).unwrap();
+    path
+}
+
+/// Waits up to `timeout` for `f`; on timeout panics with `what` and the log tails of
+/// `procs`.
+pub fn wait_or_panic(timeout: Duration, what: &str, procs: &[&Proc], f: impl FnMut() -> bool) {
+    if !wait_for(timeout, f) {
+        panic!("{what} (within {timeout:?})\n{}", tails(procs));
+    }
+}
+
+/// The last 40 lines of each process's log.
+pub fn tails(procs: &[&Proc]) -> String {
+    procs
+        .iter()
+        .map(|p| format!("--- {} ---\n{}", p.name, p.log_tail(40)))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
