@@ -7,6 +7,11 @@
 //! dispatcher: it runs no more. The state lives with the compiled hook, so a new
 //! generation (a spec edit) starts closed (CONTRACT §6.3).
 //!
+//! The breaker also keeps what the operator needs to count the breaker across
+//! dispatchers (crds `report::BreakerObservation`): the wall-clock time of the last
+//! `allow` and of each outcome of the current run, and whether they changed since the
+//! reporter last took them.
+//!
 //! The lock is a `std::sync::Mutex` held for a few instructions, never across an await.
 
 use std::collections::VecDeque;
@@ -48,8 +53,28 @@ impl Trip {
 #[derive(Debug, Default)]
 pub struct Breaker {
     open: AtomicBool,
-    /// The current run of block/timeout outcomes: (when, was it a timeout).
-    run: Mutex<VecDeque<(Instant, bool)>>,
+    state: Mutex<RunState>,
+}
+
+#[derive(Debug, Default)]
+struct RunState {
+    /// The current run of block/timeout outcomes: (when, was it a timeout, when in
+    /// milliseconds since the Unix epoch).
+    run: VecDeque<(Instant, bool, u64)>,
+    /// The last `allow`, milliseconds since the Unix epoch (0: none).
+    last_allow_ms: u64,
+    /// Changed since [`Breaker::take_observation`] last took it.
+    dirty: bool,
+}
+
+/// This dispatcher's view of a hook's run, for the operator's cross-dispatcher count:
+/// the last `allow` and the `block`/`timeout` outcomes since, oldest first, at most
+/// [`TRIP_THRESHOLD`] (all times in milliseconds since the Unix epoch).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Observation {
+    pub last_allow_ms: Option<u64>,
+    /// (when, was it a timeout).
+    pub run: Vec<(u64, bool)>,
 }
 
 impl Breaker {
@@ -58,26 +83,38 @@ impl Breaker {
         self.open.load(Ordering::Acquire)
     }
 
-    /// Records one outcome at `now`. Returns the trip when this outcome tripped it.
+    /// Records one outcome at `now` (wall clock: the current time). Returns the trip
+    /// when this outcome tripped it.
     pub fn record(&self, outcome: Outcome, now: Instant) -> Option<Trip> {
+        self.record_at(outcome, now, crate::report::counters::unix_ms_now())
+    }
+
+    /// Records one outcome at `now`, `unix_ms` on the wall clock. Returns the trip when
+    /// this outcome tripped it.
+    pub fn record_at(&self, outcome: Outcome, now: Instant, unix_ms: u64) -> Option<Trip> {
         let counts_as_timeout = match outcome {
             Outcome::Allow => {
-                self.run.lock().unwrap_or_else(|p| p.into_inner()).clear();
+                let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                st.run.clear();
+                st.last_allow_ms = st.last_allow_ms.max(unix_ms);
+                st.dirty = true;
                 return None;
             }
             Outcome::Error => return None,
             Outcome::Block => false,
             Outcome::Timeout => true,
         };
-        let mut run = self.run.lock().unwrap_or_else(|p| p.into_inner());
-        run.push_back((now, counts_as_timeout));
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.dirty = true;
+        let run = &mut st.run;
+        run.push_back((now, counts_as_timeout, unix_ms));
         while run.len() > TRIP_THRESHOLD {
             run.pop_front();
         }
         if run.len() < TRIP_THRESHOLD {
             return None;
         }
-        let first = run.front().map(|(t, _)| *t).unwrap_or(now);
+        let first = run.front().map(|(t, _, _)| *t).unwrap_or(now);
         let span = now.saturating_duration_since(first);
         if span > TRIP_WINDOW {
             return None;
@@ -85,11 +122,24 @@ impl Breaker {
         if self.open.swap(true, Ordering::AcqRel) {
             return None; // already open: trip once
         }
-        let timeouts = run.iter().filter(|(_, t)| *t).count();
+        let timeouts = run.iter().filter(|(_, t, _)| *t).count();
         Some(Trip {
             blocks: run.len() - timeouts,
             timeouts,
             over_seconds: span.as_secs_f64(),
+        })
+    }
+
+    /// The run as the operator wants it, when it changed since the last call (which
+    /// this call clears); `None` when nothing changed.
+    pub fn take_observation(&self) -> Option<Observation> {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if !std::mem::take(&mut st.dirty) {
+            return None;
+        }
+        Some(Observation {
+            last_allow_ms: (st.last_allow_ms != 0).then_some(st.last_allow_ms),
+            run: st.run.iter().map(|(_, to, ms)| (*ms, *to)).collect(),
         })
     }
 }
@@ -168,6 +218,35 @@ mod tests {
             b.record(Outcome::Block, at(t0, 5)).is_some(),
             "errors did not reset the run"
         );
+    }
+
+    #[test]
+    fn observations_carry_the_last_allow_and_the_run_once_per_change() {
+        let b = Breaker::default();
+        let t0 = Instant::now();
+        assert_eq!(b.take_observation(), None, "nothing ran");
+        b.record_at(Outcome::Block, t0, 1_000);
+        b.record_at(Outcome::Allow, t0, 2_000);
+        b.record_at(Outcome::Timeout, t0, 3_000);
+        b.record_at(Outcome::Error, t0, 3_500);
+        b.record_at(Outcome::Block, t0, 4_000);
+        assert_eq!(
+            b.take_observation(),
+            Some(Observation {
+                last_allow_ms: Some(2_000),
+                run: vec![(3_000, true), (4_000, false)],
+            })
+        );
+        assert_eq!(b.take_observation(), None, "taken once");
+        b.record_at(Outcome::Error, t0, 5_000);
+        assert_eq!(b.take_observation(), None, "an error changes nothing");
+        for i in 0..7 {
+            b.record_at(Outcome::Block, t0, 6_000 + i);
+        }
+        let o = b.take_observation().unwrap();
+        assert_eq!(o.run.len(), TRIP_THRESHOLD, "the newest five only");
+        assert_eq!(o.run[0], (6_002, false));
+        assert!(b.is_open());
     }
 
     #[test]

@@ -3,8 +3,11 @@
 //!
 //! A [`HookSet`] is immutable; a new snapshot or hooks file builds a new one and swaps
 //! it in. Building reuses the compiled form of every hook whose (uid, generation,
-//! namespace tenant) did not change, so regexes and CEL programs are compiled once per
-//! hook version (DESIGN "Sync": incremental recompiling).
+//! namespace tenant, reset token) did not change, so regexes and CEL programs are
+//! compiled once per hook version (DESIGN "Sync": incremental recompiling). The breaker
+//! state and the execution counters go with the reused hook; a new reset token (the
+//! `agenthooks.io/reset-breaker` annotation changed, CONTRACT §6.3) builds a new hook
+//! with a closed breaker, even on a dispatcher that never saw a snapshot without it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,6 +17,8 @@ use agenthooks_crds::sealed::SealKey;
 use agenthooks_crds::snapshot::{Snapshot, SnapshotHook};
 use agenthooks_crds::validation::{CompiledHook, ValidationContext, ValidationErrors, validate};
 use agenthooks_crds::{Edition, HookEvent};
+
+use crate::report::counters::{HookCounters, HookIdentity};
 
 /// One servable hook: the snapshot's description of it (identity, spec, sealed header
 /// values) plus what was compiled from it. Dereferences to the [`SnapshotHook`].
@@ -25,6 +30,8 @@ pub struct LoadedHook {
     pub key: String,
     /// Breaker state of this hook version on this dispatcher.
     pub breaker: crate::breaker::Breaker,
+    /// Runs of this hook version by outcome, swept by the reporter (issue 3 point 4).
+    pub counters: Arc<HookCounters>,
 }
 
 impl std::ops::Deref for LoadedHook {
@@ -90,7 +97,8 @@ pub struct HookSet {
 impl HookSet {
     /// Builds a set, validating each hook with this dispatcher's edition (so a Standard
     /// dispatcher never loads a command hook, whatever its input says) and reusing the
-    /// compiled hooks of `previous` when (uid, generation, tenant) match.
+    /// compiled hooks of `previous` (with their breaker state and counters) when (uid,
+    /// generation, tenant, reset token) match.
     ///
     /// Returns the set of the hooks that validated and the rejected ones.
     pub fn build(
@@ -100,12 +108,18 @@ impl HookSet {
         version: u64,
         previous: Option<&HookSet>,
     ) -> (HookSet, Vec<RejectedHook>) {
-        let reuse: HashMap<(&str, i64, &str), &Arc<LoadedHook>> = previous
+        type ReuseKey<'a> = (&'a str, i64, &'a str, Option<&'a str>);
+        let reuse: HashMap<ReuseKey, &Arc<LoadedHook>> = previous
             .map(|p| {
                 p.iter()
                     .map(|h| {
                         (
-                            (h.uid.as_str(), h.generation, h.namespace_tenant.as_str()),
+                            (
+                                h.uid.as_str(),
+                                h.generation,
+                                h.namespace_tenant.as_str(),
+                                h.reset_token.as_deref(),
+                            ),
                             h,
                         )
                     })
@@ -116,8 +130,13 @@ impl HookSet {
         let mut rejected = Vec::new();
         let mut len = 0;
         for s in sources {
-            let hook = match reuse.get(&(s.uid.as_str(), s.generation, s.namespace_tenant.as_str()))
-            {
+            let key = (
+                s.uid.as_str(),
+                s.generation,
+                s.namespace_tenant.as_str(),
+                s.reset_token.as_deref(),
+            );
+            let hook = match reuse.get(&key) {
                 Some(h) if h.spec == s.spec && h.namespace == s.namespace && h.name == s.name => {
                     Arc::clone(h)
                 }
@@ -131,6 +150,11 @@ impl HookSet {
                     match validate(&s.spec, &ctx) {
                         Ok(compiled) => Arc::new(LoadedHook {
                             key: format!("{}/{}", s.namespace, s.name),
+                            counters: Arc::new(HookCounters::new(HookIdentity {
+                                uid: s.uid.clone(),
+                                namespace: s.namespace.clone(),
+                                name: s.name.clone(),
+                            })),
                             source: s,
                             compiled,
                             breaker: Default::default(),
@@ -439,6 +463,73 @@ mod tests {
         let c = third.get("tenant-acme/h").unwrap();
         assert!(!Arc::ptr_eq(b, c));
         assert!(c.compiled.matcher.as_ref().unwrap().is_match("shell"));
+    }
+
+    #[test]
+    fn a_new_reset_token_closes_the_breaker_an_unchanged_one_keeps_it() {
+        use crate::handlers::Outcome;
+        use std::time::Instant;
+        let mut s = source("tenant-acme", "h", H, "");
+        s.reset_token = Some("r1".into());
+        let (first, _) =
+            HookSet::build(vec![s.clone()], "agenthooks-system", Edition::Lite, 1, None);
+        let h = first.get("tenant-acme/h").unwrap();
+        let now = Instant::now();
+        for _ in 0..crate::breaker::TRIP_THRESHOLD {
+            h.breaker.record(Outcome::Block, now);
+        }
+        h.counters.record(Outcome::Block, 1);
+        assert!(h.breaker.is_open());
+
+        // Same uid, generation, tenant and token: the open breaker and the counts stay.
+        let (same, _) = HookSet::build(
+            vec![s.clone()],
+            "agenthooks-system",
+            Edition::Lite,
+            2,
+            Some(&first),
+        );
+        let kept = same.get("tenant-acme/h").unwrap();
+        assert!(Arc::ptr_eq(h, kept));
+        assert!(kept.breaker.is_open());
+
+        // The annotation changed (this dispatcher never saw a snapshot without the
+        // hook): a new hook version with a closed breaker and fresh counters.
+        let mut reset = s.clone();
+        reset.reset_token = Some("r2".into());
+        let (after, _) = HookSet::build(
+            vec![reset],
+            "agenthooks-system",
+            Edition::Lite,
+            3,
+            Some(&same),
+        );
+        let fresh = after.get("tenant-acme/h").unwrap();
+        assert!(!Arc::ptr_eq(kept, fresh));
+        assert!(!fresh.breaker.is_open(), "a reset closes the local breaker");
+        assert!(fresh.counters.take().is_empty());
+        assert_eq!(
+            h.counters.take().total(),
+            1,
+            "the old version's counts stay with it"
+        );
+
+        // A token appearing where there was none is a change too.
+        let mut none = s;
+        none.reset_token = None;
+        let (a, _) = HookSet::build(
+            vec![none.clone()],
+            "agenthooks-system",
+            Edition::Lite,
+            1,
+            None,
+        );
+        none.reset_token = Some("x".into());
+        let (b, _) = HookSet::build(vec![none], "agenthooks-system", Edition::Lite, 2, Some(&a));
+        assert!(!Arc::ptr_eq(
+            a.get("tenant-acme/h").unwrap(),
+            b.get("tenant-acme/h").unwrap()
+        ));
     }
 
     #[test]

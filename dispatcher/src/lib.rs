@@ -10,14 +10,20 @@
 //! - [`server`]: the HTTP API (DESIGN "Dispatch API").
 //! - [`sync`]: the long-poll client that follows the operator's snapshots.
 //! - [`metrics`]: Prometheus series (CONTRACT §8.2).
+//! - [`operator_urls`]: the operator URLs and the failover between them.
+//! - [`report`]: breaker trips and execution counts sent to the operator (issue 3).
+//! - [`budget`]: token budget accounting for handlers: reserve, settle (CONTRACT §5.5).
 
 pub mod breaker;
+pub mod budget;
 pub mod chain;
 pub mod event;
 pub mod handlers;
 pub mod hookset;
 pub mod manifests;
 pub mod metrics;
+pub mod operator_urls;
+pub mod report;
 pub mod runner;
 pub mod server;
 pub mod sync;

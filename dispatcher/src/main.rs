@@ -1,7 +1,10 @@
 //! `agenthooks-dispatcher`: serve decisions (standalone on a hooks file, or synced from
-//! the operator), or `check` one event against a hooks file.
+//! the operator), `check` one event against a hooks file, or drive a budget with
+//! `budget-load` (e2e tests).
 //!
-//! Exit codes of `check`: 0 allow, 2 block, 1 error (bad hooks, bad event).
+//! Exit codes of `check`: 0 allow, 2 block, 1 error (bad hooks, bad event). Of
+//! `budget-load`: 0 once it ran (refusals and settle errors are in its JSON line), 1
+//! when it could not run (bad flags).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -9,9 +12,17 @@ use std::process::ExitCode;
 
 use agenthooks_crds::sealed::SealKey;
 use agenthooks_crds::{DEFAULT_MASTER_NAMESPACE, Edition};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agenthooks_dispatcher::budget::local::LocalLedger;
+use agenthooks_dispatcher::budget::remote::{RemoteBudgets, RemoteConfig};
+use agenthooks_dispatcher::budget::{Budgets, load};
 use agenthooks_dispatcher::chain::{Verdict, decide};
 use agenthooks_dispatcher::event::Event;
 use agenthooks_dispatcher::handlers::http::HttpCaller;
+use agenthooks_dispatcher::operator_urls::OperatorUrls;
+use agenthooks_dispatcher::report::sender::{self, ReporterConfig};
 use agenthooks_dispatcher::runner::Engine;
 use agenthooks_dispatcher::server::{AppState, router};
 use agenthooks_dispatcher::{manifests, sync};
@@ -37,6 +48,38 @@ struct Cli {
 enum Command {
     /// Prints the decision for one event as JSON; exit 0 allow, 2 block, 1 error.
     Check(CheckArgs),
+    /// Runs N reserve -> hold -> settle cycles against the operator's budget endpoints
+    /// (the same code handlers use) and prints one JSON line: {"granted", "refused",
+    /// "refusedReasons", "settledTokens", "errors"}. For load and e2e tests.
+    BudgetLoad(BudgetLoadArgs),
+}
+
+#[derive(Args)]
+struct BudgetLoadArgs {
+    /// The operator's sync URL; repeat it or separate URLs by commas (tried in order).
+    #[arg(long, required = true, value_delimiter = ',')]
+    operator_url: Vec<String>,
+    /// Id reported to the operator.
+    #[arg(long)]
+    dispatcher_id: String,
+    /// Tenant whose budget is charged.
+    #[arg(long)]
+    tenant: String,
+    /// Cycles in all.
+    #[arg(long)]
+    calls: usize,
+    /// Cycles in flight at most.
+    #[arg(long, default_value_t = 1)]
+    concurrency: usize,
+    /// Tokens reserved per cycle (> 0).
+    #[arg(long)]
+    reserve: i64,
+    /// Tokens settled per granted cycle (>= 0).
+    #[arg(long)]
+    settle: i64,
+    /// Milliseconds between a grant and its settle.
+    #[arg(long, default_value_t = 0)]
+    hold_ms: u64,
 }
 
 #[derive(Args, Clone)]
@@ -57,9 +100,15 @@ struct ServeArgs {
     /// Standalone mode: AgentHook manifests (file, multi-document file, or directory).
     #[arg(long, conflicts_with = "operator_url")]
     hooks: Option<PathBuf>,
-    /// Synced mode: the operator's sync URL, e.g. http://127.0.0.1:9090.
-    #[arg(long)]
-    operator_url: Option<String>,
+    /// Synced mode: the operator's sync URL, e.g. http://127.0.0.1:9090. Repeat it or
+    /// separate URLs by commas (one per operator replica, or one Service): every call
+    /// tries them in order, sticking with the one that last answered.
+    #[arg(long, value_delimiter = ',', env = "AGENTHOOKS_OPERATOR_URL")]
+    operator_url: Vec<String>,
+    /// Synced mode: milliseconds between execution-count reports to the operator
+    /// (breaker trips are sent at once).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(50..=600_000))]
+    report_interval_ms: u64,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
@@ -98,6 +147,13 @@ fn main() -> ExitCode {
         .build()
         .expect("a tokio runtime");
     match cli.command {
+        Some(Command::BudgetLoad(args)) => match runtime.block_on(budget_load(args)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::from(1)
+            }
+        },
         Some(Command::Check(args)) => match runtime.block_on(check(args)) {
             Ok(Verdict::Allow) => ExitCode::from(0),
             Ok(Verdict::Block) => ExitCode::from(2),
@@ -116,23 +172,48 @@ fn main() -> ExitCode {
     }
 }
 
+async fn budget_load(args: BudgetLoadArgs) -> anyhow::Result<()> {
+    if args.reserve <= 0 || args.settle < 0 {
+        bail!("--reserve must be above 0 and --settle 0 or more");
+    }
+    let urls = Arc::new(OperatorUrls::parse(&args.operator_url)?);
+    let budgets = Budgets::remote(
+        RemoteBudgets::new(urls, args.dispatcher_id, RemoteConfig::default()),
+        None,
+    );
+    let plan = load::LoadPlan {
+        tenant: args.tenant,
+        calls: args.calls,
+        concurrency: args.concurrency,
+        reserve: args.reserve,
+        settle: args.settle,
+        hold: Duration::from_millis(args.hold_ms),
+    };
+    let summary = load::run(&budgets, &plan).await;
+    println!("{}", serde_json::to_string(&summary)?);
+    Ok(())
+}
+
 async fn check(args: CheckArgs) -> anyhow::Result<Verdict> {
     let key = SealKey::generate();
-    let set = manifests::load(
+    let loaded = manifests::load_all(
         &args.hooks,
         &args.common.master_namespace,
         args.common.edition,
         &key,
     )?;
+    let set = loaded.hooks;
     let body = std::fs::read(&args.event).with_context(|| format!("{}", args.event.display()))?;
     let event =
         Event::parse(&body).map_err(|e| anyhow::anyhow!("{}: {e}", args.event.display()))?;
     let blocking = event.event.is_blocking();
-    let engine = Engine::new(
+    let mut engine = Engine::new(
         HttpCaller::new(args.common.http_allow_cidr),
         args.common.edition,
         key,
     );
+    // The budgets of the hooks files, as in standalone mode (fresh: used 0).
+    engine.budgets = Budgets::local(LocalLedger::new(loaded.budgets)?, None);
     let mut decision = decide(&engine, &set, event).await;
     if !blocking {
         // Non-blocking events never block (CONTRACT §1.2); the hooks' outcomes are shown.
@@ -152,34 +233,67 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         None => SealKey::generate(),
     };
-    let engine = Engine::new(
+    let mut engine = Engine::new(
         HttpCaller::new(args.common.http_allow_cidr.clone()),
         args.common.edition,
         key.clone(),
     );
-    let state = AppState::new(engine);
     let cancel = CancellationToken::new();
-    match (&args.hooks, &args.operator_url) {
-        (Some(path), None) => {
-            let set = manifests::load(
+    // Stopped after the server drained, so the last runs are in the final report.
+    let stop_reporter = CancellationToken::new();
+    let mut reporter = None;
+    let state = match (&args.hooks, args.operator_url.is_empty()) {
+        (Some(path), true) => {
+            let loaded = manifests::load_all(
                 path,
                 &args.common.master_namespace,
                 args.common.edition,
                 &key,
             )?;
-            tracing::info!(hooks = set.len(), path = %path.display(), edition = %args.common.edition, "standalone: hooks loaded");
-            state.set_hooks(set);
+            let budgets = loaded.budgets.len();
+            engine.budgets = Budgets::local(
+                LocalLedger::new(loaded.budgets)?,
+                Some(engine.metrics.clone()),
+            );
+            tracing::info!(hooks = loaded.hooks.len(), budgets, path = %path.display(), edition = %args.common.edition, "standalone: hooks loaded; nothing is reported to an operator");
+            let state = AppState::new(engine);
+            state.set_hooks(loaded.hooks);
+            state
         }
-        (None, Some(url)) => {
+        (None, false) => {
+            let urls = Arc::new(
+                OperatorUrls::parse(&args.operator_url)
+                    .context("synced mode needs at least one operator URL")?,
+            );
             let id = args
                 .dispatcher_id
                 .clone()
                 .unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()));
-            tracing::info!(operator = %url, dispatcher = %id, "synced mode: following the operator");
-            tokio::spawn(sync::follow(state.clone(), url.clone(), id, cancel.clone()));
+            engine.budgets = Budgets::remote(
+                RemoteBudgets::new(Arc::clone(&urls), id.clone(), RemoteConfig::default()),
+                Some(engine.metrics.clone()),
+            );
+            let state = AppState::new(engine);
+            let operators: Vec<&str> = urls.urls().iter().map(|u| u.as_str()).collect();
+            tracing::info!(operators = ?operators, dispatcher = %id, report_interval_ms = args.report_interval_ms, "synced mode: following the operator; not ready until the first snapshot");
+            let mut config = ReporterConfig::new(id.clone());
+            config.interval = Duration::from_millis(args.report_interval_ms);
+            // Activated before the first snapshot, so no hook run goes uncounted.
+            state.engine.outbox.activate();
+            reporter = Some(tokio::spawn(sender::run(
+                Arc::clone(&state.engine.outbox),
+                Arc::clone(&urls),
+                state.engine.metrics.clone(),
+                config,
+                stop_reporter.clone(),
+            )));
+            tokio::spawn(sync::follow(state.clone(), urls, id, cancel.clone()));
+            state
         }
-        _ => bail!("give --hooks PATH (standalone) or --operator-url URL (synced)"),
-    }
+        _ => bail!(
+            "give --hooks PATH (standalone) or --operator-url URL[,URL...] (synced), not both"
+        ),
+    };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listen on {}", args.listen))?;
@@ -190,6 +304,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         shutdown.cancel();
     });
     agenthooks_dispatcher::server::serve(listener, router(state), cancel).await?;
+    if let Some(reporter) = reporter {
+        stop_reporter.cancel();
+        let _ = reporter.await;
+    }
     Ok(())
 }
 

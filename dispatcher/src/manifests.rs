@@ -4,13 +4,15 @@
 //! directory of `*.yaml`/`*.yml`/`*.json` files (sorted by name). Documents of kind
 //! `AgentHook` become hooks; `Namespace` documents give namespaces their tenant label;
 //! `Secret` documents (`data` or `stringData`) feed `valueFrom.secretKeyRef` headers;
-//! `TenantHookBudget` documents are accepted and ignored here. Any other kind, a
-//! duplicate hook, or a hook that fails validation refuses the whole load: a dispatcher
-//! never starts half-loaded.
+//! `TenantHookBudget` documents become the standalone budget ledger
+//! ([`crate::budget::local`]). Any other kind, a duplicate hook or budget, or a hook or
+//! budget that fails validation refuses the whole load: a dispatcher never starts
+//! half-loaded.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
+use agenthooks_crds::TenantHookBudgetSpec;
 use agenthooks_crds::agenthook::AgentHookSpec;
 use agenthooks_crds::sealed::SealKey;
 use agenthooks_crds::tenancy::namespace_tenant;
@@ -21,7 +23,28 @@ use serde::Deserialize;
 
 use agenthooks_crds::snapshot::{SealedHeader, SnapshotHook};
 
+use crate::budget::local::LocalBudget;
 use crate::hookset::HookSet;
+
+/// Everything a hooks path holds for standalone mode.
+#[derive(Debug)]
+pub struct Loaded {
+    pub hooks: HookSet,
+    /// TenantHookBudget documents, one per tenant at most, in file order.
+    pub budgets: Vec<LocalBudget>,
+}
+
+struct PendingBudget {
+    path: PathBuf,
+    doc: usize,
+    namespace: String,
+    name: String,
+    spec: TenantHookBudgetSpec,
+}
+
+/// Fields a TenantHookBudget spec may hold (unknown ones are refused, like the API
+/// server's structural schema does).
+const BUDGET_SPEC_FIELDS: [&str; 2] = ["tenant", "monthlyTokens"];
 
 /// Why a hooks path could not be loaded. Every message names the file, the document
 /// (1-based) and the field.
@@ -77,6 +100,11 @@ struct HookDoc {
 }
 
 #[derive(Deserialize)]
+struct BudgetDoc {
+    spec: TenantHookBudgetSpec,
+}
+
+#[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct SecretDoc {
     #[serde(default)]
@@ -96,13 +124,29 @@ struct PendingHook {
 /// Loads every AgentHook under `path` and compiles them into a [`HookSet`] for
 /// `edition`, sealing header values with `key`. Hooks get `uid`
 /// `standalone:<namespace>/<name>` and generation 1 unless their metadata says otherwise.
+/// TenantHookBudget documents are checked and left out (see [`load_all`]).
 pub fn load(
     path: &Path,
     master_namespace: &str,
     edition: Edition,
     key: &SealKey,
 ) -> Result<HookSet, LoadError> {
+    load_all(path, master_namespace, edition, key).map(|l| l.hooks)
+}
+
+/// [`load`], plus the TenantHookBudget documents. A budget's tenant is its
+/// `spec.tenant` in the master namespace, else its namespace's tenant (a `spec.tenant`
+/// naming another tenant there is refused, `TenantMismatch`, DESIGN "Tenancy and
+/// scope"); `spec.monthlyTokens` defaults to 1,000,000 and may not be negative; two
+/// budgets for one tenant refuse the load.
+pub fn load_all(
+    path: &Path,
+    master_namespace: &str,
+    edition: Edition,
+    key: &SealKey,
+) -> Result<Loaded, LoadError> {
     let files = list_files(path)?;
+    let mut budgets: Vec<PendingBudget> = Vec::new();
     let mut hooks: Vec<PendingHook> = Vec::new();
     let mut namespaces: HashMap<String, BTreeMap<String, String>> = HashMap::new();
     let mut secrets: HashMap<(String, String), BTreeMap<String, Vec<u8>>> = HashMap::new();
@@ -134,11 +178,39 @@ pub fn load(
                             head.api_version
                         )));
                     }
-                    if head.kind == "TenantHookBudget" {
-                        continue;
-                    }
                     if head.metadata.name.is_empty() {
                         return Err(derr("metadata.name: required".into()));
+                    }
+                    if head.kind == "TenantHookBudget" {
+                        if let Some(spec) = value.get("spec").and_then(|s| s.as_mapping()) {
+                            for k in spec.keys() {
+                                let k = k.as_str().unwrap_or("?");
+                                if !BUDGET_SPEC_FIELDS.contains(&k) {
+                                    return Err(derr(format!(
+                                        "spec.{k}: unknown field, expected one of {BUDGET_SPEC_FIELDS:?}"
+                                    )));
+                                }
+                            }
+                        }
+                        let bd: BudgetDoc = from_value(value).map_err(derr)?;
+                        if bd.spec.monthly_tokens < 0 {
+                            return Err(derr(format!(
+                                "spec.monthlyTokens: must be 0 or more, not {}",
+                                bd.spec.monthly_tokens
+                            )));
+                        }
+                        budgets.push(PendingBudget {
+                            path: file.clone(),
+                            doc: n,
+                            namespace: head
+                                .metadata
+                                .namespace
+                                .clone()
+                                .unwrap_or_else(|| "default".into()),
+                            name: head.metadata.name,
+                            spec: bd.spec,
+                        });
+                        continue;
                     }
                     let hd: HookDoc = from_value(value).map_err(derr)?;
                     let namespace = head
@@ -261,7 +333,54 @@ pub fn load(
             message: format!("AgentHook {}/{}: {}", r.namespace, r.name, r.errors),
         });
     }
-    Ok(set)
+    let budgets = resolve_budgets(budgets, &namespaces, master_namespace)?;
+    Ok(Loaded {
+        hooks: set,
+        budgets,
+    })
+}
+
+/// Gives each budget its tenant and refuses mismatches and duplicates.
+fn resolve_budgets(
+    pending: Vec<PendingBudget>,
+    namespaces: &HashMap<String, BTreeMap<String, String>>,
+    master_namespace: &str,
+) -> Result<Vec<LocalBudget>, LoadError> {
+    let mut out: Vec<LocalBudget> = Vec::with_capacity(pending.len());
+    for b in pending {
+        let derr = |message: String| LoadError::Document {
+            path: b.path.clone(),
+            doc: b.doc,
+            message,
+        };
+        let ns_tenant = namespace_tenant(&b.namespace, namespaces.get(&b.namespace)).to_string();
+        let tenant = match b.spec.tenant.as_deref().filter(|t| !t.is_empty()) {
+            Some(t) if b.namespace == master_namespace => t.to_string(),
+            Some(t) if t != ns_tenant => {
+                return Err(derr(format!(
+                    "spec.tenant: TenantMismatch: {t:?} is not the tenant of namespace {} ({ns_tenant:?}); only a budget in the master namespace {master_namespace} may name another tenant",
+                    b.namespace
+                )));
+            }
+            _ => ns_tenant,
+        };
+        if let Some(other) = out
+            .iter()
+            .find(|o| o.tenant == tenant || (o.namespace == b.namespace && o.name == b.name))
+        {
+            return Err(derr(format!(
+                "TenantHookBudget {}/{}: tenant {tenant:?} already has TenantHookBudget {}/{}",
+                b.namespace, b.name, other.namespace, other.name
+            )));
+        }
+        out.push(LocalBudget {
+            namespace: b.namespace,
+            name: b.name,
+            tenant,
+            spec: b.spec,
+        });
+    }
+    Ok(out)
 }
 
 /// `serde_norway::from_value` with errors that start with the path of the field

@@ -40,6 +40,21 @@ pub struct Metrics {
     pub sync_errors: IntCounter,
     /// Seconds between the last two successful snapshot polls that brought changes.
     pub sync_lag: Histogram,
+    /// `POST /v1/report` sends that no operator URL acknowledged.
+    pub report_failures: IntCounter,
+    /// Reports acknowledged by the operator.
+    pub reports_sent: IntCounter,
+    /// Hooks whose counts wait for an acknowledgement (pending plus in flight).
+    pub report_pending_hooks: IntGauge,
+    /// Hook runs whose counts were dropped: reports failing and the pending cap reached.
+    pub report_dropped_executions: IntCounter,
+    /// Budget reservations granted.
+    pub budget_grants: IntCounter,
+    /// Budget reservations refused, by `reason` (BudgetNotFound, BudgetExhausted,
+    /// BudgetUnavailable, InvalidTokens).
+    pub budget_refusals: IntCounterVec,
+    /// Settles (or releases) not acknowledged before their deadline.
+    pub budget_settle_failures: IntCounter,
     /// The hot series, resolved once: `executions` by [outcome][handler][event],
     /// `hook_duration` by [handler], `decision_duration` by [event].
     hot: Arc<HotSeries>,
@@ -170,6 +185,44 @@ impl Metrics {
                 .buckets(buckets),
             )
             .unwrap(),
+            report_failures: IntCounter::new(
+                "agenthooks_report_failures_total",
+                "Reports to the operator that no operator URL acknowledged",
+            )
+            .unwrap(),
+            reports_sent: IntCounter::new(
+                "agenthooks_reports_total",
+                "Reports acknowledged by the operator",
+            )
+            .unwrap(),
+            report_pending_hooks: IntGauge::new(
+                "agenthooks_report_pending_hooks",
+                "Hooks whose execution counts wait for the operator's acknowledgement",
+            )
+            .unwrap(),
+            report_dropped_executions: IntCounter::new(
+                "agenthooks_report_dropped_executions_total",
+                "Hook runs whose counts were dropped: reports failing and the pending cap reached",
+            )
+            .unwrap(),
+            budget_grants: IntCounter::new(
+                "agenthooks_budget_grants_total",
+                "Budget reservations granted",
+            )
+            .unwrap(),
+            budget_refusals: IntCounterVec::new(
+                Opts::new(
+                    "agenthooks_budget_refusals_total",
+                    "Budget reservations refused, by reason",
+                ),
+                &["reason"],
+            )
+            .unwrap(),
+            budget_settle_failures: IntCounter::new(
+                "agenthooks_budget_settle_failures_total",
+                "Budget settles or releases not acknowledged before their deadline",
+            )
+            .unwrap(),
             registry,
         };
         for c in [
@@ -185,6 +238,13 @@ impl Metrics {
             Box::new(m.hooks_loaded.clone()),
             Box::new(m.sync_errors.clone()),
             Box::new(m.sync_lag.clone()),
+            Box::new(m.report_failures.clone()),
+            Box::new(m.reports_sent.clone()),
+            Box::new(m.report_pending_hooks.clone()),
+            Box::new(m.report_dropped_executions.clone()),
+            Box::new(m.budget_grants.clone()),
+            Box::new(m.budget_refusals.clone()),
+            Box::new(m.budget_settle_failures.clone()),
         ] {
             m.registry.register(c).expect("metric names are unique");
         }

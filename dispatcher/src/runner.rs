@@ -13,11 +13,14 @@ use bytes::Bytes;
 use futures::FutureExt;
 use serde::Serialize;
 
+use crate::budget::Budgets;
 use crate::event::Event;
 use crate::handlers::http::HttpCaller;
 use crate::handlers::{HandlerResult, Outcome, command};
 use crate::hookset::{LoadedHook, open_headers};
 use crate::metrics::Metrics;
+use crate::report::counters::unix_ms_now;
+use crate::report::outbox::Outbox;
 
 /// What every hook run needs from the process: one per dispatcher.
 #[derive(Clone)]
@@ -31,6 +34,12 @@ pub struct Engine {
     pub chain_budget: Duration,
     /// Bounds the non-blocking hook runs in flight.
     pub background: Arc<tokio::sync::Semaphore>,
+    /// Trips and execution counters for the operator (inactive in standalone mode).
+    pub outbox: Arc<Outbox>,
+    /// Token budget accounting for handlers that call a paid model (CONTRACT §5.5):
+    /// reserve before the call, settle after. Unconfigured (every reserve refused,
+    /// `BudgetUnavailable`) until `main` sets the remote or local backend.
+    pub budgets: Budgets,
 }
 
 /// Chain budget of a blocking event (seed "Safeguards summary": 10 s, not overridable).
@@ -48,6 +57,8 @@ impl Engine {
             metrics: Metrics::new(),
             chain_budget: CHAIN_BUDGET,
             background: Arc::new(tokio::sync::Semaphore::new(BACKGROUND_SLOTS)),
+            outbox: Arc::new(Outbox::default()),
+            budgets: Budgets::unconfigured(),
         }
     }
 }
@@ -177,8 +188,20 @@ pub async fn run_matched(
     };
     let elapsed = started.elapsed();
     let handler = hook.spec.handler.type_;
-    if let Some(trip) = hook.breaker.record(result.outcome, Instant::now()) {
+    let unix_ms = unix_ms_now();
+    hook.counters.record(result.outcome, unix_ms);
+    let tripped = hook
+        .breaker
+        .record_at(result.outcome, Instant::now(), unix_ms);
+    if matches!(result.outcome, Outcome::Block | Outcome::Timeout) {
+        // The operator counts the breaker across dispatchers: report the run soon.
+        engine.outbox.run_changed();
+    }
+    if let Some(trip) = tripped {
         engine.metrics.breaker_trips.inc();
+        // Sent to the operator at once, which drops the hook from the snapshot
+        // (CONTRACT §6.2).
+        engine.outbox.trip(hook, &trip, chrono::Utc::now());
         tracing::warn!(
             target: "security.hook.circuit_breaker",
             hook = %hook.key, uid = %hook.uid, generation = hook.generation, reason = %trip.reason(),

@@ -42,8 +42,10 @@ impl AppState {
         self.hooks.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Replaces the hook set served (atomically for readers).
+    /// Replaces the hook set served (atomically for readers). The outbox keeps the new
+    /// hooks' counters first, so no run on them goes uncounted.
     pub fn set_hooks(&self, set: HookSet) {
+        self.engine.outbox.register(&set);
         self.engine.metrics.snapshot_version.set(set.version as i64);
         self.engine.metrics.hooks_loaded.set(set.len() as i64);
         *self.hooks.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(set));

@@ -332,3 +332,101 @@ fn unknown_fields_in_any_spec_block_are_refused() {
     let p = write(dir.path(), "ok.yaml", &format!("{secret}{ok}"));
     assert_eq!(load_lite(&p).unwrap().len(), 1);
 }
+
+fn budget_doc(ns: &str, name: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: agenthooks.io/v1alpha1\nkind: TenantHookBudget\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {spec}\n"
+    )
+}
+
+fn load_all_lite(p: &Path) -> Result<Loaded, LoadError> {
+    load_all(p, "agenthooks-system", Edition::Lite, &SealKey::generate())
+}
+
+#[test]
+fn budgets_get_their_tenant_and_default_total() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        dir.path(),
+        "all.yaml",
+        &[
+            HOOK.replace("NAME", "h"),
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: team-a, labels: {agenthooks.io/tenant: acme}}\n".into(),
+            budget_doc("team-a", "monthly", "{monthlyTokens: 5000}"),
+            budget_doc("agenthooks-system", "globex", "{tenant: globex}"),
+            budget_doc("tenant-initech", "b", "{tenant: tenant-initech, monthlyTokens: 0}"),
+        ]
+        .join("---\n"),
+    );
+    let loaded = load_all_lite(&p).unwrap();
+    assert_eq!(loaded.hooks.len(), 1);
+    let got: Vec<(&str, &str, &str, i64)> = loaded
+        .budgets
+        .iter()
+        .map(|b| {
+            (
+                b.namespace.as_str(),
+                b.name.as_str(),
+                b.tenant.as_str(),
+                b.spec.monthly_tokens,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("team-a", "monthly", "acme", 5000),
+            ("agenthooks-system", "globex", "globex", 1_000_000),
+            ("tenant-initech", "b", "tenant-initech", 0),
+        ]
+    );
+    // `load` (check, tests) still returns the hooks alone.
+    assert_eq!(load_lite(&p).unwrap().len(), 1);
+}
+
+#[test]
+fn bad_budgets_refuse_the_load_naming_file_document_and_field() {
+    let cases = [
+        (
+            budget_doc("tenant-acme", "b", "{tenant: globex}"),
+            "document 2: spec.tenant: TenantMismatch",
+        ),
+        (
+            budget_doc("tenant-acme", "b", "{monthlyTokens: -1}"),
+            "document 2: spec.monthlyTokens: must be 0 or more",
+        ),
+        (
+            budget_doc("tenant-acme", "b", "{monthlyTokenz: 5}"),
+            "document 2: spec.monthlyTokenz: unknown field",
+        ),
+        (
+            budget_doc("tenant-acme", "b", "{monthlyTokens: lots}"),
+            "document 2: spec.monthlyTokens: invalid type",
+        ),
+        (
+            "apiVersion: agenthooks.io/v1alpha1\nkind: TenantHookBudget\nmetadata: {namespace: tenant-acme}\nspec: {}\n".into(),
+            "document 2: metadata.name: required",
+        ),
+        (
+            format!(
+                "{}---\n{}",
+                budget_doc("tenant-acme", "one", "{}"),
+                budget_doc("agenthooks-system", "two", "{tenant: tenant-acme}")
+            ),
+            "document 3: TenantHookBudget agenthooks-system/two: tenant \"tenant-acme\" already has TenantHookBudget tenant-acme/one",
+        ),
+    ];
+    for (doc, want) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(
+            dir.path(),
+            "b.yaml",
+            &format!("{}---\n{doc}", HOOK.replace("NAME", "h")),
+        );
+        let err = load_all_lite(&p).unwrap_err().to_string();
+        assert!(
+            err.contains("b.yaml") && err.contains(want),
+            "{want}\n  got: {err}"
+        );
+    }
+}

@@ -1,0 +1,315 @@
+//! What this dispatcher owes the operator: breaker trips to send at once, breaker runs
+//! to send soon, and the execution counters of every hook version it served since the
+//! last sweep.
+//!
+//! The engine holds one [`Outbox`]. It is inactive until the reporter starts (synced
+//! mode); an inactive outbox queues no trip and registers no counter, so standalone
+//! mode and `check` report nothing (the counters on each hook still count, unread).
+//!
+//! Counters survive snapshot swaps: [`Outbox::register`] keeps an `Arc` of each hook
+//! version's counters, and a sweep forgets a cell only after taking its counts with no
+//! hook left to bump it. Locks are `std::sync::Mutex`, held for a few instructions and
+//! never across an await.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use agenthooks_crds::report::{BreakerObservation, RunOutcome, TripReport};
+
+use crate::breaker::{Observation, Trip};
+use crate::hookset::{HookSet, LoadedHook};
+use crate::report::counters::{Counts, HookCounters, HookIdentity};
+
+/// One hook version kept by the outbox: its counters (kept alive until swept) and the
+/// hook itself while it lives (for its breaker run).
+#[derive(Debug)]
+struct Cell {
+    counters: Arc<HookCounters>,
+    hook: Weak<LoadedHook>,
+}
+
+/// What one sweep took.
+#[derive(Debug, Default)]
+pub struct Swept {
+    /// Non-empty counts per hook version.
+    pub executions: Vec<(HookIdentity, Counts)>,
+    /// Breaker runs that changed, per live hook version.
+    pub observations: Vec<BreakerObservation>,
+}
+
+/// Trips, counters and breaker runs waiting for the reporter.
+#[derive(Debug, Default)]
+pub struct Outbox {
+    active: AtomicBool,
+    cells: Mutex<Vec<Cell>>,
+    trips: Mutex<Vec<TripReport>>,
+    /// Wakes the reporter at once: a trip is queued.
+    pub(crate) wake_trip: tokio::sync::Notify,
+    /// Wakes the reporter soon: a breaker run grew.
+    pub(crate) wake_run: tokio::sync::Notify,
+}
+
+impl Outbox {
+    /// Starts queueing (the reporter calls it; `main` too, before the first snapshot).
+    pub fn activate(&self) {
+        self.active.store(true, Ordering::Release);
+    }
+
+    /// Whether a reporter reads this outbox.
+    pub fn is_active(&self) -> bool {
+        self.active.load(Ordering::Acquire)
+    }
+
+    /// Keeps the counters of every hook of `set` not kept yet (called on every swap).
+    pub fn register(&self, set: &HookSet) {
+        if !self.is_active() {
+            return;
+        }
+        let mut cells = self.cells.lock().unwrap_or_else(|p| p.into_inner());
+        for hook in set.iter() {
+            if !hook.counters.registered.swap(true, Ordering::AcqRel) {
+                cells.push(Cell {
+                    counters: Arc::clone(&hook.counters),
+                    hook: Arc::downgrade(hook),
+                });
+            }
+        }
+    }
+
+    /// Queues a trip of `hook` at `tripped_at` and wakes the reporter, which sends it at
+    /// once (CONTRACT §6.2).
+    pub fn trip(&self, hook: &LoadedHook, trip: &Trip, tripped_at: chrono::DateTime<chrono::Utc>) {
+        if !self.is_active() {
+            return;
+        }
+        let report = TripReport {
+            uid: hook.uid.clone(),
+            namespace: hook.namespace.clone(),
+            name: hook.name.clone(),
+            generation: hook.generation,
+            reset_token: hook.reset_token.clone(),
+            tripped_at: tripped_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            reason: trip.reason(),
+        };
+        self.trips
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(report);
+        self.wake_trip.notify_one();
+    }
+
+    /// A hook's breaker run grew (a block or timeout): wakes the reporter, which sends
+    /// the run soon (coalescing a burst into one report).
+    #[inline]
+    pub fn run_changed(&self) {
+        if self.is_active() {
+            self.wake_run.notify_one();
+        }
+    }
+
+    /// Takes the queued trips.
+    pub fn take_trips(&self) -> Vec<TripReport> {
+        std::mem::take(&mut *self.trips.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Takes every kept hook's counts (non-empty ones) and changed breaker runs, and
+    /// forgets the cells no hook holds any more once their counts are taken.
+    pub fn sweep(&self) -> Swept {
+        let mut cells = self.cells.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out = Swept::default();
+        cells.retain(|cell| {
+            // Only this list holds the counters: the hook is gone, no run can bump them
+            // any more, so after this last take the cell can go.
+            let orphan = Arc::strong_count(&cell.counters) == 1;
+            let counts = cell.counters.take();
+            if !counts.is_empty() {
+                out.executions
+                    .push((cell.counters.identity.clone(), counts));
+            }
+            if let Some(hook) = cell.hook.upgrade()
+                && let Some(obs) = hook.breaker.take_observation()
+            {
+                out.observations.push(observation(&hook, obs));
+            }
+            !orphan
+        });
+        out
+    }
+
+    /// Hook versions whose counters are kept.
+    pub fn cells(&self) -> usize {
+        self.cells.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}
+
+fn rfc3339_ms(unix_ms: u64) -> Option<String> {
+    chrono::DateTime::from_timestamp_millis(unix_ms as i64)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+}
+
+/// The wire form of `hook`'s run.
+fn observation(hook: &LoadedHook, obs: Observation) -> BreakerObservation {
+    BreakerObservation {
+        uid: hook.uid.clone(),
+        namespace: hook.namespace.clone(),
+        name: hook.name.clone(),
+        generation: hook.generation,
+        reset_token: hook.reset_token.clone(),
+        last_allow_at: obs.last_allow_ms.and_then(rfc3339_ms),
+        run: obs
+            .run
+            .into_iter()
+            .filter_map(|(ms, timeout)| rfc3339_ms(ms).map(|at| RunOutcome { at, timeout }))
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::breaker::TRIP_THRESHOLD;
+    use crate::handlers::Outcome;
+    use agenthooks_crds::Edition;
+    use agenthooks_crds::snapshot::SnapshotHook;
+    use std::time::Instant;
+
+    fn set(names: &[&str], version: u64, previous: Option<&HookSet>) -> HookSet {
+        let sources = names
+            .iter()
+            .map(|n| SnapshotHook {
+                uid: format!("uid-{n}"),
+                namespace: "tenant-acme".into(),
+                name: n.to_string(),
+                generation: 2,
+                created_at: String::new(),
+                namespace_tenant: "acme".into(),
+                spec: serde_norway::from_str(
+                    "event: pre_tool_use\nhandler: {type: http, http: {url: 'https://a.example'}}",
+                )
+                .unwrap(),
+                sealed_headers: vec![],
+                reset_token: Some("r1".into()),
+            })
+            .collect();
+        HookSet::build(
+            sources,
+            "agenthooks-system",
+            Edition::Lite,
+            version,
+            previous,
+        )
+        .0
+    }
+
+    #[test]
+    fn an_inactive_outbox_standalone_keeps_nothing() {
+        let outbox = Outbox::default();
+        let s = set(&["a"], 1, None);
+        outbox.register(&s);
+        let h = s.get("tenant-acme/a").unwrap();
+        h.counters.record(Outcome::Block, 1);
+        let trip = Trip {
+            blocks: 5,
+            timeouts: 0,
+            over_seconds: 1.0,
+        };
+        outbox.trip(h, &trip, chrono::Utc::now());
+        assert_eq!(outbox.cells(), 0);
+        assert!(outbox.take_trips().is_empty());
+        assert!(outbox.sweep().executions.is_empty());
+    }
+
+    #[test]
+    fn counts_of_a_hook_dropped_between_sweeps_are_still_swept_once() {
+        let outbox = Outbox::default();
+        outbox.activate();
+        let first = set(&["a", "b"], 1, None);
+        outbox.register(&first);
+        first
+            .get("tenant-acme/a")
+            .unwrap()
+            .counters
+            .record(Outcome::Allow, 10);
+        first
+            .get("tenant-acme/b")
+            .unwrap()
+            .counters
+            .record(Outcome::Block, 20);
+        // b leaves the snapshot; a is reused (same version), c arrives.
+        let second = set(&["a", "c"], 2, Some(&first));
+        outbox.register(&second);
+        drop(first);
+        second
+            .get("tenant-acme/a")
+            .unwrap()
+            .counters
+            .record(Outcome::Allow, 30);
+        assert_eq!(outbox.cells(), 3, "a once, b until swept, c");
+        let mut swept = outbox.sweep().executions;
+        swept.sort_by(|x, y| x.0.uid.cmp(&y.0.uid));
+        let got: Vec<(&str, [u64; 4])> = swept
+            .iter()
+            .map(|(id, c)| (id.uid.as_str(), c.by_outcome))
+            .collect();
+        assert_eq!(got, [("uid-a", [2, 0, 0, 0]), ("uid-b", [0, 1, 0, 0])]);
+        assert_eq!(outbox.cells(), 2, "b forgotten once its counts were taken");
+        assert!(outbox.sweep().executions.is_empty());
+    }
+
+    #[test]
+    fn a_trip_is_queued_with_the_hook_version_and_wakes_the_reporter() {
+        let outbox = Outbox::default();
+        outbox.activate();
+        let s = set(&["a"], 1, None);
+        outbox.register(&s);
+        let h = s.get("tenant-acme/a").unwrap();
+        let t0 = Instant::now();
+        let mut trip = None;
+        for i in 0..TRIP_THRESHOLD as u64 {
+            trip = h
+                .breaker
+                .record_at(Outcome::Block, t0, 1_767_225_600_000 + i * 1000);
+        }
+        let at = chrono::DateTime::from_timestamp(1_767_225_604, 0).unwrap();
+        outbox.trip(h, &trip.unwrap(), at);
+        let trips = outbox.take_trips();
+        assert_eq!(
+            trips,
+            vec![TripReport {
+                uid: "uid-a".into(),
+                namespace: "tenant-acme".into(),
+                name: "a".into(),
+                generation: 2,
+                reset_token: Some("r1".into()),
+                tripped_at: "2026-01-01T00:00:04Z".into(),
+                reason: "5 blocks and 0 timeouts in a row within 0 s (threshold 5 within 60 s)"
+                    .into(),
+            }]
+        );
+        // The notify stored a permit: the reporter's next wait returns at once.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            tokio::time::timeout(
+                std::time::Duration::from_millis(100),
+                outbox.wake_trip.notified(),
+            )
+            .await
+            .expect("woken");
+        });
+        let obs = outbox.sweep().observations;
+        assert_eq!(obs.len(), 1);
+        assert_eq!(obs[0].generation, 2);
+        assert_eq!(obs[0].reset_token.as_deref(), Some("r1"));
+        assert_eq!(obs[0].last_allow_at, None);
+        assert_eq!(obs[0].run.len(), 5);
+        assert_eq!(obs[0].run[0].at, "2026-01-01T00:00:00.000Z");
+        assert!(!obs[0].run[0].timeout);
+        assert!(
+            outbox.sweep().observations.is_empty(),
+            "sent once per change"
+        );
+    }
+}

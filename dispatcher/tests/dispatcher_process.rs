@@ -1,0 +1,371 @@
+//! The `agenthooks-dispatcher` binary as a process. Synced mode: several operator URLs
+//! (repeated and comma-separated), not ready while no operator runs, ready on the first
+//! snapshot, still serving when the operator leaves, and on SIGTERM one last report with
+//! the counts of the runs it made. Standalone mode: nothing reported, the local breaker
+//! still trips. The `budget-load` subcommand.
+//!
+//! The operator is [`operator_standin`]: a stand-in for our own operator protocol (crds
+//! `snapshot` and `report` wire types), not Kubernetes.
+
+mod operator_standin;
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use operator_standin::{Budget, StandIn, StandInState, client, dead_url};
+use serde_json::{Value, json};
+
+/// Kills the child when the test ends, however it ends.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_agenthooks-dispatcher")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn status(c: &reqwest::Client, url: &str, body: Option<&Value>) -> (u16, Value) {
+    let req = match body {
+        Some(b) => c.post(url).body(b.to_string()),
+        None => c.get(url),
+    };
+    match req.send().await {
+        Ok(r) => {
+            let s = r.status().as_u16();
+            (
+                s,
+                serde_json::from_slice(&r.bytes().await.unwrap_or_default()).unwrap_or(Value::Null),
+            )
+        }
+        Err(_) => (0, Value::Null),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatcher_process_waits_for_its_operator_serves_without_it_and_flushes_on_sigterm() {
+    let c = client();
+    let dead = dead_url().await;
+    let op_port = free_port();
+    let listen = free_port();
+    let mut proc = Proc(
+        Command::new(bin())
+            .args([
+                "--operator-url",
+                &dead,
+                "--operator-url",
+                &format!(" ,http://127.0.0.1:{op_port}/"),
+                "--listen",
+                &format!("127.0.0.1:{listen}"),
+                "--dispatcher-id",
+                "bin-1",
+                "--report-interval-ms",
+                "600000",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let base = format!("http://127.0.0.1:{listen}");
+    let event = json!({"event": "pre_tool_use", "tenant_id": "acme", "tool_name": "exec", "tool_input": {}});
+
+    // Up, but no operator anywhere: not ready, no decision.
+    let mut up = false;
+    for _ in 0..200 {
+        if status(&c, &format!("{base}/healthz"), None).await.0 == 200 {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(up, "the process listens");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(status(&c, &format!("{base}/readyz"), None).await.0, 503);
+    let (code, body) = status(&c, &format!("{base}/v1/dispatch"), Some(&event)).await;
+    assert_eq!(code, 503, "{body}");
+
+    // The operator comes up on the second URL: ready, decisions from its snapshot.
+    let state = Arc::new(StandInState::default());
+    state.leader.store(true, Ordering::SeqCst);
+    *state.snapshot.lock().unwrap() = Some(operator_standin::snapshot("e1", 1, "synced"));
+    let op = StandIn::start_on(
+        format!("127.0.0.1:{op_port}").parse().unwrap(),
+        Arc::clone(&state),
+    )
+    .await;
+    let mut ready = false;
+    for _ in 0..400 {
+        if status(&c, &format!("{base}/readyz"), None).await.0 == 200 {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(ready, "ready once the snapshot arrived");
+    for _ in 0..3 {
+        let (code, body) = status(&c, &format!("{base}/v1/dispatch"), Some(&event)).await;
+        assert_eq!(
+            (code, &body["additionalContext"]),
+            (200, &json!("synced")),
+            "{body}"
+        );
+    }
+
+    // The operator leaves: the dispatcher keeps serving its last snapshot.
+    let state = op.stop().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(status(&c, &format!("{base}/readyz"), None).await.0, 200);
+    let (code, body) = status(&c, &format!("{base}/v1/dispatch"), Some(&event)).await;
+    assert_eq!(
+        (code, &body["additionalContext"]),
+        (200, &json!("synced")),
+        "{body}"
+    );
+    assert!(
+        state.reports.lock().unwrap().is_empty(),
+        "interval not reached: nothing reported yet"
+    );
+
+    // It comes back; SIGTERM: the last flush reports the four runs, then exit 0.
+    let _op = StandIn::start_on(
+        format!("127.0.0.1:{op_port}").parse().unwrap(),
+        Arc::clone(&state),
+    )
+    .await;
+    // SAFETY: signalling our own child by its pid.
+    unsafe {
+        libc::kill(proc.0.id() as i32, libc::SIGTERM);
+    }
+    let mut exit = None;
+    for _ in 0..200 {
+        if let Some(s) = proc.0.try_wait().unwrap() {
+            exit = Some(s);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let exit = exit.expect("exits within 5 s of SIGTERM");
+    assert!(exit.success(), "{exit:?}");
+    let reports = state.reports.lock().unwrap().clone();
+    assert_eq!(reports.len(), 1, "one final report: {reports:?}");
+    assert_eq!(reports[0].dispatcher, "bin-1");
+    assert_eq!(state.applied_counts("uid-guard"), (4, 0, 0, 0));
+    let e = &reports[0].executions[0];
+    assert_eq!(
+        (e.namespace.as_str(), e.name.as_str()),
+        ("tenant-acme", "guard")
+    );
+    assert_eq!(e.last_decision.as_deref(), Some("allow"));
+    assert!(
+        e.last_execution_time
+            .as_deref()
+            .is_some_and(|t| t.ends_with('Z'))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budget_load_prints_one_json_line_and_refuses_bad_flags() {
+    let op = StandIn::start().await;
+    *op.state.budget.lock().unwrap() = Budget {
+        tenant: "acme".into(),
+        total: 1_000,
+        ..Default::default()
+    };
+    let dead = dead_url().await;
+    let urls = format!("{dead},{}", op.url);
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(bin())
+            .args([
+                "budget-load",
+                "--operator-url",
+                &urls,
+                "--dispatcher-id",
+                "load-1",
+                "--tenant",
+                "acme",
+                "--calls",
+                "15",
+                "--concurrency",
+                "15",
+                "--reserve",
+                "100",
+                "--settle",
+                "90",
+                "--hold-ms",
+                "200",
+            ])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().count(), 1, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        v,
+        json!({"granted": 10, "refused": 5, "refusedReasons": {"BudgetExhausted": 5}, "settledTokens": 900, "errors": 0})
+    );
+    assert_eq!(op.state.budget.lock().unwrap().used, 900);
+    assert!(
+        op.state
+            .reserves
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|r| r.dispatcher == "load-1")
+    );
+
+    // No operator at all: it runs, and every call is refused BudgetUnavailable.
+    let dead2 = dead_url().await;
+    let out = Command::new(bin())
+        .args([
+            "budget-load",
+            "--operator-url",
+            &dead2,
+            "--dispatcher-id",
+            "x",
+            "--tenant",
+            "acme",
+            "--calls",
+            "3",
+            "--reserve",
+            "1",
+            "--settle",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["refusedReasons"], json!({"BudgetUnavailable": 3}));
+
+    // Could not run at all: exit 1 and a message.
+    for bad in [
+        vec!["--operator-url", "ftp://x"],
+        vec!["--operator-url", "http://x", "--reserve", "0"],
+    ] {
+        let mut args = vec![
+            "budget-load",
+            "--dispatcher-id",
+            "x",
+            "--tenant",
+            "t",
+            "--calls",
+            "1",
+            "--settle",
+            "1",
+        ];
+        if !bad.contains(&"--reserve") {
+            args.extend(["--reserve", "1"]);
+        }
+        args.extend(bad.iter().copied());
+        let out = Command::new(bin()).args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("error:"));
+    }
+}
+
+#[test]
+fn serve_flags_are_checked_before_anything_runs() {
+    // A bad URL among several is named.
+    let out = Command::new(bin())
+        .args([
+            "--operator-url",
+            "http://ok:1,ftp://nope",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("ftp://nope") && err.contains("http or https"),
+        "{err}"
+    );
+    // Standalone and synced at once is refused.
+    let out = Command::new(bin())
+        .args(["--hooks", "/nonexistent", "--operator-url", "http://a:1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be used with"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_reports_nothing_and_its_breaker_still_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = dir.path().join("hooks.yaml");
+    std::fs::write(
+        &hooks,
+        "apiVersion: agenthooks.io/v1alpha1\nkind: AgentHook\nmetadata: {name: no, namespace: tenant-acme}\nspec:\n  event: pre_tool_use\n  matcher: '^exec$'\n  handler: {type: command, command: {command: 'exit 2'}}\n---\napiVersion: agenthooks.io/v1alpha1\nkind: TenantHookBudget\nmetadata: {name: b, namespace: tenant-acme}\nspec: {monthlyTokens: 100}\n",
+    )
+    .unwrap();
+    let listen = free_port();
+    let _proc = Proc(
+        Command::new(bin())
+            .args([
+                "--hooks",
+                hooks.to_str().unwrap(),
+                "--listen",
+                &format!("127.0.0.1:{listen}"),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let c = client();
+    let base = format!("http://127.0.0.1:{listen}");
+    let mut ready = false;
+    for _ in 0..200 {
+        if status(&c, &format!("{base}/readyz"), None).await.0 == 200 {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(ready);
+    let event = json!({"event": "pre_tool_use", "tenant_id": "tenant-acme", "tool_name": "exec", "tool_input": {}});
+    let mut decisions = Vec::new();
+    for _ in 0..6 {
+        let (code, body) = status(&c, &format!("{base}/v1/dispatch"), Some(&event)).await;
+        assert_eq!(code, 200, "{body}");
+        decisions.push(body["decision"].as_str().unwrap().to_string());
+    }
+    assert_eq!(
+        decisions,
+        ["block", "block", "block", "block", "block", "allow"]
+    );
+    let r = c.get(format!("{base}/metrics")).send().await.unwrap();
+    let text = r.text().await.unwrap();
+    for line in [
+        "agenthooks_breaker_trips_total 1",
+        "agenthooks_reports_total 0",
+        "agenthooks_report_failures_total 0",
+        "agenthooks_report_pending_hooks 0",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+    }
+}
