@@ -14,6 +14,11 @@
 //!   changed with that version (`served_from`), which is what `Ready` waits for.
 //! - Versions only grow, also across [`Index::reset`] (a new leader session of the same
 //!   process keeps its epoch, so its versions must keep growing).
+//! - A breaker, once open for a hook's (uid, generation, reset token) — by
+//!   [`Index::trip`] (a dispatcher's report) or by [`Index::apply`] of a hook whose status
+//!   says so — stays open for that triple: a reconcile that read the hook before its
+//!   breaker status was written cannot put it back into a snapshot. A new generation or
+//!   reset token (CONTRACT §6.3), or a new uid, ends it.
 
 use std::collections::BTreeMap;
 
@@ -76,7 +81,8 @@ pub struct IndexedHook {
     pub hook: SnapshotHook,
     /// Validation outcome (including Secret and seal-key checks).
     pub verdict: Verdict,
-    /// `status.breaker` / `CircuitOpen` say the breaker is open for this generation.
+    /// The breaker is open for this generation and reset token
+    /// ([`crate::status::breaker_open`], or a trip recorded by [`Index::trip`]).
     pub breaker_open: bool,
     /// SHA-256 of each plain Secret value, parallel to `hook.sealed_headers`: lets a later
     /// reconcile keep the sealed string (random nonce) when the value did not change, so an
@@ -94,6 +100,30 @@ impl IndexedHook {
     pub fn is_published(&self) -> bool {
         self.verdict.is_accepted() && !self.breaker_open
     }
+
+    /// Same uid, generation and reset token: what a breaker's state is kept for.
+    fn same_breaker_identity(&self, other: &IndexedHook) -> bool {
+        self.hook.uid == other.hook.uid
+            && self.hook.generation == other.hook.generation
+            && self.hook.reset_token == other.hook.reset_token
+    }
+}
+
+/// What [`Index::trip`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TripMatch {
+    /// No hook under that key with that uid: the trip is ignored.
+    Unknown,
+    /// The hook is at another generation or reset token now: the trip is ignored.
+    Stale,
+    /// The breaker was already open (nothing changed).
+    AlreadyOpen,
+    /// Opened now; `published_changed` when that dropped the hook from the published set
+    /// (the index is then dirty and wants a publish).
+    Opened {
+        /// The hook left the published set.
+        published_changed: bool,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -181,9 +211,18 @@ impl Index {
 
     /// Stores `hook` (replacing what was under its key). Returns whether the published
     /// set changed (and so the index became dirty).
-    pub fn apply(&mut self, hook: IndexedHook) -> bool {
+    ///
+    /// A breaker open in the stored entry stays open when `hook` has the same uid,
+    /// generation and reset token (see the module rules).
+    pub fn apply(&mut self, mut hook: IndexedHook) -> bool {
         let key = hook.key();
         let old = self.entries.get(&key);
+        if let Some(o) = old
+            && o.hook.breaker_open
+            && o.hook.same_breaker_identity(&hook)
+        {
+            hook.breaker_open = true;
+        }
         let old_published = old.filter(|e| e.hook.is_published()).map(|e| &e.hook.hook);
         let new_published = hook.is_published().then_some(&hook.hook);
         let changed = old_published != new_published;
@@ -195,6 +234,33 @@ impl Index {
         self.dirty |= changed;
         self.entries.insert(key, Entry { hook, served_from });
         changed
+    }
+
+    /// Opens the breaker of the hook under `key` when it has `uid`, `generation` and
+    /// `reset_token` (a dispatcher's trip, CONTRACT §6.2). Opening drops the hook from the
+    /// published set, so the next publish leaves it out of snapshots.
+    pub fn trip(
+        &mut self,
+        key: &HookKey,
+        uid: &str,
+        generation: i64,
+        reset_token: Option<&str>,
+    ) -> TripMatch {
+        let Some(e) = self.entries.get_mut(key).filter(|e| e.hook.hook.uid == uid) else {
+            return TripMatch::Unknown;
+        };
+        if e.hook.hook.generation != generation || e.hook.hook.reset_token.as_deref() != reset_token
+        {
+            return TripMatch::Stale;
+        }
+        if e.hook.breaker_open {
+            return TripMatch::AlreadyOpen;
+        }
+        let published_changed = e.hook.is_published();
+        e.hook.breaker_open = true;
+        e.served_from = None;
+        self.dirty |= published_changed;
+        TripMatch::Opened { published_changed }
     }
 
     /// Removes the hook under `key` if it has uid `uid` (`None`: whatever its uid), so a
@@ -420,6 +486,66 @@ pub(crate) mod tests {
             "deleting an unpublished hook changes nothing published"
         );
         assert_eq!(idx.len(), 0);
+    }
+
+    #[test]
+    fn a_trip_drops_the_hook_and_sticks_until_generation_or_token_change() {
+        let mut idx = Index::new();
+        let key = HookKey::new("a", "h");
+        idx.apply(hook("a", "h", "u1", 2));
+        idx.publish();
+        assert_eq!(idx.trip(&key, "other", 2, None), TripMatch::Unknown);
+        assert_eq!(
+            idx.trip(&HookKey::new("a", "nope"), "u1", 2, None),
+            TripMatch::Unknown
+        );
+        assert_eq!(idx.trip(&key, "u1", 1, None), TripMatch::Stale);
+        assert_eq!(idx.trip(&key, "u1", 2, Some("x")), TripMatch::Stale);
+        assert!(!idx.is_dirty(), "ignored trips change nothing");
+        assert_eq!(
+            idx.trip(&key, "u1", 2, None),
+            TripMatch::Opened {
+                published_changed: true
+            }
+        );
+        assert_eq!(idx.trip(&key, "u1", 2, None), TripMatch::AlreadyOpen);
+        assert_eq!(idx.publish(), Some(2));
+        assert!(idx.published_hooks().is_empty());
+        assert_eq!(idx.publication(&key), Some(Publication::BreakerOpen));
+
+        // a reconcile that read the hook before its breaker status was written
+        assert!(!idx.apply(hook("a", "h", "u1", 2)), "stays open");
+        assert_eq!(idx.publication(&key), Some(Publication::BreakerOpen));
+
+        // the reset annotation changed: back in
+        let mut reset = hook("a", "h", "u1", 2);
+        reset.hook.reset_token = Some("1".into());
+        assert!(idx.apply(reset));
+        assert_eq!(idx.publish(), Some(3));
+        assert_eq!(idx.published_len(), 1);
+
+        // tripped again at that token, then the spec changes: back in
+        assert!(matches!(
+            idx.trip(&key, "u1", 2, Some("1")),
+            TripMatch::Opened { .. }
+        ));
+        let mut edited = hook("a", "h", "u1", 3);
+        edited.hook.reset_token = Some("1".into());
+        assert!(idx.apply(edited));
+        assert_eq!(idx.published_len(), 1);
+    }
+
+    #[test]
+    fn a_refused_hook_trip_changes_nothing_published() {
+        let mut idx = Index::new();
+        idx.apply(refused(hook("a", "h", "u1", 1)));
+        assert_eq!(
+            idx.trip(&HookKey::new("a", "h"), "u1", 1, None),
+            TripMatch::Opened {
+                published_changed: false
+            }
+        );
+        assert!(!idx.is_dirty());
     }
 
     #[test]

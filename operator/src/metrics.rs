@@ -1,6 +1,8 @@
 //! Prometheus metrics of the operator (CONVENTIONS habit 12: `agenthooks_<noun>_<unit|total>`).
 
-use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use prometheus::{
+    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
 
 use crate::watch_health::Watched;
 
@@ -36,6 +38,30 @@ pub struct Metrics {
     /// `agenthooks_operator_watch_healthy{resource}`: 0 while that watch has kept failing
     /// for longer than `--watch-grace-seconds` (readiness fails meanwhile), else 1.
     pub watch_healthy: IntGaugeVec,
+    /// `agenthooks_operator_reports_total{result}`: `POST /v1/report` answers by result,
+    /// `applied`, `duplicate`, `bad_request`, `too_large`, `unavailable` (not the synced
+    /// leader) or `not_persisted` (503: not yet written, retry with the same id).
+    pub reports_total: IntCounterVec,
+    /// `agenthooks_operator_breaker_trips_total{result}`: reported trips by outcome,
+    /// `recorded` (breaker written open), `already_open`, `stale` (another generation or
+    /// reset annotation), `unknown` (no such hook or uid) or `failed` (not written).
+    pub breaker_trips_total: IntCounterVec,
+    /// `agenthooks_operator_breaker_resets_total`: breakers written closed after a spec or
+    /// reset-annotation change.
+    pub breaker_resets_total: IntCounter,
+    /// `agenthooks_operator_breaker_trip_publish_seconds`: from receiving a trip to the
+    /// publish of the snapshot without the hook (the status write comes after).
+    pub breaker_trip_publish_seconds: Histogram,
+    /// `agenthooks_operator_execution_status_writes_total`: `status.executions` patches
+    /// that succeeded (a bench divides by hooks and seconds: at most one per hook per
+    /// write interval).
+    pub execution_status_writes_total: IntCounter,
+    /// `agenthooks_operator_execution_status_conflicts_total`: `status.executions` patches
+    /// refused with 409 (stale resourceVersion) and retried from a fresh read.
+    pub execution_status_conflicts_total: IntCounter,
+    /// `agenthooks_operator_execution_status_write_errors_total`: batches of one hook whose
+    /// write failed (kept and retried in the next batch, up to a bound).
+    pub execution_status_write_errors_total: IntCounter,
 }
 
 impl Metrics {
@@ -110,6 +136,55 @@ impl Metrics {
             watch_errors_total.with_label_values(&[w.label()]);
             watch_healthy.with_label_values(&[w.label()]).set(1);
         }
+        let reports_total = IntCounterVec::new(
+            Opts::new(
+                "agenthooks_operator_reports_total",
+                "POST /v1/report answers by result (applied, duplicate, bad_request, too_large, unavailable, not_persisted).",
+            ),
+            &["result"],
+        )?;
+        let breaker_trips_total = IntCounterVec::new(
+            Opts::new(
+                "agenthooks_operator_breaker_trips_total",
+                "Reported breaker trips by outcome (recorded, already_open, stale, unknown, failed).",
+            ),
+            &["result"],
+        )?;
+        let breaker_resets_total = IntCounter::new(
+            "agenthooks_operator_breaker_resets_total",
+            "Breakers written closed after a spec or reset-annotation change.",
+        )?;
+        let breaker_trip_publish_seconds = Histogram::with_opts(
+            HistogramOpts::new(
+                "agenthooks_operator_breaker_trip_publish_seconds",
+                "From receiving a breaker trip to publishing the snapshot without the hook.",
+            )
+            .buckets(vec![
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+            ]),
+        )?;
+        let execution_status_writes_total = IntCounter::new(
+            "agenthooks_operator_execution_status_writes_total",
+            "AgentHook status.executions patches written.",
+        )?;
+        let execution_status_conflicts_total = IntCounter::new(
+            "agenthooks_operator_execution_status_conflicts_total",
+            "status.executions patches refused with 409 and retried from a fresh read.",
+        )?;
+        let execution_status_write_errors_total = IntCounter::new(
+            "agenthooks_operator_execution_status_write_errors_total",
+            "Failed status.executions writes of one hook's batch (kept for the next batch).",
+        )?;
+        for result in ["recorded", "already_open", "stale", "unknown", "failed"] {
+            breaker_trips_total.with_label_values(&[result]);
+        }
+        registry.register(Box::new(reports_total.clone()))?;
+        registry.register(Box::new(breaker_trips_total.clone()))?;
+        registry.register(Box::new(breaker_resets_total.clone()))?;
+        registry.register(Box::new(breaker_trip_publish_seconds.clone()))?;
+        registry.register(Box::new(execution_status_writes_total.clone()))?;
+        registry.register(Box::new(execution_status_conflicts_total.clone()))?;
+        registry.register(Box::new(execution_status_write_errors_total.clone()))?;
         registry.register(Box::new(snapshot_polls_total.clone()))?;
         registry.register(Box::new(watch_errors_total.clone()))?;
         registry.register(Box::new(watch_healthy.clone()))?;
@@ -125,6 +200,13 @@ impl Metrics {
             snapshot_polls_total,
             watch_errors_total,
             watch_healthy,
+            reports_total,
+            breaker_trips_total,
+            breaker_resets_total,
+            breaker_trip_publish_seconds,
+            execution_status_writes_total,
+            execution_status_conflicts_total,
+            execution_status_write_errors_total,
         })
     }
 
@@ -155,6 +237,11 @@ mod tests {
             "agenthooks_operator_live_dispatchers 2",
             "agenthooks_operator_watch_errors_total{resource=\"secrets\"} 0",
             "agenthooks_operator_watch_healthy{resource=\"agenthooks\"} 1",
+            "agenthooks_operator_breaker_trips_total{result=\"recorded\"} 0",
+            "agenthooks_operator_breaker_resets_total 0",
+            "agenthooks_operator_execution_status_writes_total 0",
+            "agenthooks_operator_execution_status_conflicts_total 0",
+            "agenthooks_operator_breaker_trip_publish_seconds_count 0",
         ] {
             assert!(text.contains(name), "missing {name} in\n{text}");
         }

@@ -1,12 +1,20 @@
 //! Status of an AgentHook: condition helpers and server-side-apply writes
 //! (CONVENTIONS habits 3 and 4).
 //!
-//! The operator owns `status.observedGeneration` and the `Accepted` and `Ready`
-//! conditions; `CircuitOpen` and `status.breaker` belong to the dispatcher. Every write is
-//! a server-side apply by field manager [`crate::FIELD_MANAGER`] carrying `apiVersion`,
-//! `kind` and both of our conditions (an apply that left one out would delete it).
-//! [`plan`] decides whether anything changes at all; a hook left alone is never
-//! rewritten. `lastTransitionTime` moves only when a condition's status changes.
+//! Three field managers of the operator share a hook's status, so that none of their
+//! writes ever removes another's fields:
+//!
+//! | manager | fields | written by |
+//! |---|---|---|
+//! | [`crate::FIELD_MANAGER`] (`agenthooks-operator`) | `observedGeneration`, `Accepted`, `Ready` | [`write()`] (the reconcile) |
+//! | [`crate::report::breaker::FIELD_MANAGER`] (`agenthooks-operator-breaker`) | `breaker`, `CircuitOpen` | [`crate::report::breaker`] (a reported trip; the reconcile's reset) |
+//! | [`crate::report::executions::FIELD_MANAGER`] (`agenthooks-operator-executions`) | `executions` | [`crate::report::executions`] (batched counts) |
+//!
+//! Here: the reconcile's write, a server-side apply carrying `apiVersion`, `kind` and
+//! both of its conditions (an apply that left one out would delete it), and the breaker
+//! rule [`breaker_open`]. [`plan`] decides whether anything changes at all; a hook left
+//! alone is never rewritten. `lastTransitionTime` moves only when a condition's status
+//! changes.
 
 use std::time::Duration;
 
@@ -22,8 +30,13 @@ use crate::index::Verdict;
 pub const ACCEPTED: &str = "Accepted";
 /// Condition type set from dispatcher tracking (ours).
 pub const READY: &str = "Ready";
-/// Condition type the dispatcher sets when a hook's breaker trips (not ours; read only).
+/// Condition type of the breaker (CONTRACT §6.2), written by the breaker manager
+/// ([`crate::report::breaker`]), never by [`write()`].
 pub const CIRCUIT_OPEN: &str = "CircuitOpen";
+/// `status.breaker.state` of a tripped breaker.
+pub const BREAKER_OPEN: &str = "Open";
+/// `status.breaker.state` of a breaker closed again by a spec or annotation change.
+pub const BREAKER_CLOSED: &str = "Closed";
 
 /// How many times a status write meeting 409 Conflict is tried in all.
 pub const MAX_WRITE_ATTEMPTS: u32 = 4;
@@ -194,20 +207,38 @@ pub fn plan(
     })
 }
 
-/// Whether the dispatcher reports the hook's breaker open for its current generation:
-/// a `CircuitOpen=True` condition whose `observedGeneration` is absent or equals
-/// `generation`; without a `CircuitOpen` condition, `status.breaker.state == "Open"`.
-/// A spec edit (new generation) therefore closes it (CONTRACT §6.3).
-pub fn breaker_open(status: Option<&AgentHookStatus>, generation: i64) -> bool {
-    match find_condition(status, CIRCUIT_OPEN) {
-        Some(c) => c.status == "True" && c.observed_generation.is_none_or(|g| g == generation),
-        None => {
-            status
-                .and_then(|s| s.breaker.as_ref())
-                .and_then(|b| b.state.as_deref())
-                == Some("Open")
-        }
-    }
+/// Whether the hook's breaker is open for what the hook is now (CONTRACT §6.3): the
+/// recorded `status.breaker` has `state: Open`, was tripped at `generation` (the hook's
+/// current `metadata.generation`) and with `reset_annotation` equal to the hook's current
+/// `agenthooks.io/reset-breaker` annotation (`None` when absent; absent on both sides
+/// counts as equal). A spec edit (new generation) or an annotation change therefore
+/// closes it without anything writing status first. The `CircuitOpen` condition only
+/// mirrors `status.breaker` and is not read.
+pub fn breaker_open(
+    status: Option<&AgentHookStatus>,
+    generation: i64,
+    reset_annotation: Option<&str>,
+) -> bool {
+    status.and_then(|s| s.breaker.as_ref()).is_some_and(|b| {
+        b.state.as_deref() == Some(BREAKER_OPEN)
+            && b.generation == Some(generation)
+            && b.reset_annotation.as_deref() == reset_annotation
+    })
+}
+
+/// Whether the recorded status still shows an open breaker (`breaker.state: Open` or
+/// `CircuitOpen=True`) although [`breaker_open`] says it no longer applies: the reconcile
+/// then writes it closed ([`crate::report::breaker::reset`]).
+pub fn breaker_needs_reset(
+    status: Option<&AgentHookStatus>,
+    generation: i64,
+    reset_annotation: Option<&str>,
+) -> bool {
+    let recorded_open = status
+        .and_then(|s| s.breaker.as_ref())
+        .is_some_and(|b| b.state.as_deref() == Some(BREAKER_OPEN))
+        || find_condition(status, CIRCUIT_OPEN).is_some_and(|c| c.status == "True");
+    recorded_open && !breaker_open(status, generation, reset_annotation)
 }
 
 /// What [`write()`] did.
@@ -408,31 +439,75 @@ mod tests {
         assert!(body.get("spec").is_none() && body.get("metadata").is_none());
     }
 
-    #[test]
-    fn breaker_open_from_condition_or_breaker_state() {
-        assert!(!breaker_open(None, 1));
-        let mut s = AgentHookStatus {
+    fn open_breaker(generation: Option<i64>, annotation: Option<&str>) -> AgentHookStatus {
+        AgentHookStatus {
             breaker: Some(BreakerStatus {
-                state: Some("Open".into()),
+                state: Some(BREAKER_OPEN.into()),
+                generation,
+                reset_annotation: annotation.map(str::to_string),
                 ..Default::default()
             }),
             ..Default::default()
-        };
-        assert!(breaker_open(Some(&s), 1), "breaker.state Open");
+        }
+    }
+
+    #[test]
+    fn breaker_open_needs_state_generation_and_annotation() {
+        assert!(!breaker_open(None, 1, None));
+        let s = open_breaker(Some(1), None);
+        assert!(breaker_open(Some(&s), 1, None), "None == None");
+        assert!(
+            !breaker_open(Some(&s), 2, None),
+            "a new generation closes it"
+        );
+        assert!(
+            !breaker_open(Some(&s), 1, Some("1")),
+            "an annotation set since closes it"
+        );
+        let s = open_breaker(Some(3), Some("a"));
+        assert!(breaker_open(Some(&s), 3, Some("a")));
+        assert!(!breaker_open(Some(&s), 3, Some("b")), "annotation changed");
+        assert!(!breaker_open(Some(&s), 3, None), "annotation removed");
+        let legacy = open_breaker(None, None);
+        assert!(
+            !breaker_open(Some(&legacy), 1, None),
+            "no recorded generation: not for this generation"
+        );
+        let mut closed = open_breaker(Some(1), None);
+        closed.breaker.as_mut().unwrap().state = Some(BREAKER_CLOSED.into());
+        assert!(!breaker_open(Some(&closed), 1, None));
+    }
+
+    #[test]
+    fn the_condition_alone_never_opens_but_asks_for_a_reset() {
+        let mut s = AgentHookStatus::default();
         s.conditions.push(Condition {
             type_: CIRCUIT_OPEN.into(),
             status: "True".into(),
-            reason: "Tripped".into(),
+            reason: "BreakerTripped".into(),
             message: String::new(),
             observed_generation: Some(1),
             last_transition_time: t(5),
         });
-        assert!(breaker_open(Some(&s), 1));
-        assert!(!breaker_open(Some(&s), 2), "a new generation closes it");
-        s.conditions[0].status = "False".into();
+        assert!(!breaker_open(Some(&s), 1, None));
+        assert!(breaker_needs_reset(Some(&s), 1, None));
+    }
+
+    #[test]
+    fn reset_is_needed_only_when_a_recorded_open_no_longer_applies() {
+        assert!(!breaker_needs_reset(None, 1, None));
+        let s = open_breaker(Some(1), None);
+        assert!(!breaker_needs_reset(Some(&s), 1, None), "still applies");
+        assert!(breaker_needs_reset(Some(&s), 2, None), "spec edited");
         assert!(
-            !breaker_open(Some(&s), 1),
-            "the condition wins over breaker.state"
+            breaker_needs_reset(Some(&s), 1, Some("x")),
+            "annotation set"
+        );
+        let mut closed = s.clone();
+        closed.breaker.as_mut().unwrap().state = Some(BREAKER_CLOSED.into());
+        assert!(
+            !breaker_needs_reset(Some(&closed), 2, None),
+            "already closed"
         );
     }
 }

@@ -4,6 +4,11 @@
 //! and tenant), read and seal its Secret header values, store the outcome in the
 //! [`crate::index`], ask for a publish when the published set changed, and write
 //! `observedGeneration`, `Accepted` and `Ready` by server-side apply when they change.
+//! A breaker recorded open that no longer applies (the spec or the
+//! `agenthooks.io/reset-breaker` annotation changed, CONTRACT §6.3) is written closed
+//! (`CircuitOpen=False`, reason `BreakerReset`, a Normal Event) by
+//! [`crate::report::breaker::reset`]; the hook is back in the snapshot as soon as the
+//! index sees the change, before that write.
 //!
 //! - [`session`]: the watches, the controller and its companions for one leader session.
 //! - [`ready_pass`]: the initial-sync gate and the periodic `Ready` re-evaluation.
@@ -37,8 +42,8 @@ use crate::index::{HookKey, IndexedHook, Publication, Refusal, Verdict};
 use crate::ready::{LiveDispatchers, ready_condition, settle_ready};
 use crate::shared::{Shared, lock};
 use crate::status::{
-    self, ACCEPTED, DesiredCondition, READY, WriteOutcome, accepted_condition, breaker_open,
-    find_condition,
+    self, ACCEPTED, DesiredCondition, READY, WriteOutcome, accepted_condition, breaker_needs_reset,
+    breaker_open, find_condition,
 };
 
 /// Requeue period of a reconciled hook: a safety net; nothing is written unless
@@ -280,6 +285,7 @@ async fn reconcile_hook(hook: &AgentHook, ctx: &Context) -> Result<Outcome, Erro
         }
     };
 
+    let reset_token = hook.annotations().get(RESET_BREAKER_ANNOTATION).cloned();
     let indexed = IndexedHook {
         hook: SnapshotHook {
             uid: uid.clone(),
@@ -295,10 +301,10 @@ async fn reconcile_hook(hook: &AgentHook, ctx: &Context) -> Result<Outcome, Erro
             namespace_tenant: tenant,
             spec: hook.spec.clone(),
             sealed_headers,
-            reset_token: hook.annotations().get(RESET_BREAKER_ANNOTATION).cloned(),
+            reset_token: reset_token.clone(),
         },
         verdict: verdict.clone(),
-        breaker_open: breaker_open(hook.status.as_ref(), generation),
+        breaker_open: breaker_open(hook.status.as_ref(), generation, reset_token.as_deref()),
         secret_digests,
     };
     let (changed, publication) = {
@@ -319,6 +325,11 @@ async fn reconcile_hook(hook: &AgentHook, ctx: &Context) -> Result<Outcome, Erro
         ctx.desired_ready(hook, publication, &ctx.live_dispatchers(now), now)
     }];
     let api: Api<AgentHook> = Api::namespaced(ctx.client.clone(), &ns);
+    // Before the conditions' apply, whose write would make this read-modify-write's
+    // resourceVersion stale.
+    if breaker_needs_reset(hook.status.as_ref(), generation, reset_token.as_deref()) {
+        reset_breaker(ctx, &api, hook, &key).await?;
+    }
     match status::write(&api, hook, &desired).await? {
         WriteOutcome::Written(patch) => {
             shared.metrics.status_writes_total.inc();
@@ -330,6 +341,7 @@ async fn reconcile_hook(hook: &AgentHook, ctx: &Context) -> Result<Outcome, Erro
         WriteOutcome::Unchanged => {}
         WriteOutcome::Gone => tracing::debug!(hook = %key, "hook gone before its status write"),
     }
+
     if let Verdict::Refused(r) = &verdict {
         tracing::info!(hook = %key, generation, reason = %r.reason, message = %r.message, "hook refused");
     }
@@ -338,6 +350,42 @@ async fn reconcile_hook(hook: &AgentHook, ctx: &Context) -> Result<Outcome, Erro
     } else {
         Outcome::Refused
     })
+}
+
+/// Writes a breaker that no longer applies closed, with a Normal `BreakerReset` Event
+/// when this write closed it.
+async fn reset_breaker(
+    ctx: &Context,
+    api: &Api<AgentHook>,
+    hook: &AgentHook,
+    key: &HookKey,
+) -> Result<(), Error> {
+    use crate::report::breaker::{self, ResetOutcome};
+    match breaker::reset(api, hook).await? {
+        ResetOutcome::Closed { message } => {
+            ctx.shared.metrics.breaker_resets_total.inc();
+            tracing::info!(
+                target: "security.hook.circuit_breaker",
+                hook = %key,
+                generation = hook.metadata.generation.unwrap_or(0),
+                %message,
+                "security.hook.circuit_breaker: breaker closed"
+            );
+            let event = KubeEvent {
+                type_: EventType::Normal,
+                reason: breaker::REASON_RESET.into(),
+                note: Some(message),
+                action: "ResetBreaker".into(),
+                secondary: None,
+            };
+            if let Err(e) = ctx.recorder.publish(&event, &hook.object_ref(&())).await {
+                tracing::warn!(error = %e, "publishing an Event failed");
+            }
+        }
+        ResetOutcome::Unchanged => {}
+        ResetOutcome::Gone => tracing::debug!(hook = %key, "hook gone before its breaker reset"),
+    }
+    Ok(())
 }
 
 /// An Event on an `Accepted` transition (CONVENTIONS: Events on transitions only).

@@ -11,17 +11,28 @@ use super::secrets::secret_names;
 use crate::status::breaker_open;
 
 /// Predicate of the hook watch: a hash of what the reconciler reads from the hook apart
-/// from its own status writes — `metadata.generation`, whether the breaker is open (the
-/// dispatcher's status), and the reset-breaker annotation. Status-only updates by the
-/// operator leave it unchanged, so they never trigger a reconcile (no feedback loop).
+/// from its own status writes — `metadata.generation`, whether the breaker is open
+/// ([`breaker_open`]: a recorded trip for this generation and annotation), and the
+/// reset-breaker annotation.
+///
+/// So: a spec edit or an annotation change reconciles (and the reconcile closes a breaker
+/// that no longer applies); a recorded trip reconciles once (Ready turns `False`). The
+/// operator's other status writes — `Accepted`/`Ready`, the breaker reset (which writes
+/// `Closed` only once [`breaker_open`] is already false) and the batched
+/// `status.executions` — leave the hash unchanged, so they never trigger a reconcile
+/// (no feedback loop).
 pub fn hook_trigger(hook: &AgentHook) -> Option<u64> {
     let generation = hook.metadata.generation;
+    let annotation = hook.annotations().get(RESET_BREAKER_ANNOTATION);
     let mut h = DefaultHasher::new();
     generation.hash(&mut h);
-    breaker_open(hook.status.as_ref(), generation.unwrap_or(0)).hash(&mut h);
-    hook.annotations()
-        .get(RESET_BREAKER_ANNOTATION)
-        .hash(&mut h);
+    breaker_open(
+        hook.status.as_ref(),
+        generation.unwrap_or(0),
+        annotation.map(String::as_str),
+    )
+    .hash(&mut h);
+    annotation.hash(&mut h);
     Some(h.finish())
 }
 
@@ -52,7 +63,9 @@ pub fn hooks_using_secret(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::status::{BREAKER_CLOSED, BREAKER_OPEN};
     use agenthooks_crds::AgentHookStatus;
+    use agenthooks_crds::agenthook::{BreakerStatus, ExecutionsStatus};
     use kube::runtime::watcher::Event;
 
     fn obj(ns: &str, name: &str, generation: i64, secret: Option<&str>) -> AgentHook {
@@ -70,38 +83,103 @@ mod tests {
         h
     }
 
+    fn breaker(state: &str, generation: i64, annotation: Option<&str>) -> BreakerStatus {
+        BreakerStatus {
+            state: Some(state.into()),
+            tripped_at: Some("2025-01-01T00:00:00Z".into()),
+            reason: Some("5 blocks in a row".into()),
+            dispatcher: Some("d1".into()),
+            generation: Some(generation),
+            reset_annotation: annotation.map(str::to_string),
+        }
+    }
+
+    fn with_status(h: &AgentHook, status: AgentHookStatus) -> AgentHook {
+        let mut h = h.clone();
+        h.status = Some(status);
+        h
+    }
+
     #[test]
     fn status_writes_do_not_trigger_but_spec_and_breaker_do() {
         let h = obj("a", "h", 1, None);
         let base = hook_trigger(&h);
-        let mut ours = h.clone();
-        ours.status = Some(AgentHookStatus {
-            observed_generation: Some(1),
-            conditions: crate::status::plan(
-                None,
-                1,
-                &[crate::status::accepted_condition(
-                    &crate::index::Verdict::Accepted,
-                )],
-                &crate::status::now(),
-            )
-            .unwrap()
-            .conditions,
-            ..Default::default()
-        });
+        let ours = with_status(
+            &h,
+            AgentHookStatus {
+                observed_generation: Some(1),
+                conditions: crate::status::plan(
+                    None,
+                    1,
+                    &[crate::status::accepted_condition(
+                        &crate::index::Verdict::Accepted,
+                    )],
+                    &crate::status::now(),
+                )
+                .unwrap()
+                .conditions,
+                ..Default::default()
+            },
+        );
         assert_eq!(hook_trigger(&ours), base, "our own status write");
+        let counted = with_status(
+            &h,
+            AgentHookStatus {
+                executions: Some(ExecutionsStatus {
+                    allow: 7,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        );
+        assert_eq!(hook_trigger(&counted), base, "an executions write");
         let mut edited = h.clone();
         edited.metadata.generation = Some(2);
         assert_ne!(hook_trigger(&edited), base);
-        let mut tripped = h.clone();
-        tripped.status = Some(AgentHookStatus {
-            breaker: Some(agenthooks_crds::agenthook::BreakerStatus {
-                state: Some("Open".into()),
+        let tripped = with_status(
+            &h,
+            AgentHookStatus {
+                breaker: Some(breaker(BREAKER_OPEN, 1, None)),
                 ..Default::default()
-            }),
+            },
+        );
+        assert_ne!(hook_trigger(&tripped), base, "a trip for this generation");
+        let stale = with_status(
+            &h,
+            AgentHookStatus {
+                breaker: Some(breaker(BREAKER_OPEN, 0, None)),
+                ..Default::default()
+            },
+        );
+        assert_eq!(hook_trigger(&stale), base, "a trip of an older generation");
+    }
+
+    #[test]
+    fn annotation_changes_trigger_and_the_reset_write_does_not() {
+        let mut h = obj("a", "h", 1, None);
+        h.status = Some(AgentHookStatus {
+            breaker: Some(breaker(BREAKER_OPEN, 1, None)),
             ..Default::default()
         });
-        assert_ne!(hook_trigger(&tripped), base);
+        let open = hook_trigger(&h);
+        let mut annotated = h.clone();
+        annotated
+            .annotations_mut()
+            .insert(RESET_BREAKER_ANNOTATION.into(), "1".into());
+        let reset_asked = hook_trigger(&annotated);
+        assert_ne!(reset_asked, open, "the annotation change reconciles");
+        // the reconcile writes the breaker closed: no further trigger
+        annotated.status = Some(AgentHookStatus {
+            breaker: Some(breaker(BREAKER_CLOSED, 1, None)),
+            ..Default::default()
+        });
+        assert_eq!(hook_trigger(&annotated), reset_asked, "no write loop");
+        // tripped again under the new annotation: reconciles once more
+        annotated.status = Some(AgentHookStatus {
+            breaker: Some(breaker(BREAKER_OPEN, 1, Some("1"))),
+            ..Default::default()
+        });
+        assert_ne!(hook_trigger(&annotated), reset_asked);
     }
 
     #[test]

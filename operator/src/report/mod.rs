@@ -1,15 +1,547 @@
-//! `POST /v1/report`: breaker trips and execution counts from dispatchers (issue 3).
-//! Stub: filled in by the breaker/executions work.
+//! What dispatchers report to the operator's leader on its sync port (issue 3, crds
+//! [`agenthooks_crds::report`]): breaker trips and execution counts.
+//!
+//! `POST /v1/report`, body [`agenthooks_crds::report::Report`] (JSON, at most
+//! [`MAX_BODY_BYTES`]):
+//!
+//! ```json
+//! {"dispatcher": "disp-a", "reportId": "5f0c...",
+//!  "trips": [{"uid": "...", "namespace": "tenant-acme", "name": "block-exec",
+//!             "generation": 3, "resetToken": "2", "trippedAt": "2025-03-01T10:00:00Z",
+//!             "reason": "5 blocks in a row within 60 s"}],
+//!  "executions": [{"uid": "...", "namespace": "tenant-acme", "name": "block-exec",
+//!                  "allow": 10, "block": 5, "error": 0, "timeout": 0,
+//!                  "lastExecutionTime": "2025-03-01T10:00:00.120Z", "lastDecision": "block"}]}
+//! ```
+//!
+//! - `dispatcher` (1–253 characters) and `reportId` (1–128 characters, no control
+//!   characters) are required; `trips`, `breaker` and `executions` may be absent.
+//! - `breaker` ([`agenthooks_crds::report::BreakerObservation`]): per hook whose run
+//!   changed, the dispatcher's last `allow` and the `block`/`timeout` outcomes since
+//!   (`lastAllowAt`, `run[].at` RFC 3339, at most 64 outcomes), for the hook version
+//!   (uid, generation, resetToken) it ran.
+//! - A trip names the hook (uid, namespace, name), the `generation` and `resetToken`
+//!   (the snapshot hook's `agenthooks.io/reset-breaker` value, absent when none) it
+//!   tripped at, `trippedAt` (RFC 3339) and a one-sentence `reason` (cut to 1 KiB).
+//! - An execution entry holds one hook's counts since the dispatcher's last acknowledged
+//!   report (each < 2^63), and its latest run (`lastExecutionTime` RFC 3339,
+//!   `lastDecision` `allow|block|error|timeout`). Entries with the same uid add up.
+//!
+//! Answers (JSON):
+//! - `200` [`agenthooks_crds::report::ReportAck`] `{"trips", "executions", "duplicate"}`,
+//!   only once everything in the report is persisted to the API server: each trip
+//!   recorded (or ignored: unknown uid, another generation or reset token, already open)
+//!   and each hook's counts written to its `status.executions` (or dropped: hook gone).
+//!   `trips` counts the trips this report opened, `executions` the hooks it wrote.
+//!   A `reportId` already applied answers its acknowledgement again with
+//!   `duplicate: true` and changes nothing (ids are remembered 10 minutes, the last
+//!   10,000); a duplicate arriving while the first is still being applied waits for it.
+//! - `400` `{"error"}` naming the field (`trips[0].generation: invalid type: ...`) for a
+//!   body that does not parse or breaks a rule above; nothing is applied.
+//! - `413` `{"error"}` for a body over [`MAX_BODY_BYTES`].
+//! - `503` `{"error", "leader", "synced"}` when this replica is not the leader or has not
+//!   finished its initial sync (nothing is applied: try the next operator URL), and also
+//!   when the report could not be persisted yet: not within [`ReportConfig::ack_timeout`],
+//!   the API server failing, or leadership lost meanwhile. Send the **same body with the
+//!   same `reportId`** again: what was persisted is not applied twice (this replica
+//!   remembers per id which hooks' counts it wrote), the rest is.
+//!
+//! A dispatcher keeps a report (id and body fixed) until it gets its `200`, retrying on
+//! `503` or a transport error; counts gathered meanwhile go into its next report, with a
+//! new id. Use a client timeout above [`DEFAULT_ACK_TIMEOUT`]. Across a leader change a
+//! report the old leader persisted but could not acknowledge is applied again by the new
+//! leader (it has no memory of the id): the only case where counts can be doubled.
+//!
+//! What happens:
+//! - Breaker observations ([`crate::breaker_window`], CONTRACT §6.1 across replicas): each
+//!   one of a hook version the index holds, accepted and not already open, replaces that
+//!   dispatcher's previous one; when the runs merged by time over every dispatcher trip
+//!   (5 `block`/`timeout` in a row within 60 s, an `allow` anywhere resetting), the hook
+//!   trips as below, attributed to the reporting dispatcher, with the merged run as
+//!   reason.
+//! - Trips ([`breaker`], CONTRACT §6.2): a trip whose uid, generation and reset token
+//!   match the hook in the index opens its breaker in the index and publishes a snapshot
+//!   without it **at once**, before any status write
+//!   (`agenthooks_operator_breaker_trip_publish_seconds` measures that path), so every
+//!   dispatcher stops running it within one sync. Then `status.breaker` (`Open`, trippedAt,
+//!   reason, dispatcher, generation, resetAnnotation) and `CircuitOpen=True` (reason
+//!   `BreakerTripped`) are written by field manager `agenthooks-operator-breaker`, and a
+//!   Warning Event `CircuitOpen` is emitted — once per trip, whatever the number of
+//!   dispatchers reporting it.
+//! - Executions ([`writer`], [`executions`]): counts are merged per hook and written in
+//!   batches at most once per hook per [`ReportConfig::write_interval`] (default 1 s),
+//!   by read-modify-write with a `resourceVersion` precondition (field manager
+//!   `agenthooks-operator-executions`; a 409 is read again and retried), then every report
+//!   whose counts were in the batch is acknowledged
+//!   (`agenthooks_operator_execution_status_writes_total`).
+//!
+//! Modules: [`validate`] (body rules), [`dedup`] (report ids), [`breaker`] (breaker
+//! status), [`executions`] (count merge and write), [`writer`] (group commit).
 
-use std::sync::Arc;
+pub mod breaker;
+pub mod dedup;
+pub mod executions;
+pub mod validate;
+pub mod writer;
 
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use agenthooks_crds::AgentHook;
+use agenthooks_crds::report::{ReportAck, TripReport};
 use axum::Router;
-use kube::Client;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::{Api, Client};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::shared::Shared;
+use crate::breaker_window::BreakerWindows;
+use crate::index::{HookKey, TripMatch};
+use crate::shared::{Serving, Shared, lock};
+use breaker::TripWrite;
+use dedup::{AttemptResult, Begin, Progress, ReportLog};
+use validate::Checked;
+use writer::{ExecutionWriter, HookOutcome};
 
-/// Starts whatever background writers the report routes need and returns the routes.
-pub fn start(_shared: Arc<Shared>, _client: Client, _cancel: CancellationToken) -> Router {
-    Router::new()
+/// Largest accepted body.
+pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+/// Default of [`ReportConfig::write_interval`].
+pub const DEFAULT_WRITE_INTERVAL: Duration = Duration::from_secs(1);
+/// Default of [`ReportConfig::ack_timeout`].
+pub const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(10);
+/// Environment variable setting [`ReportConfig::write_interval`] in milliseconds (until
+/// the binary has a `--status-write-interval-ms` flag).
+pub const WRITE_INTERVAL_ENV: &str = "AGENTHOOKS_OPERATOR_STATUS_WRITE_INTERVAL_MS";
+
+/// Settings of the report endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportConfig {
+    /// Least time between two `status.executions` writes of one hook (batch interval).
+    pub write_interval: Duration,
+    /// How long a request waits for its report to be persisted before answering 503.
+    pub ack_timeout: Duration,
 }
+
+impl Default for ReportConfig {
+    fn default() -> Self {
+        ReportConfig {
+            write_interval: DEFAULT_WRITE_INTERVAL,
+            ack_timeout: DEFAULT_ACK_TIMEOUT,
+        }
+    }
+}
+
+impl ReportConfig {
+    /// The defaults, with `write_interval` from [`WRITE_INTERVAL_ENV`]
+    /// ([`ReportConfig::with_interval_setting`]).
+    pub fn from_env() -> ReportConfig {
+        ReportConfig::with_interval_setting(std::env::var(WRITE_INTERVAL_ENV).ok().as_deref())
+    }
+
+    /// The defaults, with `write_interval` from `setting` when it holds a number of
+    /// milliseconds from 10 to 60,000 (anything else is logged and ignored).
+    pub fn with_interval_setting(setting: Option<&str>) -> ReportConfig {
+        let mut config = ReportConfig::default();
+        if let Some(v) = setting {
+            match v.trim().parse::<u64>() {
+                Ok(ms) if (10..=60_000).contains(&ms) => {
+                    config.write_interval = Duration::from_millis(ms)
+                }
+                _ => tracing::warn!(
+                    value = %v,
+                    "{WRITE_INTERVAL_ENV} is not a number of milliseconds from 10 to 60000; using {} ms",
+                    DEFAULT_WRITE_INTERVAL.as_millis()
+                ),
+            }
+        }
+        config
+    }
+}
+
+/// What the handler and the attempts share.
+struct Core {
+    shared: Arc<Shared>,
+    client: Client,
+    writer: Arc<ExecutionWriter>,
+    log: Mutex<ReportLog>,
+    windows: Mutex<BreakerWindows>,
+    recorder: Recorder,
+    ack_timeout: Duration,
+}
+
+/// Starts the execution writer and returns the `POST /v1/report` route, with
+/// [`ReportConfig::from_env`].
+pub fn start(shared: Arc<Shared>, client: Client, cancel: CancellationToken) -> Router {
+    start_with(shared, client, cancel, ReportConfig::from_env())
+}
+
+/// Like [`start`] with explicit settings. Must be called inside a Tokio runtime (it
+/// spawns the writer, which stops on `cancel`).
+pub fn start_with(
+    shared: Arc<Shared>,
+    client: Client,
+    cancel: CancellationToken,
+    config: ReportConfig,
+) -> Router {
+    let writer = ExecutionWriter::new(config.write_interval);
+    let write_client = client.clone();
+    tokio::spawn(
+        writer.clone().run(
+            move |hook: writer::HookRef, counts: executions::Counts| {
+                let api: Api<AgentHook> = Api::namespaced(write_client.clone(), &hook.namespace);
+                async move {
+                    executions::write(&api, &hook.name, &hook.uid, &counts, |_| async {}).await
+                }
+            },
+            shared.serving.subscribe(),
+            shared.metrics.clone(),
+            cancel,
+        ),
+    );
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: crate::FIELD_MANAGER.into(),
+            instance: Some(shared.config.lease.identity.clone()),
+        },
+    );
+    let core = Arc::new(Core {
+        shared,
+        client,
+        writer,
+        log: Mutex::new(ReportLog::default()),
+        windows: Mutex::new(BreakerWindows::new()),
+        recorder,
+        ack_timeout: config.ack_timeout,
+    });
+    Router::new()
+        .route("/v1/report", post(post_report))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(core)
+}
+
+fn json_error(status: StatusCode, message: impl Into<String>) -> Response {
+    (
+        status,
+        axum::Json(serde_json::json!({ "error": message.into() })),
+    )
+        .into_response()
+}
+
+fn unavailable(serving: Serving, why: &str) -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        axum::Json(serde_json::json!({
+            "error": why,
+            "leader": serving.leader,
+            "synced": serving.synced,
+        })),
+    )
+        .into_response()
+}
+
+async fn post_report(
+    State(core): State<Arc<Core>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let count = |result: &str| {
+        core.shared
+            .metrics
+            .reports_total
+            .with_label_values(&[result])
+            .inc()
+    };
+    let bytes = match body {
+        Ok(b) => b,
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            count("too_large");
+            return json_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("body: larger than {MAX_BODY_BYTES} bytes"),
+            );
+        }
+        Err(e) => {
+            count("bad_request");
+            return json_error(StatusCode::BAD_REQUEST, format!("body: {}", e.body_text()));
+        }
+    };
+    let checked = match validate::parse(&bytes).and_then(validate::check) {
+        Ok(c) => c,
+        Err(message) => {
+            count("bad_request");
+            return json_error(StatusCode::BAD_REQUEST, message);
+        }
+    };
+    let serving = core.shared.serving();
+    if !serving.ok() {
+        count("unavailable");
+        let why = if serving.leader {
+            "the operator has not finished its initial sync"
+        } else {
+            "this operator replica is not the leader"
+        };
+        return unavailable(serving, why);
+    }
+    let received = Instant::now();
+    let id = checked.report.report_id.clone();
+    let begin = lock(&core.log).begin(&id, received);
+    let (mut rx, duplicate) = match begin {
+        Begin::Done(mut ack) => {
+            count("duplicate");
+            ack.duplicate = true;
+            return (StatusCode::OK, axum::Json(ack)).into_response();
+        }
+        Begin::InFlight(rx) => (rx, true),
+        Begin::Start { progress, done } => {
+            let rx = done.subscribe();
+            tokio::spawn(apply(core.clone(), checked, progress, done, received));
+            (rx, false)
+        }
+    };
+    let outcome = tokio::time::timeout(core.ack_timeout, async {
+        rx.wait_for(Option::is_some).await.map(|v| v.clone())
+    })
+    .await;
+    match outcome {
+        Ok(Ok(Some(Ok(mut ack)))) => {
+            count(if duplicate { "duplicate" } else { "applied" });
+            ack.duplicate = duplicate;
+            (StatusCode::OK, axum::Json(ack)).into_response()
+        }
+        Ok(Ok(Some(Err(why)))) => {
+            count("not_persisted");
+            unavailable(
+                core.shared.serving(),
+                &format!(
+                    "the report is not fully persisted ({why}); send it again with the same reportId"
+                ),
+            )
+        }
+        Ok(Ok(None)) | Ok(Err(_)) => {
+            count("not_persisted");
+            unavailable(
+                core.shared.serving(),
+                "applying the report was interrupted; send it again with the same reportId",
+            )
+        }
+        Err(_) => {
+            count("not_persisted");
+            unavailable(
+                core.shared.serving(),
+                &format!(
+                    "the report is not yet persisted after {} s; send it again with the same reportId",
+                    core.ack_timeout.as_secs_f64()
+                ),
+            )
+        }
+    }
+}
+
+/// Applies one attempt at a report (in its own task, so a client that goes away does not
+/// stop it half-way), records the result in the log and sends it on `done`.
+async fn apply(
+    core: Arc<Core>,
+    checked: Checked,
+    mut progress: Progress,
+    done: watch::Sender<Option<AttemptResult>>,
+    received: Instant,
+) {
+    let Checked { report, executions } = checked;
+    let metrics = &core.shared.metrics;
+    let trips_count = |result: &str| {
+        metrics
+            .breaker_trips_total
+            .with_label_values(&[result])
+            .inc()
+    };
+    let mut failures: Vec<String> = Vec::new();
+
+    // 1. Trips leave the snapshot first: reported ones and those the merged runs decide
+    //    (now, or in an earlier attempt at this report whose status write failed).
+    let mut global = std::mem::take(&mut progress.decided_trips);
+    global.extend(observe_runs(&core, &report));
+    let mut to_write: Vec<&TripReport> = Vec::new();
+    for trip in report.trips.iter().chain(&global) {
+        match open_in_index(&core.shared, trip, received) {
+            TripMatch::Unknown => trips_count("unknown"),
+            TripMatch::Stale => trips_count("stale"),
+            TripMatch::AlreadyOpen | TripMatch::Opened { .. } => to_write.push(trip),
+        }
+    }
+    // 2. Counts go to the next batch.
+    let receivers: Vec<_> = executions
+        .into_iter()
+        .filter(|(hook, _)| !progress.persisted.contains(&hook.uid))
+        .map(|(hook, counts)| (hook.uid.clone(), core.writer.submit(hook, counts)))
+        .collect();
+    // 3. Breaker status, Event.
+    for trip in to_write {
+        let api: Api<AgentHook> = Api::namespaced(core.client.clone(), &trip.namespace);
+        match breaker::record_trip(&api, &report.dispatcher, trip).await {
+            Ok(TripWrite::Recorded { breaker, message }) => {
+                progress.trips += 1;
+                trips_count("recorded");
+                tracing::warn!(
+                    target: "security.hook.circuit_breaker",
+                    hook = %format!("{}/{}", trip.namespace, trip.name),
+                    dispatcher = %report.dispatcher,
+                    generation = trip.generation,
+                    tripped_at = breaker.tripped_at.as_deref().unwrap_or_default(),
+                    reason = breaker.reason.as_deref().unwrap_or_default(),
+                    "security.hook.circuit_breaker: breaker opened; the hook is out of the snapshot"
+                );
+                publish_event(&core, trip, message).await;
+            }
+            Ok(TripWrite::AlreadyOpen) => trips_count("already_open"),
+            Ok(TripWrite::Stale) => trips_count("stale"),
+            Ok(TripWrite::Gone) => trips_count("unknown"),
+            Err(e) => {
+                trips_count("failed");
+                tracing::warn!(hook = %format!("{}/{}", trip.namespace, trip.name), error = %e, "writing an open breaker failed");
+                failures.push(format!("trip of {}/{}: {e}", trip.namespace, trip.name));
+            }
+        }
+    }
+    // 4. Wait for the batch holding the counts.
+    for (uid, rx) in receivers {
+        match rx.await {
+            Ok(HookOutcome::Written) => {
+                progress.executions += 1;
+                progress.persisted.insert(uid);
+            }
+            Ok(HookOutcome::Gone) => {
+                progress.persisted.insert(uid);
+            }
+            Ok(HookOutcome::Failed(why)) => failures.push(why),
+            Err(_) => failures.push("the execution writer stopped".to_string()),
+        }
+    }
+    progress.decided_trips = global;
+    let result: AttemptResult = if failures.is_empty() {
+        Ok(ReportAck {
+            trips: progress.trips,
+            executions: progress.executions,
+            duplicate: false,
+        })
+    } else {
+        Err(failures.join("; "))
+    };
+    lock(&core.log).finish(&report.report_id, &result, progress, Instant::now());
+    done.send_replace(Some(result));
+}
+
+/// Feeds the report's breaker observations of hook versions the index holds (accepted,
+/// breaker closed) to the windows; returns the trips they decide.
+fn observe_runs(core: &Core, report: &agenthooks_crds::report::Report) -> Vec<TripReport> {
+    if report.breaker.is_empty() {
+        return Vec::new();
+    }
+    let current: Vec<bool> = {
+        let index = lock(&core.shared.index);
+        report
+            .breaker
+            .iter()
+            .map(|o| {
+                index
+                    .get(&HookKey::new(&o.namespace, &o.name))
+                    .is_some_and(|h| {
+                        h.hook.uid == o.uid
+                            && h.hook.generation == o.generation
+                            && h.hook.reset_token == o.reset_token
+                            && h.is_published()
+                    })
+            })
+            .collect()
+    };
+    let now = chrono::Utc::now();
+    let mut windows = lock(&core.windows);
+    windows.prune(now);
+    let mut trips = Vec::new();
+    for (obs, current) in report.breaker.iter().zip(current) {
+        if !current {
+            continue;
+        }
+        match windows.observe(&report.dispatcher, obs, now) {
+            Ok(Some(t)) => trips.push(TripReport {
+                uid: obs.uid.clone(),
+                namespace: obs.namespace.clone(),
+                name: obs.name.clone(),
+                generation: obs.generation,
+                reset_token: obs.reset_token.clone(),
+                tripped_at: executions::format_time(t.tripped_at),
+                reason: t.reason(),
+            }),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "breaker observation refused"),
+        }
+    }
+    trips
+}
+
+/// Opens the trip's breaker in the index and, when that dropped the hook from the
+/// published set, publishes the snapshot without it right away.
+fn open_in_index(shared: &Shared, trip: &TripReport, received: Instant) -> TripMatch {
+    let key = HookKey::new(&trip.namespace, &trip.name);
+    let found = lock(&shared.index).trip(
+        &key,
+        &trip.uid,
+        trip.generation,
+        trip.reset_token.as_deref(),
+    );
+    if let TripMatch::Opened {
+        published_changed: true,
+    } = found
+    {
+        match shared.publish_now() {
+            Ok(version) => {
+                let took = received.elapsed();
+                shared
+                    .metrics
+                    .breaker_trip_publish_seconds
+                    .observe(took.as_secs_f64());
+                tracing::info!(hook = %key, version = ?version, micros = took.as_micros() as u64, "breaker tripped; published the snapshot without the hook");
+            }
+            Err(e) => {
+                tracing::error!(hook = %key, error = %e, "publishing after a trip failed; the publisher will retry");
+                shared.publish_requested.notify_one();
+            }
+        }
+    }
+    found
+}
+
+/// The Warning Event of a recorded trip. Failures are logged, never fatal.
+async fn publish_event(core: &Core, trip: &TripReport, note: String) {
+    let reference = ObjectReference {
+        api_version: Some(format!(
+            "{}/{}",
+            agenthooks_crds::GROUP,
+            agenthooks_crds::VERSION
+        )),
+        kind: Some("AgentHook".into()),
+        name: Some(trip.name.clone()),
+        namespace: Some(trip.namespace.clone()),
+        uid: Some(trip.uid.clone()),
+        ..Default::default()
+    };
+    let event = KubeEvent {
+        type_: EventType::Warning,
+        reason: breaker::EVENT_REASON_OPEN.into(),
+        note: Some(breaker::cut(&note, 1000).to_string()),
+        action: "TripBreaker".into(),
+        secondary: None,
+    };
+    if let Err(e) = core.recorder.publish(&event, &reference).await {
+        tracing::warn!(error = %e, "publishing an Event failed");
+    }
+}
+
+#[cfg(test)]
+mod tests;

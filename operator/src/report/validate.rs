@@ -1,0 +1,368 @@
+//! `POST /v1/report` bodies: parsing and checks, each refusal naming the field
+//! (`trips[0].generation: ...`) for a 400.
+
+use std::collections::BTreeMap;
+
+use agenthooks_crds::report::{BreakerObservation, ExecutionDelta, Report, TripReport};
+
+use super::executions::Counts;
+use super::writer::HookRef;
+
+/// Longest `dispatcher` (as in the snapshot poll).
+pub const MAX_DISPATCHER_LEN: usize = 253;
+/// Longest `reportId`.
+pub const MAX_REPORT_ID_LEN: usize = 128;
+/// Longest uid.
+pub const MAX_UID_LEN: usize = 128;
+/// Longest namespace (a DNS label).
+pub const MAX_NAMESPACE_LEN: usize = 63;
+/// Longest object name.
+pub const MAX_NAME_LEN: usize = 253;
+/// Most outcomes in one breaker observation's run (a dispatcher sends at most
+/// [`agenthooks_crds::report::BREAKER_THRESHOLD`]).
+pub const MAX_RUN_OUTCOMES: usize = 64;
+/// Longest reset token (an annotation value; all annotations together are capped at
+/// 256 KiB by the API server).
+pub const MAX_RESET_TOKEN_LEN: usize = 256 * 1024;
+
+/// A report that passed [`check`]: the report, and its execution counts merged per hook
+/// (by uid, in uid order), empty ones left out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checked {
+    /// The report as sent.
+    pub report: Report,
+    /// Counts per hook.
+    pub executions: Vec<(HookRef, Counts)>,
+}
+
+/// Parses a report body.
+///
+/// Errors: the JSON error with the path of the field it is in (`trips[0].generation:
+/// invalid type: ...`), or the position of a syntax error.
+pub fn parse(body: &[u8]) -> Result<Report, String> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let report: Report = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        if path == "." {
+            format!("body: {}", e.inner())
+        } else {
+            format!("{path}: {}", e.inner())
+        }
+    })?;
+    de.end()
+        .map_err(|e| format!("body: trailing data after the report ({e})"))?;
+    Ok(report)
+}
+
+fn check_text(field: &str, value: &str, max: usize) -> Result<(), String> {
+    if value.is_empty() {
+        return Err(format!("{field}: required, must not be empty"));
+    }
+    if value.len() > max {
+        return Err(format!("{field}: {} bytes; at most {max}", value.len()));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(format!("{field}: holds control characters"));
+    }
+    Ok(())
+}
+
+fn check_hook(at: &str, uid: &str, namespace: &str, name: &str) -> Result<(), String> {
+    check_text(&format!("{at}.uid"), uid, MAX_UID_LEN)?;
+    check_text(&format!("{at}.namespace"), namespace, MAX_NAMESPACE_LEN)?;
+    check_text(&format!("{at}.name"), name, MAX_NAME_LEN)
+}
+
+fn check_trip(at: &str, t: &TripReport) -> Result<(), String> {
+    check_hook(at, &t.uid, &t.namespace, &t.name)?;
+    if t.generation < 1 {
+        return Err(format!(
+            "{at}.generation: {} is not a generation (>= 1)",
+            t.generation
+        ));
+    }
+    if let Some(token) = &t.reset_token
+        && token.len() > MAX_RESET_TOKEN_LEN
+    {
+        return Err(format!(
+            "{at}.resetToken: {} bytes; at most {MAX_RESET_TOKEN_LEN}",
+            token.len()
+        ));
+    }
+    check_time(&format!("{at}.trippedAt"), &t.tripped_at)?;
+    if t.reason.trim().is_empty() {
+        return Err(format!("{at}.reason: required, must not be empty"));
+    }
+    Ok(())
+}
+
+fn check_time(field: &str, value: &str) -> Result<(), String> {
+    chrono::DateTime::parse_from_rfc3339(value)
+        .map(|_| ())
+        .map_err(|e| format!("{field}: {value:?} is not an RFC 3339 time ({e})"))
+}
+
+fn check_observation(at: &str, o: &BreakerObservation) -> Result<(), String> {
+    check_hook(at, &o.uid, &o.namespace, &o.name)?;
+    if o.generation < 1 {
+        return Err(format!(
+            "{at}.generation: {} is not a generation (>= 1)",
+            o.generation
+        ));
+    }
+    if let Some(token) = &o.reset_token
+        && token.len() > MAX_RESET_TOKEN_LEN
+    {
+        return Err(format!(
+            "{at}.resetToken: {} bytes; at most {MAX_RESET_TOKEN_LEN}",
+            token.len()
+        ));
+    }
+    if let Some(t) = &o.last_allow_at {
+        check_time(&format!("{at}.lastAllowAt"), t)?;
+    }
+    if o.run.len() > MAX_RUN_OUTCOMES {
+        return Err(format!(
+            "{at}.run: {} outcomes; at most {MAX_RUN_OUTCOMES}",
+            o.run.len()
+        ));
+    }
+    for (j, r) in o.run.iter().enumerate() {
+        check_time(&format!("{at}.run[{j}].at"), &r.at)?;
+    }
+    Ok(())
+}
+
+fn check_delta(at: &str, d: &ExecutionDelta) -> Result<Counts, String> {
+    check_hook(at, &d.uid, &d.namespace, &d.name)?;
+    for (field, n) in [
+        ("allow", d.allow),
+        ("block", d.block),
+        ("error", d.error),
+        ("timeout", d.timeout),
+    ] {
+        if i64::try_from(n).is_err() {
+            return Err(format!("{at}.{field}: {n} is larger than {}", i64::MAX));
+        }
+    }
+    Counts::from_delta(d, at)
+}
+
+/// Checks a parsed report: `dispatcher` and `reportId` present and bounded; every trip
+/// names a hook (uid, namespace, name), a generation >= 1, an RFC 3339 `trippedAt` and a
+/// reason; every execution entry names a hook, counts that fit an `int64`, an RFC 3339
+/// `lastExecutionTime` and a known `lastDecision`; two entries with one uid name the same
+/// hook; every breaker observation names a hook and a generation >= 1, RFC 3339
+/// `lastAllowAt` and `run[].at`, and at most [`MAX_RUN_OUTCOMES`] outcomes.
+///
+/// Errors: the first problem, naming its field (`executions[1].lastDecision: ...`).
+pub fn check(report: Report) -> Result<Checked, String> {
+    check_text("dispatcher", &report.dispatcher, MAX_DISPATCHER_LEN)?;
+    check_text("reportId", &report.report_id, MAX_REPORT_ID_LEN)?;
+    for (i, t) in report.trips.iter().enumerate() {
+        check_trip(&format!("trips[{i}]"), t)?;
+    }
+    for (i, o) in report.breaker.iter().enumerate() {
+        check_observation(&format!("breaker[{i}]"), o)?;
+    }
+    let mut by_uid: BTreeMap<String, (usize, HookRef, Counts)> = BTreeMap::new();
+    for (i, d) in report.executions.iter().enumerate() {
+        let at = format!("executions[{i}]");
+        let counts = check_delta(&at, d)?;
+        match by_uid.get_mut(&d.uid) {
+            Some((first, hook, sum)) => {
+                if hook.namespace != d.namespace || hook.name != d.name {
+                    return Err(format!(
+                        "{at}.uid: {:?} is also in executions[{first}] with another namespace/name",
+                        d.uid
+                    ));
+                }
+                sum.add(&counts);
+            }
+            None => {
+                let hook = HookRef {
+                    uid: d.uid.clone(),
+                    namespace: d.namespace.clone(),
+                    name: d.name.clone(),
+                };
+                by_uid.insert(d.uid.clone(), (i, hook, counts));
+            }
+        }
+    }
+    let executions = by_uid
+        .into_values()
+        .filter(|(_, _, c)| !c.is_empty())
+        .map(|(_, h, c)| (h, c))
+        .collect();
+    Ok(Checked { report, executions })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn body(v: serde_json::Value) -> Vec<u8> {
+        serde_json::to_vec(&v).unwrap()
+    }
+
+    fn good() -> serde_json::Value {
+        json!({
+            "dispatcher": "d1",
+            "reportId": "r1",
+            "trips": [{
+                "uid": "u1", "namespace": "ns", "name": "h", "generation": 2,
+                "trippedAt": "2025-03-01T10:00:00Z", "reason": "5 blocks in a row"
+            }],
+            "executions": [
+                {"uid": "u1", "namespace": "ns", "name": "h", "allow": 2, "block": 5,
+                 "lastExecutionTime": "2025-03-01T10:00:00Z", "lastDecision": "block"},
+                {"uid": "u2", "namespace": "ns", "name": "g"},
+                {"uid": "u1", "namespace": "ns", "name": "h", "allow": 1}
+            ]
+        })
+    }
+
+    fn refusal(v: serde_json::Value) -> String {
+        match parse(&body(v)) {
+            Err(e) => e,
+            Ok(r) => check(r).unwrap_err(),
+        }
+    }
+
+    #[test]
+    fn a_good_report_merges_its_counts_per_hook() {
+        let c = check(parse(&body(good())).unwrap()).unwrap();
+        assert_eq!(c.report.trips.len(), 1);
+        assert_eq!(c.executions.len(), 1, "u2 has nothing to write");
+        let (hook, counts) = &c.executions[0];
+        assert_eq!((hook.uid.as_str(), hook.name.as_str()), ("u1", "h"));
+        assert_eq!((counts.allow, counts.block), (3, 5));
+        assert_eq!(counts.last_decision.as_deref(), Some("block"));
+        let minimal = check(parse(br#"{"dispatcher":"d","reportId":"r"}"#).unwrap()).unwrap();
+        assert!(minimal.report.trips.is_empty() && minimal.executions.is_empty());
+    }
+
+    #[test]
+    fn refusals_name_the_field() {
+        let cases: Vec<(serde_json::Value, &str)> = vec![
+            (json!({"reportId": "r"}), "body: missing field `dispatcher`"),
+            (
+                json!({"dispatcher": "", "reportId": "r"}),
+                "dispatcher: required",
+            ),
+            (
+                json!({"dispatcher": "d", "reportId": "x".repeat(129)}),
+                "reportId: 129 bytes",
+            ),
+            (
+                json!({"dispatcher": "d\n", "reportId": "r"}),
+                "dispatcher: holds control",
+            ),
+            (
+                {
+                    let mut v = good();
+                    v["trips"][0]["generation"] = json!("two");
+                    v
+                },
+                "trips[0].generation: invalid type",
+            ),
+            (
+                {
+                    let mut v = good();
+                    v["trips"][0]["generation"] = json!(0);
+                    v
+                },
+                "trips[0].generation: 0 is not a generation",
+            ),
+            (
+                {
+                    let mut v = good();
+                    v["trips"][0]["trippedAt"] = json!("yesterday");
+                    v
+                },
+                "trips[0].trippedAt:",
+            ),
+            (
+                {
+                    let mut v = good();
+                    v["trips"][0]["reason"] = json!(" ");
+                    v
+                },
+                "trips[0].reason: required",
+            ),
+            (
+                {
+                    let mut v = good();
+                    v["executions"][1]["allow"] = json!(-1);
+                    v
+                },
+                "executions[1].allow: invalid value",
+            ),
+            (
+                {
+                    let mut v = good();
+                    v["executions"][1]["timeout"] = json!(u64::MAX);
+                    v
+                },
+                "executions[1].timeout: 18446744073709551615 is larger",
+            ),
+            (
+                {
+                    let mut v = good();
+                    v["executions"][2]["name"] = json!("other");
+                    v
+                },
+                "executions[2].uid: \"u1\" is also in executions[0]",
+            ),
+            (
+                {
+                    let mut v = good();
+                    v["executions"][0]["lastDecision"] = json!("skip");
+                    v
+                },
+                "executions[0].lastDecision:",
+            ),
+            (
+                {
+                    let mut v = good();
+                    v["executions"][1]["namespace"] = json!("");
+                    v
+                },
+                "executions[1].namespace: required",
+            ),
+            (
+                json!({"dispatcher": "d", "reportId": "r", "breaker": [{
+                    "uid": "u", "namespace": "n", "name": "h", "generation": 1,
+                    "run": [{"at": "2025-03-01T10:00:00Z"}, {"at": "soon"}]}]}),
+                "breaker[0].run[1].at: \"soon\" is not an RFC 3339 time",
+            ),
+            (
+                json!({"dispatcher": "d", "reportId": "r", "breaker": [{
+                    "uid": "u", "namespace": "n", "name": "h", "generation": 1,
+                    "lastAllowAt": "x"}]}),
+                "breaker[0].lastAllowAt:",
+            ),
+            (
+                json!({"dispatcher": "d", "reportId": "r", "breaker": [{
+                    "uid": "u", "namespace": "n", "name": "h", "generation": 0}]}),
+                "breaker[0].generation: 0",
+            ),
+        ];
+        for (v, want) in cases {
+            let got = refusal(v.clone());
+            assert!(got.starts_with(want), "for {v}: got {got:?}, want {want:?}");
+        }
+        let cut = parse(b"{\"dispatcher\":").unwrap_err();
+        assert!(cut.starts_with("dispatcher: EOF while parsing"), "{cut}");
+        let open = parse(b"{").unwrap_err();
+        assert!(open.contains("EOF while parsing"), "{open}");
+        assert!(
+            parse(br#"{"dispatcher":"d","reportId":"r"} x"#)
+                .unwrap_err()
+                .contains("trailing")
+        );
+        let arr = parse(b"5").unwrap_err();
+        assert!(arr.contains("invalid type"), "{arr}");
+    }
+}

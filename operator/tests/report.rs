@@ -1,0 +1,712 @@
+//! `POST /v1/report` on the real API server (issue 3, points 1 and 4):
+//!
+//! - a `409 Conflict` forced between the read and the write of `status.executions` is
+//!   retried from a fresh read, and the counts are exact (no operator needed: the write
+//!   function is called directly, with a hook that changes the object in between);
+//! - a reported trip leaves the snapshot within one long poll, then shows in status
+//!   (breaker `Open` with who, when, why; `CircuitOpen=True`), in an Event and in `Ready`;
+//!   a duplicate changes nothing; a new leader keeps the hook out; the reset annotation and
+//!   a spec edit close it (`CircuitOpen=False`, breaker `Closed`) and nothing writes spec;
+//! - execution counts from several concurrent reporters add up exactly, each `200` only
+//!   once they are in status, with bounded status writes.
+//!
+//! The operator runs as the built binary with the ServiceAccount of
+//! `config/rbac/operator.yaml`. Each operator reconciles every namespace, so the tests of
+//! this file run one at a time.
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use agenthooks_crds::AgentHook;
+use agenthooks_e2e::procs::{Proc, bin, free_port};
+use agenthooks_e2e::stack::{
+    OperatorProc, http_get, http_post, install_crds, log_dir, metric,
+    operator_service_account_kubeconfig, tails,
+};
+use agenthooks_e2e::{ControlPlane, unique_name, wait_for};
+use agenthooks_operator::report::executions::{self, Counts, ExecWrite};
+use kube::api::{Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn hook_yaml(ns: &str, name: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: agenthooks.io/v1alpha1\nkind: AgentHook\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  event: pre_tool_use\n  handler: {{type: http, http: {{url: 'https://policy.example.com/hook'}}}}\n{extra}"
+    )
+}
+
+async fn client(cp: &ControlPlane) -> Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let kc = Kubeconfig::read_from(&cp.kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+fn condition(hook: &Value, type_: &str) -> Option<Value> {
+    hook["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .cloned()
+}
+
+fn get_hook(cp: &ControlPlane, ns: &str, name: &str) -> Value {
+    cp.kubectl_json(&["-n", ns, "get", "--show-managed-fields", "agenthook", name])
+}
+
+fn events(cp: &ControlPlane, ns: &str, name: &str) -> Vec<Value> {
+    let v = cp.kubectl_json(&[
+        "-n",
+        ns,
+        "get",
+        "events",
+        "--field-selector",
+        &format!("involvedObject.name={name}"),
+    ]);
+    v["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// The operator's current snapshot, as a dispatcher that holds nothing gets it.
+fn snapshot(sync: &str) -> Option<Value> {
+    let (code, body) = http_get(&format!(
+        "{sync}/v1/snapshot?dispatcher=report-test&timeoutSeconds=0"
+    ));
+    (code == 200)
+        .then(|| serde_json::from_str(&body).ok())
+        .flatten()
+}
+
+/// The snapshot hook with this uid, if the snapshot holds it.
+fn in_snapshot(snapshot: &Value, uid: &str) -> Option<Value> {
+    snapshot["hooks"]
+        .as_array()?
+        .iter()
+        .find(|h| h["uid"] == uid)
+        .cloned()
+}
+
+fn post_report(sync: &str, report: &Value) -> (u16, Value) {
+    let (code, body) = http_post(&format!("{sync}/v1/report"), report);
+    (code, serde_json::from_str(&body).unwrap_or(Value::Null))
+}
+
+fn wait(procs: &[&Proc], timeout: Duration, what: &str, f: impl FnMut() -> bool) {
+    if !wait_for(timeout, f) {
+        panic!("{what} (within {timeout:?})\n{}", tails(procs));
+    }
+}
+
+/// An operator process with `env` (e.g. the status write interval).
+fn start_operator(
+    kubeconfig: &Path,
+    master: &str,
+    lease: &str,
+    identity: &str,
+    env: &[(&str, &str)],
+    logs: &Path,
+) -> (Proc, String, String) {
+    let (sync_port, admin_port) = (free_port(), free_port());
+    let args: Vec<String> = [
+        "--master-namespace",
+        master,
+        "--sync-addr",
+        &format!("127.0.0.1:{sync_port}"),
+        "--metrics-addr",
+        &format!("127.0.0.1:{admin_port}"),
+        "--lease-name",
+        lease,
+        "--lease-namespace",
+        master,
+        "--lease-duration-seconds",
+        "5",
+        "--identity",
+        identity,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut all_env = vec![("KUBECONFIG", kubeconfig.to_str().unwrap())];
+    all_env.extend_from_slice(env);
+    let proc = Proc::start(identity, &bin("agenthooks-operator"), &args, &all_env, logs);
+    (
+        proc,
+        format!("http://127.0.0.1:{sync_port}"),
+        format!("http://127.0.0.1:{admin_port}"),
+    )
+}
+
+// ---- (a) a 409 between read and write ---------------------------------------------------
+
+#[test]
+fn a_conflict_between_read_and_write_is_retried_from_a_fresh_read() {
+    let _serial = serial();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(conflict_between_read_and_write());
+}
+
+async fn conflict_between_read_and_write() {
+    let cp = ControlPlane::shared();
+    install_crds(cp);
+    let ns = unique_name("ah-report-409");
+    cp.create_namespace(&ns, &[]);
+    cp.apply_yaml(&hook_yaml(&ns, "counted", ""));
+    let client = client(cp).await;
+    let api: Api<AgentHook> = Api::namespaced(client, &ns);
+    let hook = api.get("counted").await.unwrap();
+    let uid = hook.uid().unwrap();
+
+    let ours = Counts {
+        allow: 5,
+        block: 2,
+        last_time: Some("2025-03-01T10:00:05Z".parse().unwrap()),
+        last_decision: Some("block".into()),
+        ..Default::default()
+    };
+    // Between our read and our patch, someone else (another replica, an admin) adds 100
+    // allows and 1 error with a newer last run: our patch carries a stale resourceVersion.
+    let other = api.clone();
+    let mut reads = Vec::new();
+    let result = executions::write(&api, "counted", &uid, &ours, |attempt| {
+        reads.push(attempt);
+        let other = other.clone();
+        async move {
+            if attempt == 1 {
+                let body = json!({"status": {"executions": {
+                    "allow": 100, "block": 0, "error": 1, "timeout": 0,
+                    "lastExecutionTime": "2025-03-01T10:00:09Z", "lastDecision": "error"}}});
+                other
+                    .patch_status(
+                        "counted",
+                        &PatchParams {
+                            field_manager: Some("someone-else".into()),
+                            ..Default::default()
+                        },
+                        &Patch::Merge(&body),
+                    )
+                    .await
+                    .unwrap();
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(reads, [1, 2], "one conflict, then a fresh read");
+    let ExecWrite::Written {
+        executions: written,
+        attempts,
+    } = result
+    else {
+        panic!("expected a write, got {result:?}")
+    };
+    assert_eq!(attempts, 2);
+    let now = api.get("counted").await.unwrap();
+    let ex = now.status.unwrap().executions.unwrap();
+    assert_eq!(ex, written);
+    assert_eq!(
+        (ex.allow, ex.block, ex.error, ex.timeout),
+        (105, 2, 1, 0),
+        "the other writer's counts and ours, each once"
+    );
+    assert_eq!(
+        ex.last_execution_time.as_deref(),
+        Some("2025-03-01T10:00:09Z")
+    );
+    assert_eq!(ex.last_decision.as_deref(), Some("error"), "the newest run");
+    let managers: Vec<String> = now
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|m| m.manager)
+        .collect();
+    assert!(
+        managers.iter().any(|m| m == executions::FIELD_MANAGER),
+        "{managers:?}"
+    );
+
+    // A hook re-created under the same name between read and write gets nothing.
+    let recreate = api.clone();
+    let yaml = hook_yaml(&ns, "counted", "");
+    let result = executions::write(&api, "counted", &uid, &ours, |attempt| {
+        let recreate = recreate.clone();
+        let yaml = yaml.clone();
+        async move {
+            if attempt == 1 {
+                recreate
+                    .delete("counted", &Default::default())
+                    .await
+                    .unwrap();
+                let cp = ControlPlane::shared();
+                tokio::task::spawn_blocking(move || cp.apply_yaml(&yaml))
+                    .await
+                    .unwrap();
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(result, ExecWrite::Gone);
+    let fresh = api.get("counted").await.unwrap();
+    assert_ne!(fresh.uid().unwrap(), uid);
+    assert!(
+        fresh.status.and_then(|s| s.executions).is_none(),
+        "the new hook carries none of the old one's counts"
+    );
+}
+
+// ---- (b), (c) breaker --------------------------------------------------------------------
+
+fn trip(uid: &str, ns: &str, name: &str, generation: i64, token: Option<&str>) -> Value {
+    let mut t = json!({
+        "uid": uid, "namespace": ns, "name": name, "generation": generation,
+        "trippedAt": "2025-03-01T10:00:00.250Z",
+        "reason": "5 blocks and 0 timeouts in a row within 2 s"
+    });
+    if let Some(token) = token {
+        t["resetToken"] = json!(token);
+    }
+    t
+}
+
+#[test]
+fn a_trip_opens_the_breaker_and_the_annotation_or_a_spec_edit_closes_it() {
+    let _serial = serial();
+    let cp = ControlPlane::shared();
+    install_crds(cp);
+    let master = unique_name("ah-report-b");
+    cp.create_namespace(&master, &[]);
+    let ns = unique_name("ah-report-hooks");
+    cp.create_namespace(&ns, &[]);
+    let logs = log_dir("ah-report-b");
+    let kubeconfig = operator_service_account_kubeconfig(cp, &master, &logs);
+    let lease = unique_name("agenthooks-operator");
+    let op = OperatorProc::start(&kubeconfig, &master, &lease, "op-b1", &[], &logs);
+    let name = "always-block";
+    cp.apply_yaml(&hook_yaml(&ns, name, ""));
+    let uid = get_hook(cp, &ns, name)["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait(
+        &[&op.proc],
+        Duration::from_secs(30),
+        "hook in the snapshot",
+        || snapshot(&op.sync).is_some_and(|s| in_snapshot(&s, &uid).is_some()),
+    );
+    let spec_before = get_hook(cp, &ns, name)["spec"].clone();
+
+    // A dispatcher holding the current snapshot long-polls while the trip is reported.
+    let held = snapshot(&op.sync).unwrap();
+    let poll_url = format!(
+        "{}/v1/snapshot?dispatcher=report-test-holder&epoch={}&after={}&timeoutSeconds=4",
+        op.sync,
+        held["epoch"].as_str().unwrap(),
+        held["version"]
+    );
+    let poller = std::thread::spawn(move || {
+        let (code, body) = http_get(&poll_url);
+        (code, body, Instant::now())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let report = json!({"dispatcher": "disp-1", "reportId": unique_name("r"),
+                        "trips": [trip(&uid, &ns, name, 1, None)]});
+    let sent = Instant::now();
+    let (code, ack) = post_report(&op.sync, &report);
+    assert_eq!(code, 200, "{ack}\n{}", tails(&[&op.proc]));
+    assert_eq!(
+        ack,
+        json!({"trips": 1, "executions": 0, "duplicate": false})
+    );
+    let (code, body, answered) = poller.join().unwrap();
+    assert_eq!(code, 200, "the long poll got the new snapshot");
+    let next: Value = serde_json::from_str(&body).unwrap();
+    assert!(
+        in_snapshot(&next, &uid).is_none(),
+        "tripped hook still served"
+    );
+    let took = answered.saturating_duration_since(sent);
+    eprintln!("trip reported -> long poll answered without the hook in {took:?}");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+
+    // Status: who, when, why, for which generation; the condition; not Ready; an Event.
+    let hook = get_hook(cp, &ns, name);
+    let b = &hook["status"]["breaker"];
+    assert_eq!(b["state"], "Open", "{hook}");
+    assert_eq!(b["dispatcher"], "disp-1");
+    assert_eq!(b["trippedAt"], "2025-03-01T10:00:00.250Z");
+    assert_eq!(b["reason"], "5 blocks and 0 timeouts in a row within 2 s");
+    assert_eq!(b["generation"], 1);
+    assert!(b.get("resetAnnotation").is_none(), "{b}");
+    let open = condition(&hook, "CircuitOpen").expect("CircuitOpen");
+    assert_eq!(
+        (
+            open["status"].clone(),
+            open["reason"].clone(),
+            open["observedGeneration"].clone()
+        ),
+        (json!("True"), json!("BreakerTripped"), json!(1))
+    );
+    let message = open["message"].as_str().unwrap();
+    assert!(
+        message.contains("disp-1") && message.contains("in a row"),
+        "{message}"
+    );
+    let breaker_manager = hook["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["manager"] == "agenthooks-operator-breaker")
+        .cloned()
+        .expect("the breaker's field manager");
+    assert!(breaker_manager["fieldsV1"]["f:status"]["f:breaker"].is_object());
+    wait(
+        &[&op.proc],
+        Duration::from_secs(15),
+        "Ready=False CircuitOpen",
+        || {
+            condition(&get_hook(cp, &ns, name), "Ready")
+                .is_some_and(|c| c["status"] == "False" && c["reason"] == "CircuitOpen")
+        },
+    );
+    assert_eq!(
+        condition(&get_hook(cp, &ns, name), "CircuitOpen").unwrap()["status"],
+        "True",
+        "the reconcile's apply left the breaker's condition alone"
+    );
+    wait(
+        &[&op.proc],
+        Duration::from_secs(10),
+        "a CircuitOpen Event",
+        || {
+            events(cp, &ns, name)
+                .iter()
+                .any(|e| e["reason"] == "CircuitOpen" && e["type"] == "Warning")
+        },
+    );
+
+    // The same report again: acknowledged as a duplicate, nothing changes.
+    let rv = get_hook(cp, &ns, name)["metadata"]["resourceVersion"].clone();
+    let (code, again) = post_report(&op.sync, &report);
+    assert_eq!(code, 200);
+    assert_eq!(
+        again,
+        json!({"trips": 1, "executions": 0, "duplicate": true})
+    );
+    // Another dispatcher trips the open hook; a trip of a generation the hook is not at.
+    let (code, other) = post_report(
+        &op.sync,
+        &json!({"dispatcher": "disp-2", "reportId": unique_name("r"),
+                "trips": [trip(&uid, &ns, name, 1, None), trip(&uid, &ns, name, 2, None)]}),
+    );
+    assert_eq!((code, other["trips"].clone()), (200, json!(0)), "{other}");
+    let hook = get_hook(cp, &ns, name);
+    assert_eq!(hook["status"]["breaker"]["dispatcher"], "disp-1");
+    assert_eq!(
+        hook["metadata"]["resourceVersion"], rv,
+        "nothing was written"
+    );
+    assert_eq!(
+        events(cp, &ns, name)
+            .iter()
+            .filter(|e| e["reason"] == "CircuitOpen")
+            .count(),
+        1,
+        "one Event per trip"
+    );
+
+    // A new leader rebuilds from the API server: the hook stays out.
+    let mut op = op;
+    op.proc.stop(Duration::from_secs(10));
+    let op2 = OperatorProc::start(&kubeconfig, &master, &lease, "op-b2", &[], &logs);
+    wait(
+        &[&op2.proc],
+        Duration::from_secs(30),
+        "the new leader serves",
+        || snapshot(&op2.sync).is_some(),
+    );
+    assert!(
+        in_snapshot(&snapshot(&op2.sync).unwrap(), &uid).is_none(),
+        "a persisted open breaker keeps the hook out after a leader change"
+    );
+
+    // The reset annotation closes it; nothing writes spec.
+    cp.kubectl_ok(&[
+        "-n",
+        &ns,
+        "annotate",
+        "--overwrite",
+        "agenthook",
+        name,
+        "agenthooks.io/reset-breaker=r1",
+    ]);
+    wait(
+        &[&op2.proc],
+        Duration::from_secs(15),
+        "back in the snapshot",
+        || {
+            snapshot(&op2.sync)
+                .and_then(|s| in_snapshot(&s, &uid))
+                .is_some_and(|h| h["resetToken"] == "r1")
+        },
+    );
+    wait(
+        &[&op2.proc],
+        Duration::from_secs(15),
+        "CircuitOpen=False",
+        || {
+            condition(&get_hook(cp, &ns, name), "CircuitOpen")
+                .is_some_and(|c| c["status"] == "False" && c["reason"] == "BreakerReset")
+        },
+    );
+    let hook = get_hook(cp, &ns, name);
+    assert_eq!(hook["status"]["breaker"]["state"], "Closed", "{hook}");
+    assert!(
+        condition(&hook, "CircuitOpen").unwrap()["message"]
+            .as_str()
+            .unwrap()
+            .contains("annotation changed")
+    );
+    assert_eq!(hook["metadata"]["generation"], 1);
+    assert_eq!(hook["spec"], spec_before);
+    wait(
+        &[&op2.proc],
+        Duration::from_secs(10),
+        "a BreakerReset Event",
+        || {
+            events(cp, &ns, name)
+                .iter()
+                .any(|e| e["reason"] == "BreakerReset" && e["type"] == "Normal")
+        },
+    );
+    // No write loop: left alone, the hook is not rewritten.
+    wait(
+        &[&op2.proc],
+        Duration::from_secs(15),
+        "Ready leaves CircuitOpen",
+        || {
+            condition(&get_hook(cp, &ns, name), "Ready")
+                .is_some_and(|c| c["reason"] != "CircuitOpen")
+        },
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let rv = get_hook(cp, &ns, name)["metadata"]["resourceVersion"].clone();
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        get_hook(cp, &ns, name)["metadata"]["resourceVersion"],
+        rv,
+        "the hook keeps being rewritten"
+    );
+
+    // Tripped at the new token; a trip carrying the old token is stale.
+    let (code, ack) = post_report(
+        &op2.sync,
+        &json!({"dispatcher": "disp-3", "reportId": unique_name("r"),
+                "trips": [trip(&uid, &ns, name, 1, None), trip(&uid, &ns, name, 1, Some("r1"))]}),
+    );
+    assert_eq!((code, ack["trips"].clone()), (200, json!(1)), "{ack}");
+    let hook = get_hook(cp, &ns, name);
+    assert_eq!(hook["status"]["breaker"]["resetAnnotation"], "r1");
+    assert_eq!(hook["status"]["breaker"]["dispatcher"], "disp-3");
+    assert!(in_snapshot(&snapshot(&op2.sync).unwrap(), &uid).is_none());
+
+    // A spec edit closes it too.
+    cp.apply_yaml(&hook_yaml(&ns, name, "  priority: 7\n"));
+    wait(
+        &[&op2.proc],
+        Duration::from_secs(15),
+        "generation 2 served",
+        || {
+            snapshot(&op2.sync)
+                .and_then(|s| in_snapshot(&s, &uid))
+                .is_some_and(|h| h["generation"] == 2)
+        },
+    );
+    wait(
+        &[&op2.proc],
+        Duration::from_secs(15),
+        "CircuitOpen=False at generation 2",
+        || {
+            condition(&get_hook(cp, &ns, name), "CircuitOpen").is_some_and(|c| {
+                c["status"] == "False"
+                    && c["observedGeneration"] == 2
+                    && c["reason"] == "BreakerReset"
+            })
+        },
+    );
+    let hook = get_hook(cp, &ns, name);
+    assert_eq!(hook["status"]["breaker"]["state"], "Closed");
+    let spec_managers: Vec<&str> = hook["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["fieldsV1"]["f:spec"].is_object())
+        .filter_map(|m| m["manager"].as_str())
+        .collect();
+    assert!(
+        spec_managers
+            .iter()
+            .all(|m| !m.starts_with("agenthooks-operator")),
+        "spec written by {spec_managers:?}"
+    );
+}
+
+// ---- (d) executions from concurrent reporters --------------------------------------------
+
+#[test]
+fn executions_from_concurrent_reporters_sum_exactly() {
+    let _serial = serial();
+    let cp = ControlPlane::shared();
+    install_crds(cp);
+    let master = unique_name("ah-report-d");
+    cp.create_namespace(&master, &[]);
+    let ns = unique_name("ah-report-counts");
+    cp.create_namespace(&ns, &[]);
+    let logs = log_dir("ah-report-d");
+    let kubeconfig = operator_service_account_kubeconfig(cp, &master, &logs);
+    let interval_ms = 500;
+    let (op, sync, admin) = start_operator(
+        &kubeconfig,
+        &master,
+        &unique_name("agenthooks-operator"),
+        "op-d",
+        &[(
+            "AGENTHOOKS_OPERATOR_STATUS_WRITE_INTERVAL_MS",
+            &interval_ms.to_string(),
+        )],
+        &logs,
+    );
+    let names = ["h1", "h2"];
+    for n in names {
+        cp.apply_yaml(&hook_yaml(&ns, n, ""));
+    }
+    let uids: Vec<String> = names
+        .iter()
+        .map(|n| {
+            get_hook(cp, &ns, n)["metadata"]["uid"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    wait(
+        &[&op],
+        Duration::from_secs(30),
+        "the operator serves",
+        || snapshot(&sync).is_some(),
+    );
+    let writes = || {
+        metric(
+            &http_get(&format!("{admin}/metrics")).1,
+            "agenthooks_operator_execution_status_writes_total",
+            "",
+        )
+    };
+    let writes_before = writes();
+
+    // 4 reporters × 25 reports, each for both hooks; every report is also sent twice
+    // (an answer lost and retried): the duplicate must add nothing.
+    const REPORTERS: usize = 4;
+    const REPORTS: usize = 25;
+    let counts = |r: usize, i: usize, h: usize| -> (u64, u64, u64, u64) {
+        let k = (r * 31 + i * 7 + h * 3) as u64;
+        (
+            k % 4 + 1,
+            k % 3,
+            u64::from(k.is_multiple_of(5)),
+            u64::from(k.is_multiple_of(7)),
+        )
+    };
+    let started = Instant::now();
+    // whole milliseconds, as dispatchers send them
+    let base =
+        chrono::DateTime::from_timestamp_millis(chrono::Utc::now().timestamp_millis()).unwrap();
+    std::thread::scope(|scope| {
+        for r in 0..REPORTERS {
+            let (sync, ns, uids, names) = (&sync, &ns, &uids, &names);
+            scope.spawn(move || {
+                for i in 0..REPORTS {
+                    let executions: Vec<Value> = (0..2)
+                        .map(|h| {
+                            let (allow, block, error, timeout) = counts(r, i, h);
+                            let at = base + chrono::Duration::milliseconds((i * 10 + r) as i64);
+                            json!({"uid": uids[h], "namespace": ns, "name": names[h],
+                                   "allow": allow, "block": block, "error": error,
+                                   "timeout": timeout,
+                                   "lastExecutionTime": at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                                   "lastDecision": if block > 0 { "block" } else { "allow" }})
+                        })
+                        .collect();
+                    let report = json!({"dispatcher": format!("reporter-{r}"),
+                                        "reportId": format!("{ns}-{r}-{i}"),
+                                        "executions": executions});
+                    for attempt in 0..2 {
+                        let (code, ack) = post_report(sync, &report);
+                        assert_eq!(code, 200, "reporter {r} report {i}: {ack}");
+                        assert_eq!(ack["executions"], 2, "{ack}");
+                        assert_eq!(ack["duplicate"], attempt == 1, "{ack}");
+                    }
+                }
+            });
+        }
+    });
+    let elapsed = started.elapsed();
+
+    // Every 200 came after the counts were written: status holds them all now.
+    let last_i = REPORTS - 1;
+    let last_r = REPORTERS - 1;
+    for (h, name) in names.iter().enumerate() {
+        let mut want = (0, 0, 0, 0);
+        for r in 0..REPORTERS {
+            for i in 0..REPORTS {
+                let c = counts(r, i, h);
+                want = (want.0 + c.0, want.1 + c.1, want.2 + c.2, want.3 + c.3);
+            }
+        }
+        let ex = get_hook(cp, &ns, name)["status"]["executions"].clone();
+        assert_eq!(
+            (
+                ex["allow"].as_u64().unwrap(),
+                ex["block"].as_u64().unwrap(),
+                ex["error"].as_u64().unwrap(),
+                ex["timeout"].as_u64().unwrap()
+            ),
+            want,
+            "{name}: {ex}"
+        );
+        let newest = base + chrono::Duration::milliseconds((last_i * 10 + last_r) as i64);
+        assert_eq!(
+            ex["lastExecutionTime"],
+            newest.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
+            "{name}: the newest run wins"
+        );
+        let (_, block, _, _) = counts(last_r, last_i, h);
+        assert_eq!(
+            ex["lastDecision"],
+            if block > 0 { "block" } else { "allow" }
+        );
+    }
+    let written = writes() - writes_before;
+    let bound = names.len() as f64 * (elapsed.as_secs_f64() * 1000.0 / interval_ms as f64 + 2.0);
+    eprintln!(
+        "{} reports ({} with duplicates) from {REPORTERS} reporters in {elapsed:?} -> {written} status writes for 2 hooks (bound {bound:.0})",
+        REPORTERS * REPORTS,
+        REPORTERS * REPORTS * 2
+    );
+    assert!(written >= 2.0, "{written}");
+    assert!(written <= bound, "{written} writes > {bound}");
+    let mut op = op;
+    op.stop(Duration::from_secs(10));
+}
