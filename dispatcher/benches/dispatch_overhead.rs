@@ -568,6 +568,61 @@ async fn run(full: bool) {
     println!(
         "\nRatios: scenario ÷ baseline of the same table (1.00× = no overhead over a bare axum handler)."
     );
+    bookkeeping(full);
+}
+
+/// The per-run bookkeeping every hook run pays on top of its handler: the execution
+/// counters for the operator's reports (a clock read and two atomics) and the breaker's
+/// record (a short lock), measured alone, single-threaded and with both cores
+/// hammering one hook.
+fn bookkeeping(full: bool) {
+    use agenthooks_dispatcher::handlers::Outcome;
+    use agenthooks_dispatcher::report::counters::unix_ms_now;
+    let n: u64 = if full { 2_000_000 } else { 10_000 };
+    let set = hook_set(1, 1, "https://a.example/");
+    let hook = Arc::clone(set.iter().next().expect("one hook"));
+    let run = |hook: &agenthooks_dispatcher::hookset::LoadedHook| {
+        let ms = unix_ms_now();
+        hook.counters.record(Outcome::Allow, ms);
+        hook.breaker.record_at(Outcome::Allow, Instant::now(), ms);
+    };
+    let counters_only = {
+        let t = Instant::now();
+        for _ in 0..n {
+            hook.counters.record(Outcome::Allow, unix_ms_now());
+        }
+        t.elapsed().as_nanos() as f64 / n as f64
+    };
+    let single = {
+        let t = Instant::now();
+        for _ in 0..n {
+            run(&hook);
+        }
+        t.elapsed().as_nanos() as f64 / n as f64
+    };
+    let threads = 2;
+    let contended = {
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| {
+                    for _ in 0..n / threads {
+                        run(&hook);
+                    }
+                });
+            }
+        });
+        t.elapsed().as_nanos() as f64 / n as f64
+    };
+    std::hint::black_box(hook.counters.take());
+    println!("\n### Bookkeeping per hook run (no handler)\n");
+    println!("| what | ns per run |");
+    println!("|---|---:|");
+    println!("| execution counters (clock read + 2 atomics) | {counters_only:.1} |");
+    println!("| counters + breaker record, 1 thread | {single:.1} |");
+    println!(
+        "| counters + breaker record, {threads} threads on one hook (wall ÷ runs) | {contended:.1} |"
+    );
 }
 
 fn main() {
