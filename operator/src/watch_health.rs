@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use agenthooks_crds::AgentHook;
+use agenthooks_crds::{AgentHook, TenantHookBudget};
 use axum::http::{Method, Request, Response, Uri};
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
@@ -44,11 +44,18 @@ pub enum Watched {
     Namespaces,
     /// `secrets`, all namespaces (metadata only).
     Secrets,
+    /// `tenanthookbudgets.agenthooks.io`, all namespaces (the budget session's watch).
+    TenantHookBudgets,
 }
 
 impl Watched {
     /// Every watch, in label order.
-    pub const ALL: [Watched; 3] = [Watched::AgentHooks, Watched::Namespaces, Watched::Secrets];
+    pub const ALL: [Watched; 4] = [
+        Watched::AgentHooks,
+        Watched::Namespaces,
+        Watched::Secrets,
+        Watched::TenantHookBudgets,
+    ];
 
     /// The `resource` label of the metrics and the name in `/readyz`.
     pub fn label(self) -> &'static str {
@@ -56,6 +63,7 @@ impl Watched {
             Watched::AgentHooks => "agenthooks",
             Watched::Namespaces => "namespaces",
             Watched::Secrets => "secrets",
+            Watched::TenantHookBudgets => "tenanthookbudgets",
         }
     }
 
@@ -69,6 +77,7 @@ impl Watched {
             Watched::AgentHooks => AgentHook::url_path(&(), None),
             Watched::Namespaces => Namespace::url_path(&(), None),
             Watched::Secrets => Secret::url_path(&(), None),
+            Watched::TenantHookBudgets => TenantHookBudget::url_path(&(), None),
         }
     }
 }
@@ -115,8 +124,8 @@ struct State {
 /// client's [`WatchStartLayer`] and the servers (which read it).
 #[derive(Debug)]
 pub struct WatchHealth {
-    states: Mutex<[State; 3]>,
-    paths: [String; 3],
+    states: Mutex<[State; Watched::ALL.len()]>,
+    paths: [String; Watched::ALL.len()],
 }
 
 impl WatchHealth {

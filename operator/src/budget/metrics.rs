@@ -1,0 +1,184 @@
+//! Prometheus metrics of the budgets (CONTRACT §8.2 "budget remaining"), registered on
+//! the operator's registry next to [`crate::metrics::Metrics`].
+
+use prometheus::{IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry};
+
+use super::ledger::TenantFigures;
+
+/// The budget metrics.
+#[derive(Clone, Debug)]
+pub struct BudgetMetrics {
+    /// `agenthooks_budget_remaining_tokens{tenant}`: `status.remaining` of the tenant's
+    /// accepted budget in the current period (persisted figure; reservations in flight
+    /// are in `agenthooks_budget_reserved_tokens`). Only the leader exports it.
+    pub remaining_tokens: IntGaugeVec,
+    /// `agenthooks_budget_reserved_tokens{tenant}`: tokens held by reservations in flight.
+    pub reserved_tokens: IntGaugeVec,
+    /// `agenthooks_budget_reservations_total{result}`: reserve answers, `granted`,
+    /// `exhausted`, `not_found` or `too_many`.
+    pub reservations_total: IntCounterVec,
+    /// `agenthooks_budget_settles_total{result}`: settle answers, `written`, `released`,
+    /// `duplicate`, `not_found` or `failed`.
+    pub settles_total: IntCounterVec,
+    /// `agenthooks_budget_reservations_expired_total`: reservations released by their TTL
+    /// (a dispatcher that reserved and never settled).
+    pub reservations_expired_total: IntCounter,
+    /// `agenthooks_budget_status_writes_total{cause}`: budget status writes, `settle`
+    /// (one per group of settles) or `reconcile`.
+    pub status_writes_total: IntCounterVec,
+    /// `agenthooks_budget_status_conflicts_total`: status writes that met 409 Conflict
+    /// (each retried from a fresh read).
+    pub status_conflicts_total: IntCounter,
+    /// `agenthooks_budget_reconcile_errors_total{reason}`: failed budget reconciles.
+    pub reconcile_errors_total: IntCounterVec,
+}
+
+impl BudgetMetrics {
+    /// Creates the metrics (unregistered).
+    ///
+    /// Errors: [`prometheus::Error`] only for a malformed name (a bug).
+    pub fn new() -> Result<BudgetMetrics, prometheus::Error> {
+        let result =
+            |name: &str, help: &str| IntCounterVec::new(Opts::new(name, help), &["result"]);
+        let reservations_total = result(
+            "agenthooks_budget_reservations_total",
+            "Budget reserve answers by result (granted, exhausted, not_found, too_many).",
+        )?;
+        let settles_total = result(
+            "agenthooks_budget_settles_total",
+            "Budget settle answers by result (written, released, duplicate, not_found, failed).",
+        )?;
+        for r in ["granted", "exhausted", "not_found"] {
+            reservations_total.with_label_values(&[r]);
+        }
+        for r in ["written", "released", "duplicate", "failed"] {
+            settles_total.with_label_values(&[r]);
+        }
+        let status_writes_total = IntCounterVec::new(
+            Opts::new(
+                "agenthooks_budget_status_writes_total",
+                "TenantHookBudget status writes by cause (settle, reconcile).",
+            ),
+            &["cause"],
+        )?;
+        for c in ["settle", "reconcile"] {
+            status_writes_total.with_label_values(&[c]);
+        }
+        Ok(BudgetMetrics {
+            remaining_tokens: IntGaugeVec::new(
+                Opts::new(
+                    "agenthooks_budget_remaining_tokens",
+                    "Tokens remaining in the current period of each tenant's budget (status.remaining).",
+                ),
+                &["tenant"],
+            )?,
+            reserved_tokens: IntGaugeVec::new(
+                Opts::new(
+                    "agenthooks_budget_reserved_tokens",
+                    "Tokens held by budget reservations in flight, by tenant.",
+                ),
+                &["tenant"],
+            )?,
+            reservations_total,
+            settles_total,
+            reservations_expired_total: IntCounter::new(
+                "agenthooks_budget_reservations_expired_total",
+                "Budget reservations released by their TTL without a settle.",
+            )?,
+            status_writes_total,
+            status_conflicts_total: IntCounter::new(
+                "agenthooks_budget_status_conflicts_total",
+                "TenantHookBudget status writes that met 409 Conflict and were retried from a fresh read.",
+            )?,
+            reconcile_errors_total: IntCounterVec::new(
+                Opts::new(
+                    "agenthooks_budget_reconcile_errors_total",
+                    "Failed TenantHookBudget reconciles by reason.",
+                ),
+                &["reason"],
+            )?,
+        })
+    }
+
+    /// Registers every metric on `registry`.
+    ///
+    /// Errors: [`prometheus::Error`] when one is already registered there.
+    pub fn register(&self, registry: &Registry) -> Result<(), prometheus::Error> {
+        registry.register(Box::new(self.remaining_tokens.clone()))?;
+        registry.register(Box::new(self.reserved_tokens.clone()))?;
+        registry.register(Box::new(self.reservations_total.clone()))?;
+        registry.register(Box::new(self.settles_total.clone()))?;
+        registry.register(Box::new(self.reservations_expired_total.clone()))?;
+        registry.register(Box::new(self.status_writes_total.clone()))?;
+        registry.register(Box::new(self.status_conflicts_total.clone()))?;
+        registry.register(Box::new(self.reconcile_errors_total.clone()))?;
+        Ok(())
+    }
+
+    /// Sets the gauges of one tenant.
+    pub fn set(&self, f: &TenantFigures) {
+        self.remaining_tokens
+            .with_label_values(&[f.tenant.as_str()])
+            .set(f.remaining);
+        self.reserved_tokens
+            .with_label_values(&[f.tenant.as_str()])
+            .set(f.reserved);
+    }
+
+    /// Replaces the gauges with exactly `all` (tenants without a budget disappear).
+    pub fn set_all(&self, all: &[TenantFigures]) {
+        self.remaining_tokens.reset();
+        self.reserved_tokens.reset();
+        for f in all {
+            self.set(f);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_exposed_and_gauges_follow_the_ledger() {
+        let registry = Registry::new();
+        let m = BudgetMetrics::new().unwrap();
+        m.register(&registry).unwrap();
+        assert!(
+            m.register(&registry).is_err(),
+            "twice is a bug, and said so"
+        );
+        m.set_all(&[
+            TenantFigures {
+                tenant: "acme".into(),
+                remaining: 150,
+                reserved: 100,
+            },
+            TenantFigures {
+                tenant: "gone".into(),
+                remaining: 1,
+                reserved: 0,
+            },
+        ]);
+        m.set_all(&[TenantFigures {
+            tenant: "acme".into(),
+            remaining: 50,
+            reserved: 0,
+        }]);
+        m.reservations_total.with_label_values(&["granted"]).inc();
+        let text = prometheus::TextEncoder::new()
+            .encode_to_string(&registry.gather())
+            .unwrap();
+        for line in [
+            "agenthooks_budget_remaining_tokens{tenant=\"acme\"} 50",
+            "agenthooks_budget_reserved_tokens{tenant=\"acme\"} 0",
+            "agenthooks_budget_reservations_total{result=\"granted\"} 1",
+            "agenthooks_budget_settles_total{result=\"written\"} 0",
+            "agenthooks_budget_status_writes_total{cause=\"settle\"} 0",
+            "agenthooks_budget_status_conflicts_total 0",
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+        assert!(!text.contains("tenant=\"gone\""), "{text}");
+    }
+}

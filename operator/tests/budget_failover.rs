@@ -1,0 +1,202 @@
+//! The budget endpoints of whole operators (`agenthooks_operator::run`, Lease election
+//! and all) over real HTTP on the real API server: the standby answers 503, the leader
+//! serves, and on a failover the new leader forgets the old one's reservations (the
+//! overspend is bounded by them) while settles of those reservations still count.
+
+mod budget_support;
+
+use std::time::Duration;
+
+use agenthooks_e2e::procs::free_port;
+use agenthooks_e2e::unique_name;
+use agenthooks_operator::watch_health::{self, WatchHealth};
+use budget_support::*;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+/// One operator process's worth, in process: its sync URL and its stop.
+struct Operator {
+    sync: String,
+    cancel: CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), agenthooks_operator::Error>>,
+}
+
+async fn operator(
+    cp: &agenthooks_e2e::ControlPlane,
+    master: &str,
+    lease: &str,
+    identity: &str,
+) -> Operator {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut cfg = config(master);
+    let port = free_port();
+    cfg.sync_addr = format!("127.0.0.1:{port}").parse().expect("addr");
+    cfg.lease.name = lease.to_string();
+    cfg.lease.identity = identity.to_string();
+    cfg.lease.duration_seconds = 4;
+    let kc = kube::config::Kubeconfig::read_from(&cp.kubeconfig).expect("kubeconfig");
+    let kube_config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("client config");
+    let health = WatchHealth::new();
+    let client = watch_health::client(kube_config, &health).expect("client");
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(agenthooks_operator::run(
+        cfg,
+        client,
+        health,
+        cancel.clone(),
+    ));
+    Operator {
+        sync: format!("http://127.0.0.1:{port}"),
+        cancel,
+        task,
+    }
+}
+
+async fn post(http: &reqwest::Client, url: String, body: String) -> (u16, Value) {
+    match http
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+    {
+        Ok(resp) => {
+            let status = resp.status().as_u16();
+            let text = resp.text().await.unwrap_or_default();
+            (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+        }
+        Err(e) => (0, json!({ "error": e.to_string() })),
+    }
+}
+
+async fn reserve(http: &reqwest::Client, op: &Operator, tenant: &str, tokens: i64) -> (u16, Value) {
+    let body = json!({"dispatcher": "d1", "tenant": tenant, "tokens": tokens}).to_string();
+    post(http, format!("{}/v1/budget/reserve", op.sync), body).await
+}
+
+async fn settle(
+    http: &reqwest::Client,
+    op: &Operator,
+    tenant: &str,
+    id: &str,
+    tokens: i64,
+) -> (u16, Value) {
+    let body = json!({"dispatcher": "d1", "tenant": tenant, "reservationId": id, "tokens": tokens})
+        .to_string();
+    post(http, format!("{}/v1/budget/settle", op.sync), body).await
+}
+
+/// Reserves on `op` until granted (the operator leads, has synced, installed the budget).
+async fn reserve_granted(
+    http: &reqwest::Client,
+    op: &Operator,
+    tenant: &str,
+    tokens: i64,
+) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+    loop {
+        let (status, v) = reserve(http, op, tenant, tokens).await;
+        if status == 200 && v["granted"] == true {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never granted: {status} {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_standby_answers_503_and_a_failover_forgets_reservations_in_flight() {
+    let cp = control_plane().await;
+    let master = namespace(cp, "ah-budget-sys", None).await;
+    let tenant = unique_name("failover");
+    let ns = namespace(cp, "tenant", Some(&tenant)).await;
+    budget(cp, &ns, "b", 1000, None).await;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::new();
+    let lease = unique_name("budget-lease");
+
+    let a = operator(cp, &master, &lease, "replica-a").await;
+    let held = reserve_granted(&http, &a, &tenant, 1000).await;
+    let held_id = held["reservationId"].as_str().expect("id").to_string();
+    assert_eq!(held["remaining"], 0);
+
+    let b = operator(cp, &master, &lease, "replica-b").await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let standby = loop {
+        let (status, v) = reserve(&http, &b, &tenant, 1).await;
+        if status == 503 {
+            break v;
+        }
+        assert!(
+            status == 0 && tokio::time::Instant::now() < deadline,
+            "{status} {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        (standby["leader"].as_bool(), standby["synced"].as_bool()),
+        (Some(false), Some(false)),
+        "{standby}"
+    );
+    assert!(standby["error"].as_str().is_some());
+
+    // over real HTTP: the 64 KiB limit and the field named
+    let big =
+        json!({"dispatcher": "d1", "tenant": tenant, "tokens": 1, "hook": "h".repeat(65 * 1024)});
+    let (status, _) = post(
+        &http,
+        format!("{}/v1/budget/reserve", a.sync),
+        big.to_string(),
+    )
+    .await;
+    assert_eq!(status, 413);
+    let (status, v) = reserve(&http, &a, &tenant, 0).await;
+    assert_eq!((status, v["field"].as_str()), (400, Some("tokens")), "{v}");
+    let (_, v) = reserve(&http, &a, &tenant, 1).await;
+    assert_eq!(
+        (v["granted"].as_bool(), v["reason"].as_str()),
+        (Some(false), Some("BudgetExhausted"))
+    );
+
+    // the leader stops (releasing the Lease); the standby takes over with an empty ledger:
+    // the 1,000 held by the old leader are forgotten (the bounded overspend)
+    a.cancel.cancel();
+    let stopped = tokio::time::timeout(Duration::from_secs(20), a.task).await;
+    assert!(matches!(stopped, Ok(Ok(Ok(())))), "{stopped:?}");
+    let again = reserve_granted(&http, &b, &tenant, 1000).await;
+    let again_id = again["reservationId"].as_str().expect("id").to_string();
+
+    // both calls settle with the new leader: the old reservation's id is unknown there
+    // and still counts, so used is the sum of what was spent
+    let (status, v) = settle(&http, &b, &tenant, &held_id, 300).await;
+    assert_eq!(
+        (status, v["used"].as_i64(), v["duplicate"].as_bool()),
+        (200, Some(300), Some(false)),
+        "{v}"
+    );
+    let (status, v) = settle(&http, &b, &tenant, &again_id, 800).await;
+    assert_eq!(
+        (status, v["used"].as_i64(), v["remaining"].as_i64()),
+        (200, Some(1100), Some(0)),
+        "{v}"
+    );
+    assert_eq!(v["state"], "Exhausted");
+    let s = get(cp, &ns, "b").await["status"].clone();
+    assert_eq!(
+        (
+            s["used"].as_i64(),
+            s["remaining"].as_i64(),
+            s["state"].as_str()
+        ),
+        (Some(1100), Some(0), Some("Exhausted"))
+    );
+
+    b.cancel.cancel();
+    let stopped = tokio::time::timeout(Duration::from_secs(20), b.task).await;
+    assert!(matches!(stopped, Ok(Ok(Ok(())))), "{stopped:?}");
+}
