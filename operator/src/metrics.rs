@@ -40,7 +40,7 @@ pub struct Metrics {
     pub watch_healthy: IntGaugeVec,
     /// `agenthooks_operator_reports_total{result}`: `POST /v1/report` answers by result,
     /// `applied`, `duplicate`, `bad_request`, `too_large`, `unavailable` (not the synced
-    /// leader) or `not_persisted` (503: not yet written, retry with the same id).
+    /// leader) or `not_persisted` (504: not yet written, retry with the same id).
     pub reports_total: IntCounterVec,
     /// `agenthooks_operator_breaker_trips_total{result}`: reported trips by outcome,
     /// `recorded` (breaker written open), `already_open`, `stale` (another generation or

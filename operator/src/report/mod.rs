@@ -40,17 +40,22 @@
 //!   body that does not parse or breaks a rule above; nothing is applied.
 //! - `413` `{"error"}` for a body over [`MAX_BODY_BYTES`].
 //! - `503` `{"error", "leader", "synced"}` when this replica is not the leader or has not
-//!   finished its initial sync (nothing is applied: try the next operator URL), and also
-//!   when the report could not be persisted yet: not within [`ReportConfig::ack_timeout`],
-//!   the API server failing, or leadership lost meanwhile. Send the **same body with the
-//!   same `reportId`** again: what was persisted is not applied twice (this replica
-//!   remembers per id which hooks' counts it wrote), the rest is.
+//!   finished its initial sync. Nothing was applied: try the next operator URL; what the
+//!   report carries may go into a new report with a new id.
+//! - `504` `{"error", "leader", "synced"}` when the report is not (fully) persisted yet:
+//!   not within [`ReportConfig::ack_timeout`] (it goes on in the background), the API
+//!   server failing, or leadership lost meanwhile. Part of it may be persisted: send the
+//!   **same body with the same `reportId`** again (here or to the next leader): this
+//!   replica remembers per id which hooks' counts it wrote and applies only the rest.
 //!
-//! A dispatcher keeps a report (id and body fixed) until it gets its `200`, retrying on
-//! `503` or a transport error; counts gathered meanwhile go into its next report, with a
-//! new id. Use a client timeout above [`DEFAULT_ACK_TIMEOUT`]. Across a leader change a
-//! report the old leader persisted but could not acknowledge is applied again by the new
-//! leader (it has no memory of the id): the only case where counts can be doubled.
+//! So a dispatcher keeps a report (id and body fixed) until it gets its `200`, resending
+//! it verbatim after a `504`, another `5xx` or a transport error after the request was
+//! sent; only a `503` or a refused connection lets it fold the report into a new one.
+//! Counts gathered meanwhile go into its next report, with a new id. Keep bodies under
+//! [`MAX_BODY_BYTES`] (a `413` never succeeds on retry) and the client timeout above
+//! [`DEFAULT_ACK_TIMEOUT`]. Across a leader change, a report the old leader persisted but
+//! could not acknowledge is applied again by the new leader (it has no memory of the id):
+//! the only case where counts can be doubled.
 //!
 //! What happens:
 //! - Breaker observations ([`crate::breaker_window`], CONTRACT §6.1 across replicas): each
@@ -115,7 +120,7 @@ pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 /// Default of [`ReportConfig::write_interval`].
 pub const DEFAULT_WRITE_INTERVAL: Duration = Duration::from_secs(1);
 /// Default of [`ReportConfig::ack_timeout`].
-pub const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(8);
 /// Environment variable setting [`ReportConfig::write_interval`] in milliseconds (until
 /// the binary has a `--status-write-interval-ms` flag).
 pub const WRITE_INTERVAL_ENV: &str = "AGENTHOOKS_OPERATOR_STATUS_WRITE_INTERVAL_MS";
@@ -125,7 +130,7 @@ pub const WRITE_INTERVAL_ENV: &str = "AGENTHOOKS_OPERATOR_STATUS_WRITE_INTERVAL_
 pub struct ReportConfig {
     /// Least time between two `status.executions` writes of one hook (batch interval).
     pub write_interval: Duration,
-    /// How long a request waits for its report to be persisted before answering 503.
+    /// How long a request waits for its report to be persisted before answering 504.
     pub ack_timeout: Duration,
 }
 
@@ -236,8 +241,17 @@ fn json_error(status: StatusCode, message: impl Into<String>) -> Response {
 }
 
 fn unavailable(serving: Serving, why: &str) -> Response {
+    answer(StatusCode::SERVICE_UNAVAILABLE, serving, why)
+}
+
+/// Not (fully) persisted yet: resend the same report.
+fn not_persisted(serving: Serving, why: &str) -> Response {
+    answer(StatusCode::GATEWAY_TIMEOUT, serving, why)
+}
+
+fn answer(status: StatusCode, serving: Serving, why: &str) -> Response {
     (
-        StatusCode::SERVICE_UNAVAILABLE,
+        status,
         axum::Json(serde_json::json!({
             "error": why,
             "leader": serving.leader,
@@ -317,7 +331,7 @@ async fn post_report(
         }
         Ok(Ok(Some(Err(why)))) => {
             count("not_persisted");
-            unavailable(
+            not_persisted(
                 core.shared.serving(),
                 &format!(
                     "the report is not fully persisted ({why}); send it again with the same reportId"
@@ -326,14 +340,14 @@ async fn post_report(
         }
         Ok(Ok(None)) | Ok(Err(_)) => {
             count("not_persisted");
-            unavailable(
+            not_persisted(
                 core.shared.serving(),
                 "applying the report was interrupted; send it again with the same reportId",
             )
         }
         Err(_) => {
             count("not_persisted");
-            unavailable(
+            not_persisted(
                 core.shared.serving(),
                 &format!(
                     "the report is not yet persisted after {} s; send it again with the same reportId",

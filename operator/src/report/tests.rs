@@ -223,7 +223,7 @@ async fn a_trip_leaves_the_snapshot_before_its_status_write() {
         ..Default::default()
     };
     let (status, body) = post(&app, report_json(&live)).await;
-    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "{body}");
     assert!(
         body["error"].as_str().unwrap().contains("same reportId"),
         "{body}"
@@ -254,7 +254,7 @@ async fn a_trip_leaves_the_snapshot_before_its_status_write() {
     );
     // the retry (same id) tries the status write again but publishes nothing new
     let (status, _) = post(&app, report_json(&live)).await;
-    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
     assert_eq!(shared.snapshots.borrow().version, before + 1);
     assert_eq!(
         shared
@@ -301,7 +301,7 @@ async fn runs_merged_over_three_dispatchers_trip_the_hook() {
     // the fifth trips; its status write fails here (no API server) but the hook is out
     let fifth = report("d3", observation(1, &[2, 5]));
     let (status, body) = post(&app, fifth.clone()).await;
-    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "{body}");
     assert_eq!(shared.snapshots.borrow().version, before + 1);
     assert_eq!(shared.snapshots.borrow().hooks, 0);
     assert_eq!(
@@ -319,21 +319,21 @@ async fn runs_merged_over_three_dispatchers_trip_the_hook() {
     // the same report again: the trip it decided is written again (the windows forgot the
     // run once it tripped)
     let (status, _) = post(&app, fifth).await;
-    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
     assert_eq!(failed(), 2, "the retry tried the status write again");
     assert_eq!(shared.snapshots.borrow().version, before + 1);
     cancel.cancel();
 }
 
 #[tokio::test]
-async fn counts_that_cannot_be_written_answer_503() {
+async fn counts_that_cannot_be_written_answer_504() {
     let shared = serving_shared();
     let cancel = CancellationToken::new();
     let app = start_with(shared.clone(), dead_client(), cancel.clone(), fast());
     let body = json!({"dispatcher": "d", "reportId": "r", "executions": [
         {"uid": "u1", "namespace": "ns", "name": "h", "allow": 3}]});
     let (status, answer) = post(&app, body.to_string()).await;
-    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{answer}");
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "{answer}");
     assert!(
         answer["error"]
             .as_str()
@@ -346,6 +346,44 @@ async fn counts_that_cannot_be_written_answer_503() {
         u64::from(writer::MAX_FAILED_BATCHES)
     );
     assert_eq!(count(&shared, "not_persisted"), 1);
+    cancel.cancel();
+}
+
+#[tokio::test]
+async fn a_slow_report_answers_504_and_goes_on_and_its_retry_waits_for_it() {
+    let shared = serving_shared();
+    let cancel = CancellationToken::new();
+    let config = ReportConfig {
+        write_interval: Duration::from_millis(300),
+        ack_timeout: Duration::from_millis(50),
+    };
+    let app = start_with(shared.clone(), dead_client(), cancel.clone(), config);
+    let body = json!({"dispatcher": "d", "reportId": "slow", "executions": [
+        {"uid": "u1", "namespace": "ns", "name": "h", "allow": 3}]})
+    .to_string();
+    let (status, answer) = post(&app, body.clone()).await;
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .contains("not yet persisted"),
+        "{answer}"
+    );
+    // the retry finds the first attempt still running and waits for it
+    let (status, _) = post(&app, body.clone()).await;
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
+    let errors = || shared.metrics.execution_status_write_errors_total.get();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while errors() < u64::from(writer::MAX_FAILED_BATCHES) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        errors(),
+        u64::from(writer::MAX_FAILED_BATCHES),
+        "the attempt went on after its request was answered"
+    );
     cancel.cancel();
 }
 
