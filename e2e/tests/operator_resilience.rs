@@ -183,6 +183,10 @@ fn condition_of(hook: &Value, type_: &str) -> Option<Value> {
         .cloned()
 }
 
+/// Watches the operator runs (AgentHooks, Namespaces, Secrets, TenantHookBudgets), each
+/// with an `agenthooks_operator_watch_healthy` series.
+const WATCHES: f64 = 4.0;
+
 // ---- HTTP and metrics ------------------------------------------------------------------
 
 /// `GET url` → (status, body); status 0 when nothing answered.
@@ -488,7 +492,7 @@ fn losing_watch_on_agenthooks_fails_readiness_until_it_comes_back() {
     let m = op.metrics();
     assert_eq!(
         metric(&m, "agenthooks_operator_watch_healthy", ""),
-        3.0,
+        WATCHES,
         "{m}"
     );
 
@@ -562,7 +566,7 @@ fn losing_watch_on_agenthooks_fails_readiness_until_it_comes_back() {
     let m = op.metrics();
     assert_eq!(
         metric(&m, "agenthooks_operator_watch_healthy", ""),
-        3.0,
+        WATCHES,
         "{m}"
     );
     assert!(op.proc.running(), "the operator never restarts");
@@ -662,7 +666,7 @@ fn an_api_server_restart_is_survived_by_the_same_operator_process() {
     );
     assert_eq!(
         metric(&m, "agenthooks_operator_watch_healthy", ""),
-        3.0,
+        WATCHES,
         "{m}"
     );
     let log = std::fs::read_to_string(&op.proc.log).unwrap_or_default();

@@ -55,7 +55,8 @@ impl Stack {
     }
 
     fn hook(&self, ns: &str, name: &str) -> Value {
-        self.cp.kubectl_json(&["-n", ns, "get", "agenthook", name])
+        self.cp
+            .kubectl_json(&["-n", ns, "get", "agenthook", name, "--show-managed-fields"])
     }
 }
 
