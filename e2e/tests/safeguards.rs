@@ -302,7 +302,9 @@ fn six_blocks_over_three_dispatchers_open_the_breaker_everywhere_and_reset_close
         .map(|m| m["manager"].as_str().unwrap_or_default().to_string())
         .collect();
     assert!(
-        managers.iter().all(|m| !m.starts_with("agenthooks")),
+        managers
+            .iter()
+            .all(|m| !m.starts_with("agenthooks-operator")),
         "spec written by {managers:?}"
     );
 

@@ -42,8 +42,9 @@ pub struct GlobalTrip {
     pub tripped_at: DateTime<Utc>,
     /// The dispatcher whose observation completed the run.
     pub dispatcher: String,
-    /// `block` and `timeout` counts of the run.
+    /// `block` outcomes in the run.
     pub blocks: usize,
+    /// `timeout` outcomes in the run.
     pub timeouts: usize,
     /// Distinct dispatchers that contributed to the run.
     pub dispatchers: usize,
@@ -67,8 +68,11 @@ pub enum ObservationError {
     /// A time field is not RFC 3339.
     #[error("breaker observation of {hook}: {field} `{value}` is not an RFC 3339 time")]
     BadTime {
+        /// `namespace/name`.
         hook: String,
+        /// The field's JSON path.
         field: &'static str,
+        /// What was sent.
         value: String,
     },
 }

@@ -34,6 +34,10 @@ pub struct Config {
     /// as in kube-runtime). The API server checks authorization when a watch starts, so
     /// a permission lost while a watch runs shows within this time.
     pub watch_timeout_seconds: u32,
+    /// Least time between two `status.executions` writes of one hook, whatever the
+    /// number of dispatchers and the decision rate (`--status-write-interval-ms`, default
+    /// 1000).
+    pub status_write_interval: Duration,
 }
 
 /// Default of [`Config::watch_grace`].

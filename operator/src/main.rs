@@ -61,6 +61,10 @@ struct Args {
     /// a watch starts, so a lost permission shows at the latest this long after.
     #[arg(long, default_value_t = DEFAULT_WATCH_TIMEOUT_SECONDS, value_parser = clap::value_parser!(u32).range(1..=3600))]
     watch_timeout_seconds: u32,
+    /// Least milliseconds between two `status.executions` writes of one hook (counts
+    /// from every dispatcher are merged into each write).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=60_000))]
+    status_write_interval_ms: u64,
     /// Log format: text or json (filter with RUST_LOG, default info).
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
@@ -124,6 +128,7 @@ async fn main() -> anyhow::Result<()> {
         dispatcher_ttl: Duration::from_secs(args.dispatcher_ttl_seconds),
         watch_grace: Duration::from_secs(args.watch_grace_seconds),
         watch_timeout_seconds: args.watch_timeout_seconds,
+        status_write_interval: Duration::from_millis(args.status_write_interval_ms),
     };
     let kube_config = kube::Config::infer()
         .await

@@ -220,6 +220,7 @@ pub(crate) mod tests {
             dispatcher_ttl: Duration::from_secs(30),
             watch_grace: Duration::from_secs(10),
             watch_timeout_seconds: 290,
+            status_write_interval: std::time::Duration::from_secs(1),
         }
     }
 

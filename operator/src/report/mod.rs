@@ -121,9 +121,6 @@ pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 pub const DEFAULT_WRITE_INTERVAL: Duration = Duration::from_secs(1);
 /// Default of [`ReportConfig::ack_timeout`].
 pub const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(8);
-/// Environment variable setting [`ReportConfig::write_interval`] in milliseconds (until
-/// the binary has a `--status-write-interval-ms` flag).
-pub const WRITE_INTERVAL_ENV: &str = "AGENTHOOKS_OPERATOR_STATUS_WRITE_INTERVAL_MS";
 
 /// Settings of the report endpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,33 +140,6 @@ impl Default for ReportConfig {
     }
 }
 
-impl ReportConfig {
-    /// The defaults, with `write_interval` from [`WRITE_INTERVAL_ENV`]
-    /// ([`ReportConfig::with_interval_setting`]).
-    pub fn from_env() -> ReportConfig {
-        ReportConfig::with_interval_setting(std::env::var(WRITE_INTERVAL_ENV).ok().as_deref())
-    }
-
-    /// The defaults, with `write_interval` from `setting` when it holds a number of
-    /// milliseconds from 10 to 60,000 (anything else is logged and ignored).
-    pub fn with_interval_setting(setting: Option<&str>) -> ReportConfig {
-        let mut config = ReportConfig::default();
-        if let Some(v) = setting {
-            match v.trim().parse::<u64>() {
-                Ok(ms) if (10..=60_000).contains(&ms) => {
-                    config.write_interval = Duration::from_millis(ms)
-                }
-                _ => tracing::warn!(
-                    value = %v,
-                    "{WRITE_INTERVAL_ENV} is not a number of milliseconds from 10 to 60000; using {} ms",
-                    DEFAULT_WRITE_INTERVAL.as_millis()
-                ),
-            }
-        }
-        config
-    }
-}
-
 /// What the handler and the attempts share.
 struct Core {
     shared: Arc<Shared>,
@@ -181,10 +151,15 @@ struct Core {
     ack_timeout: Duration,
 }
 
-/// Starts the execution writer and returns the `POST /v1/report` route, with
-/// [`ReportConfig::from_env`].
+/// Starts the execution writer and returns the `POST /v1/report` route, writing
+/// executions at most once per hook per `shared.config.status_write_interval`
+/// (`--status-write-interval-ms`).
 pub fn start(shared: Arc<Shared>, client: Client, cancel: CancellationToken) -> Router {
-    start_with(shared, client, cancel, ReportConfig::from_env())
+    let config = ReportConfig {
+        write_interval: shared.config.status_write_interval,
+        ..ReportConfig::default()
+    };
+    start_with(shared, client, cancel, config)
 }
 
 /// Like [`start`] with explicit settings. Must be called inside a Tokio runtime (it

@@ -386,17 +386,3 @@ async fn a_slow_report_answers_504_and_goes_on_and_its_retry_waits_for_it() {
     );
     cancel.cancel();
 }
-
-#[test]
-fn the_write_interval_setting_is_bounded() {
-    let interval = |v: Option<&str>| ReportConfig::with_interval_setting(v).write_interval;
-    assert_eq!(interval(Some("250")), Duration::from_millis(250));
-    assert_eq!(interval(Some(" 10 ")), Duration::from_millis(10));
-    for bad in ["0", "9", "60001", "1s", ""] {
-        assert_eq!(interval(Some(bad)), DEFAULT_WRITE_INTERVAL, "{bad:?}");
-    }
-    assert_eq!(
-        ReportConfig::with_interval_setting(None),
-        ReportConfig::default()
-    );
-}

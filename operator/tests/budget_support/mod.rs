@@ -87,6 +87,7 @@ pub fn config(master: &str) -> Config {
         dispatcher_ttl: Duration::from_secs(30),
         watch_grace: DEFAULT_WATCH_GRACE,
         watch_timeout_seconds: 290,
+        status_write_interval: std::time::Duration::from_secs(1),
     }
 }
 
