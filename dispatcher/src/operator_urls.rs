@@ -4,9 +4,9 @@
 //! and environment variables carry one string). Every call to the operator (snapshot
 //! poll, `POST /v1/report`, `POST /v1/budget/{reserve,settle}`) tries the URLs in order,
 //! starting with the one that last answered, and stops at the first answer that counts
-//! (a `200`; `304` too for the poll). A `503` (a replica that is not the synced leader,
-//! crds `report` module), a connection error, a timeout or any other status moves to the
-//! next URL. The URL that answered becomes the first one tried by every later call: all
+//! (a `200`; `304` too for the poll; a `4xx` refusal of the request itself). A `503` (a
+//! replica that is not the synced leader, crds `report` module), a connection error, a
+//! timeout or any other status moves to the next URL. The URL that answered becomes the first one tried by every later call: all
 //! calls share one [`OperatorUrls`], so finding the leader once serves them all.
 //!
 //! Connections: every call opens its own connection (see [`fresh_client`]), so a URL
@@ -132,7 +132,8 @@ impl OperatorUrls {
 
     /// POSTs `body` as JSON to `path` on each URL in turn (see [`OperatorUrls::call`])
     /// and decodes the first `200` answer as `R`. `timeout` bounds each attempt. A
-    /// `200` whose body does not decode counts as no answer from that URL.
+    /// `200` whose body does not decode counts as no answer from that URL; a refusal
+    /// (`4xx` but `408`/`429`) stops at once with [`PostError::Refused`].
     pub async fn post_json<B, R>(
         &self,
         client: &reqwest::Client,
@@ -157,6 +158,7 @@ impl OperatorUrls {
                     .body(payload.clone());
                 let maybe_applied = &maybe_applied;
                 let touched = move || maybe_applied.store(true, Ordering::Relaxed);
+                let url = base.to_string();
                 async move {
                     let resp = match req.send().await {
                         Ok(r) => r,
@@ -169,15 +171,25 @@ impl OperatorUrls {
                     };
                     let status = resp.status().as_u16();
                     if status != 200 {
+                        let text = resp.text().await.unwrap_or_default();
+                        let detail = format!("answered {status} {}", snippet(&text));
+                        if is_refusal(status) {
+                            // The operator refused the request itself (nothing applied); a
+                            // retry, here or elsewhere, would get the same answer.
+                            return Attempt::Answered(Err(PostError::Refused {
+                                url,
+                                status,
+                                detail,
+                            }));
+                        }
                         if status != 503 {
                             touched();
                         }
-                        let text = resp.text().await.unwrap_or_default();
-                        return Attempt::Next(format!("answered {status} {}", snippet(&text)));
+                        return Attempt::Next(detail);
                     }
                     match resp.bytes().await {
                         Ok(b) => match serde_json::from_slice::<R>(&b) {
-                            Ok(r) => Attempt::Answered(r),
+                            Ok(r) => Attempt::Answered(Ok(r)),
                             Err(e) => {
                                 touched();
                                 Attempt::Next(format!(
@@ -193,10 +205,13 @@ impl OperatorUrls {
                 }
             })
             .await;
-        outcome.map_err(|failed| PostError::NoAnswer {
-            failed,
-            maybe_applied: maybe_applied.load(Ordering::Relaxed),
-        })
+        match outcome {
+            Ok(answer) => answer,
+            Err(failed) => Err(PostError::NoAnswer {
+                failed,
+                maybe_applied: maybe_applied.load(Ordering::Relaxed),
+            }),
+        }
     }
 }
 
@@ -213,13 +228,27 @@ pub enum PostError {
         failed: NoOperatorAnswered,
         maybe_applied: bool,
     },
+    /// An operator refused the request with a `4xx` other than `408` and `429` (a bad
+    /// body, `413` too large, `404` nothing to count): nothing was applied and sending it
+    /// again gets the same answer. The other URLs are not tried.
+    #[error("{url}: {detail}")]
+    Refused {
+        url: String,
+        status: u16,
+        detail: String,
+    },
+}
+
+/// Whether `status` is a refusal of the request itself ([`PostError::Refused`]).
+pub fn is_refusal(status: u16) -> bool {
+    (400..500).contains(&status) && status != 408 && status != 429
 }
 
 impl PostError {
     /// Whether an operator may have acted on the request (see [`PostError::NoAnswer`]).
     pub fn maybe_applied(&self) -> bool {
         match self {
-            PostError::Encode(_) => false,
+            PostError::Encode(_) | PostError::Refused { .. } => false,
             PostError::NoAnswer { maybe_applied, .. } => *maybe_applied,
         }
     }

@@ -189,6 +189,23 @@ async fn settle_is_retried_with_the_same_id_until_acknowledged_and_applied_once(
 }
 
 #[tokio::test]
+async fn a_refused_settle_is_not_retried() {
+    let op = operator(1_000).await;
+    op.state
+        .settle_script
+        .lock()
+        .unwrap()
+        .push_back(Script::Status(404));
+    let (b, m) = budgets(&[op.url.as_str()], "d1", config());
+    let r = b.reserve("acme", 100, None).await.unwrap();
+    let e = r.settle(100).await.unwrap_err();
+    assert!(matches!(e, SettleError::Refused { .. }), "{e}");
+    assert!(e.to_string().contains("404"), "{e}");
+    assert_eq!(op.state.settles.lock().unwrap().len(), 1, "no retry");
+    assert_eq!(m.budget_settle_failures.get(), 1);
+}
+
+#[tokio::test]
 async fn a_settle_nobody_acknowledges_gives_up_at_its_deadline() {
     let op = operator(1_000).await;
     let mut cfg = config();

@@ -325,6 +325,41 @@ async fn reports_go_past_dead_and_standby_urls_and_stick_with_the_leader() {
 }
 
 #[tokio::test]
+async fn a_report_the_operator_refuses_is_dropped_and_the_next_ones_go_on() {
+    let op = StandIn::start().await;
+    op.state
+        .report_script
+        .lock()
+        .unwrap()
+        .push_back(Script::Status(400));
+    let r = Reporting::start(
+        &[op.url.as_str()],
+        Duration::from_millis(50),
+        Duration::from_secs(2),
+        1000,
+    );
+    r.load(vec![hook("a", "pre_tool_use", "exit 0", None)], 1);
+    r.decide().await;
+    let m = r.state.engine.metrics.clone();
+    assert!(
+        eventually(Duration::from_secs(5), || m.report_dropped_executions.get()
+            == 1)
+        .await
+    );
+    r.decide().await;
+    r.decide().await;
+    r.stop().await;
+    let reports = op.state.reports.lock().unwrap().clone();
+    assert_ne!(reports[0].report_id, reports[1].report_id, "not resent");
+    assert_eq!(
+        op.state.applied_counts("uid-a"),
+        (2, 0, 0, 0),
+        "the refused run is lost, counted"
+    );
+    assert_eq!(m.report_failures.get(), 1);
+}
+
+#[tokio::test]
 async fn past_the_pending_cap_counts_are_dropped_and_counted() {
     let dead = dead_url().await;
     let r = Reporting::start(

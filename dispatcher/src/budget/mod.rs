@@ -88,6 +88,13 @@ pub enum SettleError {
         tenant: String,
         reservation_id: String,
     },
+    /// The operator refused it (`404`: the tenant has no budget any more, nothing to
+    /// count; `400`: a bad request); retrying would get the same answer.
+    #[error("settle of reservation {reservation_id} refused: {detail}")]
+    Refused {
+        reservation_id: String,
+        detail: String,
+    },
     /// No operator acknowledged it before the deadline (remote); the operator expires
     /// the reservation on its own.
     #[error(
@@ -200,7 +207,9 @@ impl Budgets {
                 done: false,
             }),
             Err(refusal) => {
-                tracing::info!(tenant, tokens, hook = hook.unwrap_or(""), reason = refusal.reason(), detail = %refusal, "budget reservation refused");
+                // Counted by reason in agenthooks_budget_refusals_total; a log line per
+                // refusal would flood the logs of an exhausted tenant.
+                tracing::debug!(tenant, tokens, hook = hook.unwrap_or(""), reason = refusal.reason(), detail = %refusal, "budget reservation refused");
                 Err(refusal)
             }
         }

@@ -7,7 +7,8 @@
 //!   `BudgetUnavailable`: fail closed, never a call on an unknown budget.
 //! - settle: retried with backoff (`settle_backoff` doubling to `settle_backoff_max`),
 //!   always with the same reservation id (the operator applies an id once), until a
-//!   `200` or `settle_deadline`.
+//!   `200` or `settle_deadline`; a refusal (`404` the tenant has no budget any more,
+//!   `400`) ends it at once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,16 +20,17 @@ use agenthooks_crds::report::{
 use tokio::time::Instant;
 
 use super::{BudgetRefusal, Grant, SettleError};
-use crate::operator_urls::{OperatorUrls, fresh_client};
+use crate::operator_urls::{OperatorUrls, PostError, fresh_client};
 
 /// Timeouts and retries of the remote budget.
 #[derive(Debug, Clone)]
 pub struct RemoteConfig {
     /// Bound of one reserve attempt on one URL (default 2 s).
     pub reserve_timeout: Duration,
-    /// Bound of one settle attempt on one URL (default 5 s).
+    /// Bound of one settle attempt on one URL (default 35 s: the operator answers once
+    /// `status.used` is written, or `503` after waiting 30 s for that write).
     pub settle_timeout: Duration,
-    /// Settle retries stop after this long (default 60 s).
+    /// Settle retries stop after this long (default 120 s).
     pub settle_deadline: Duration,
     /// First pause between settle passes (default 100 ms), doubling.
     pub settle_backoff: Duration,
@@ -40,8 +42,8 @@ impl Default for RemoteConfig {
     fn default() -> Self {
         RemoteConfig {
             reserve_timeout: Duration::from_secs(2),
-            settle_timeout: Duration::from_secs(5),
-            settle_deadline: Duration::from_secs(60),
+            settle_timeout: Duration::from_secs(35),
+            settle_deadline: Duration::from_secs(120),
             settle_backoff: Duration::from_millis(100),
             settle_backoff_max: Duration::from_secs(2),
         }
@@ -148,6 +150,14 @@ impl RemoteBudgets {
             );
             let detail = match tokio::time::timeout_at(deadline, pass).await {
                 Ok(Ok(answer)) => return Ok(answer),
+                Ok(Err(e @ PostError::Refused { .. })) => {
+                    // `404`: the tenant has no budget any more, nothing to count; `400`:
+                    // a bad request. Either way a retry gets the same answer.
+                    return Err(SettleError::Refused {
+                        reservation_id: reservation_id.into(),
+                        detail: e.to_string(),
+                    });
+                }
                 Ok(Err(e)) => e.to_string(),
                 Err(_) => "deadline reached during an attempt".to_string(),
             };

@@ -10,6 +10,10 @@
 //! - Memory is bounded: at most `cap` hooks are held (pending plus the batch in flight);
 //!   counts of further hooks are dropped and counted (the caller logs and exports it).
 //!   Breaker runs are held the same way, at most `cap`, the latest per hook.
+//! - A batch is at most about [`MAX_BATCH_BYTES`] of JSON (the operator refuses bodies
+//!   over 4 MiB with a `413`); what does not fit goes in the next batch.
+//! - A batch the operator refuses (`400`, `413`: nothing applied, and it would refuse it
+//!   again) is dropped and counted, so one bad report never blocks the ones after it.
 
 use std::collections::HashMap;
 
@@ -19,6 +23,28 @@ use crate::report::counters::{Counts, HookIdentity};
 
 /// Hooks held at most by default (pending plus in flight).
 pub const DEFAULT_PENDING_CAP: usize = 100_000;
+/// Estimated JSON bytes of one batch at most (half the operator's 4 MiB body limit).
+pub const MAX_BATCH_BYTES: usize = 2 * 1024 * 1024;
+
+fn trip_bytes(t: &TripReport) -> usize {
+    200 + t.uid.len()
+        + t.namespace.len()
+        + t.name.len()
+        + t.reason.len()
+        + t.reset_token.as_ref().map_or(0, String::len)
+}
+
+fn execution_bytes(id: &HookIdentity) -> usize {
+    250 + id.uid.len() + id.namespace.len() + id.name.len()
+}
+
+fn observation_bytes(o: &BreakerObservation) -> usize {
+    150 + o.uid.len()
+        + o.namespace.len()
+        + o.name.len()
+        + o.reset_token.as_ref().map_or(0, String::len)
+        + 60 * o.run.len()
+}
 
 /// A batch: one `POST /v1/report` with its id.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,6 +106,7 @@ pub struct Pending {
     trips: Vec<TripReport>,
     in_flight: Option<Batch>,
     cap: usize,
+    batch_bytes: usize,
 }
 
 impl Pending {
@@ -91,7 +118,14 @@ impl Pending {
             trips: Vec::new(),
             in_flight: None,
             cap,
+            batch_bytes: MAX_BATCH_BYTES,
         }
+    }
+
+    /// The same, with batches of at most about `bytes` of JSON.
+    pub fn with_batch_bytes(mut self, bytes: usize) -> Pending {
+        self.batch_bytes = bytes;
+        self
     }
 
     /// Hooks held: pending plus in flight.
@@ -155,8 +189,9 @@ impl Pending {
     }
 
     /// The batch to send now: the one in flight if any (same id), else a new one with
-    /// everything pending and a new id, which becomes the one in flight. `None` when
-    /// nothing is held.
+    /// what is pending (trips first, then counts, then breaker runs, up to about the
+    /// batch size; at least one item) and a new id, which becomes the one in flight.
+    /// `None` when nothing is held.
     pub fn next_batch(&mut self) -> Option<Batch> {
         if let Some(b) = &self.in_flight {
             return Some(b.clone());
@@ -164,18 +199,68 @@ impl Pending {
         if self.executions.is_empty() && self.trips.is_empty() && self.observations.is_empty() {
             return None;
         }
-        let mut executions: Vec<_> = self.executions.drain().map(|(_, v)| v).collect();
+        let mut room = self.batch_bytes;
+        let mut fits = |bytes: usize, empty: bool| {
+            if bytes <= room || empty {
+                room = room.saturating_sub(bytes);
+                true
+            } else {
+                false
+            }
+        };
+        let mut trips = Vec::new();
+        while let Some(t) = self.trips.first() {
+            if !fits(trip_bytes(t), trips.is_empty()) {
+                break;
+            }
+            trips.push(self.trips.remove(0));
+        }
+        let mut uids: Vec<String> = Vec::new();
+        for (uid, (id, _)) in &self.executions {
+            if !fits(execution_bytes(id), trips.is_empty() && uids.is_empty()) {
+                break;
+            }
+            uids.push(uid.clone());
+        }
+        let mut executions: Vec<_> = uids
+            .iter()
+            .filter_map(|u| self.executions.remove(u))
+            .collect();
         executions.sort_by(|a, b| a.0.uid.cmp(&b.0.uid));
-        let mut observations: Vec<_> = self.observations.drain().map(|(_, v)| v).collect();
+        let mut uids: Vec<String> = Vec::new();
+        for (uid, o) in &self.observations {
+            let empty = trips.is_empty() && executions.is_empty() && uids.is_empty();
+            if !fits(observation_bytes(o), empty) {
+                break;
+            }
+            uids.push(uid.clone());
+        }
+        let mut observations: Vec<_> = uids
+            .iter()
+            .filter_map(|u| self.observations.remove(u))
+            .collect();
         observations.sort_by(|a, b| a.uid.cmp(&b.uid));
         let batch = Batch {
             report_id: uuid::Uuid::new_v4().to_string(),
-            trips: std::mem::take(&mut self.trips),
+            trips,
             executions,
             observations,
         };
         self.in_flight = Some(batch.clone());
         Some(batch)
+    }
+
+    /// The operator refused the batch in flight (it would refuse it again): drop it.
+    /// Returns what was dropped.
+    pub fn refused(&mut self) -> Dropped {
+        let Some(b) = self.in_flight.take() else {
+            return Dropped::default();
+        };
+        Dropped {
+            hooks: b.executions.len(),
+            executions: b.executions.iter().map(|(_, c)| c.total()).sum(),
+            observations: b.observations.len(),
+        }
     }
 
     /// The batch in flight was acknowledged: forget it.
@@ -348,6 +433,51 @@ mod tests {
         );
         p.acknowledged();
         assert!(p.is_empty());
+    }
+
+    #[test]
+    fn batches_stay_under_the_size_bound_and_the_rest_follows() {
+        // Room for about three execution entries per batch.
+        let per = execution_bytes(&id(0));
+        let mut p = Pending::new(100).with_batch_bytes(3 * per + 10);
+        p.add_executions((0..8).map(|n| (id(n), counts(1, 0, 1, Outcome::Allow))));
+        let mut seen = 0;
+        let mut batches = 0;
+        while let Some(b) = p.next_batch() {
+            assert!(b.executions.len() <= 3, "{}", b.executions.len());
+            seen += b.executions.len();
+            batches += 1;
+            p.acknowledged();
+        }
+        assert_eq!((seen, batches), (8, 3));
+        // One entry larger than the bound still goes, alone.
+        let mut p = Pending::new(100).with_batch_bytes(1);
+        p.add_trips(vec![trip("a"), trip("b")]);
+        assert_eq!(p.next_batch().unwrap().trips.len(), 1);
+    }
+
+    #[test]
+    fn a_refused_batch_is_dropped_and_counted() {
+        let mut p = Pending::new(10);
+        p.add_executions([(id(1), counts(3, 2, 1, Outcome::Block))]);
+        p.add_observations(vec![obs("uid-1", "t")]);
+        let first = p.next_batch().unwrap();
+        p.add_executions([(id(1), counts(1, 0, 2, Outcome::Allow))]);
+        assert_eq!(
+            p.refused(),
+            Dropped {
+                hooks: 1,
+                executions: 5,
+                observations: 1
+            }
+        );
+        let next = p.next_batch().unwrap();
+        assert_ne!(next.report_id, first.report_id);
+        assert_eq!(
+            next.executions[0].1.by_outcome,
+            [1, 0, 0, 0],
+            "later counts go on"
+        );
     }
 
     #[test]

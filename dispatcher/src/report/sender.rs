@@ -14,7 +14,7 @@ use agenthooks_crds::report::ReportAck;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
-use crate::operator_urls::{OperatorUrls, fresh_client};
+use crate::operator_urls::{OperatorUrls, PostError, fresh_client};
 use crate::report::outbox::Outbox;
 use crate::report::pending::{DEFAULT_PENDING_CAP, Pending};
 
@@ -159,6 +159,18 @@ impl Reporter {
                         report_id = %batch.report_id, trips = batch.trips.len(), hooks = batch.executions.len(), runs = batch.observations.len(),
                         applied_trips = ack.trips, applied_hooks = ack.executions, duplicate = ack.duplicate,
                         "report acknowledged"
+                    );
+                }
+                Err(e @ PostError::Refused { .. }) => {
+                    self.metrics.report_failures.inc();
+                    let dropped = self.pending.refused();
+                    self.metrics
+                        .report_dropped_executions
+                        .inc_by(dropped.executions);
+                    tracing::error!(
+                        report_id = %batch.report_id, trips = batch.trips.len(), hooks = dropped.hooks,
+                        executions = dropped.executions, runs = dropped.observations, error = %e,
+                        "the operator REFUSED this report (it would refuse it again): dropped"
                     );
                 }
                 Err(e) => {

@@ -35,6 +35,8 @@ pub enum Script {
     NotLeader,
     /// `500` before applying anything.
     Fail,
+    /// This status before applying anything (e.g. `400` a bad body, `404` no budget).
+    Status(u16),
     /// Applies it, then answers only after this delay (a lost answer when the client's
     /// timeout is shorter).
     ApplyThenStall(Duration),
@@ -168,6 +170,14 @@ async fn serve_snapshot(
     }
 }
 
+fn status(code: u16) -> Response {
+    (
+        StatusCode::from_u16(code).unwrap(),
+        Json(json!({"error": format!("scripted {code}")})),
+    )
+        .into_response()
+}
+
 async fn scripted(script: &Mutex<VecDeque<Script>>) -> Option<Script> {
     script.lock().unwrap().pop_front()
 }
@@ -181,6 +191,7 @@ async fn report(State(s): State<Arc<StandInState>>, Json(r): Json<Report>) -> Re
     match step {
         Some(Script::NotLeader) => return not_leader(),
         Some(Script::Fail) => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+        Some(Script::Status(code)) => return status(code),
         _ => {}
     }
     let ack = {
@@ -250,6 +261,7 @@ async fn settle(State(s): State<Arc<StandInState>>, Json(r): Json<SettleRequest>
     match step {
         Some(Script::NotLeader) => return not_leader(),
         Some(Script::Fail) => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+        Some(Script::Status(code)) => return status(code),
         _ => {}
     }
     let answer = {
