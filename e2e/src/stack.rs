@@ -5,8 +5,12 @@
 //! logs to a directory under the system temp dir; [`Stack::tails`] shows the end of
 //! every log when a test fails.
 
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -275,4 +279,58 @@ pub fn tails(procs: &[&Proc]) -> String {
         .map(|p| format!("--- {} ---\n{}", p.name, p.log_tail(40)))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// A hook endpoint on 127.0.0.1 answering every request with `answer` (the seed's hook
+/// response shape, e.g. `{"decision":"block"}`), HTTP/1.1 keep-alive, a thread per
+/// connection; returns its URL and a count of the requests it answered. It stands in
+/// for a policy service.
+pub fn hook_server(answer: Value) -> (String, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
+    let body = answer.to_string();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let counter = counter.clone();
+            let body = body.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                loop {
+                    let mut len = 0usize;
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    loop {
+                        line.clear();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                            len = v.trim().parse().unwrap_or(0);
+                        }
+                    }
+                    let mut req = vec![0u8; len];
+                    if reader.read_exact(&mut req).is_err() {
+                        return;
+                    }
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    let resp = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if conn.write_all(resp.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (url, hits)
 }

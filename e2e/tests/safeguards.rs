@@ -13,16 +13,14 @@
 //! The hook endpoints are tiny HTTP servers inside this test that answer in the seed's
 //! hook response shape (`{"decision": ...}`); they stand in for a policy service.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use agenthooks_e2e::procs::{Proc, bin};
 use agenthooks_e2e::stack::{
-    DispatcherProc, OperatorProc, http_get, install_crds, log_dir, metric,
+    DispatcherProc, OperatorProc, hook_server, http_get, install_crds, log_dir, metric,
     operator_service_account_kubeconfig, tails,
 };
 use agenthooks_e2e::{ControlPlane, unique_name, wait_for};
@@ -99,57 +97,6 @@ fn stack() -> &'static Stack {
         });
         stack
     })
-}
-
-/// A hook endpoint answering every request with `answer`; counts requests.
-fn hook_server(answer: Value) -> (String, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    let hits = Arc::new(AtomicUsize::new(0));
-    let counter = hits.clone();
-    let body = answer.to_string();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { continue };
-            let counter = counter.clone();
-            let body = body.clone();
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(conn.try_clone().unwrap());
-                loop {
-                    let mut len = 0usize;
-                    let mut line = String::new();
-                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    loop {
-                        line.clear();
-                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        if line == "\r\n" {
-                            break;
-                        }
-                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                            len = v.trim().parse().unwrap_or(0);
-                        }
-                    }
-                    let mut req = vec![0u8; len];
-                    if reader.read_exact(&mut req).is_err() {
-                        return;
-                    }
-                    counter.fetch_add(1, Ordering::SeqCst);
-                    let resp = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-                        body.len()
-                    );
-                    if conn.write_all(resp.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    (url, hits)
 }
 
 fn http_hook(ns: &str, name: &str, url: &str, extra: &str) -> String {
