@@ -32,9 +32,14 @@ lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-## bench: dispatch overhead against a bare axum handler, side by side in one run
-bench:
+## bench: dispatch overhead against a bare axum handler, side by side in one run; then
+## issue 3's figures on a real control plane (status writes per hook under 2,000
+## decisions/s, breaker trip -> hook gone from every dispatcher vs apply -> served)
+bench: deps
+	bash e2e/controlplane/build.sh >/dev/null
+	$(CARGO) build --release -p agenthooks-operator -p agenthooks-dispatcher --bins
 	$(CARGO) bench -p agenthooks-dispatcher --bench dispatch_overhead
+	$(CARGO) bench -p agenthooks-e2e --bench safeguards
 
 controlplane:
 	bash e2e/controlplane/build.sh

@@ -1,0 +1,297 @@
+//! Issue 3's figures, on the real API server with one operator and three dispatcher
+//! processes (release builds):
+//!
+//! 1. **Status writes per second per hook under a steady 2,000 decisions/s.** Paced
+//!    load over the three dispatchers for `AGENTHOOKS_BENCH_SECS` (default 10) on one
+//!    matching HTTP hook, and the operator's `agenthooks_operator_execution_status_writes_total`
+//!    before and after; then `status.executions.allow` must equal the decisions sent
+//!    (no count lost).
+//! 2. **From a breaker trip to the hook leaving every dispatcher**, side by side with
+//!    the baseline of the same run: from `kubectl apply` of a new hook to every
+//!    dispatcher serving it. Both are timed by polling `GET /v1/hooks` on the three
+//!    dispatchers every 2 ms. Trips are measured two ways: five blocks on one dispatcher
+//!    (its local breaker trips and reports at once) and six blocks spread over the three
+//!    (only the operator's merged window sees five in a row).
+//!
+//! Run: `make bench` (builds the release binaries first), or
+//! `cargo build --release --bins && cargo bench -p agenthooks-e2e --bench safeguards`.
+//! Without `--bench` (e.g. `cargo test --all-targets`) it does nothing.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use agenthooks_e2e::stack::{
+    DispatcherProc, OperatorProc, hook_server, http_get, install_crds, log_dir, metric,
+};
+use agenthooks_e2e::{ControlPlane, unique_name, wait_for};
+use serde_json::{Value, json};
+
+const ROUNDS: usize = 5;
+
+fn http_hook(ns: &str, name: &str, url: &str) -> String {
+    format!(
+        "apiVersion: agenthooks.io/v1alpha1\nkind: AgentHook\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  event: pre_tool_use\n  matcher: '^{name}$'\n  handler:\n    type: http\n    http: {{url: '{url}'}}\n"
+    )
+}
+
+fn event(tool: &str) -> String {
+    json!({"event": "pre_tool_use", "tenant_id": "acme", "agent_id": "a1",
+           "tool_name": tool, "tool_input": {"cmd": "x"}})
+    .to_string()
+}
+
+struct Bench {
+    cp: &'static ControlPlane,
+    ns: String,
+    operator: OperatorProc,
+    ds: Vec<DispatcherProc>,
+    client: reqwest::Client,
+}
+
+impl Bench {
+    /// Whether every dispatcher serves `key` (`want`) or none does (`!want`).
+    async fn served_everywhere(&self, key: &str, want: bool) -> bool {
+        for d in &self.ds {
+            let Ok(resp) = self.client.get(format!("{}/v1/hooks", d.url)).send().await else {
+                return false;
+            };
+            let Ok(body) = resp.bytes().await else {
+                return false;
+            };
+            let Ok(v) = serde_json::from_slice::<Value>(&body) else {
+                return false;
+            };
+            let has = v["hooks"]
+                .as_array()
+                .is_some_and(|hs| hs.iter().any(|h| h["hook"] == key));
+            if has != want {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Polls until [`Self::served_everywhere`] holds; the time taken.
+    async fn until_served(&self, key: &str, want: bool, since: Instant) -> Duration {
+        let deadline = since + Duration::from_secs(30);
+        while !self.served_everywhere(key, want).await {
+            assert!(Instant::now() < deadline, "{key}: not {want} within 30 s");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        since.elapsed()
+    }
+
+    /// The answer of `POST /v1/dispatch` on dispatcher `d` (Null if none).
+    async fn dispatch(&self, d: usize, tool: &str) -> Value {
+        let resp = self
+            .client
+            .post(format!("{}/v1/dispatch", self.ds[d].url))
+            .header("content-type", "application/json")
+            .body(event(tool))
+            .send()
+            .await;
+        match resp {
+            Ok(r) => match r.bytes().await {
+                Ok(b) => serde_json::from_slice(&b).unwrap_or(Value::Null),
+                Err(_) => Value::Null,
+            },
+            Err(_) => Value::Null,
+        }
+    }
+
+    fn operator_metric(&self, name: &str) -> f64 {
+        metric(
+            &http_get(&format!("{}/metrics", self.operator.admin)).1,
+            name,
+            "",
+        )
+    }
+}
+
+fn stats(mut v: Vec<Duration>) -> (f64, f64) {
+    v.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let mean = v.iter().map(|d| ms(*d)).sum::<f64>() / v.len() as f64;
+    (mean, ms(v[v.len() / 2]))
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        eprintln!("safeguards bench: run with `cargo bench` (make bench); nothing to do here");
+        return;
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let secs: u64 = std::env::var("AGENTHOOKS_BENCH_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    let rate: u64 = std::env::var("AGENTHOOKS_BENCH_RATE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+
+    let cp = ControlPlane::shared();
+    install_crds(cp);
+    let master = unique_name("ah-bench");
+    let ns = unique_name("tenant-acme");
+    cp.create_namespace(&master, &[]);
+    cp.create_namespace(&ns, &[("agenthooks.io/tenant", "acme")]);
+    let logs = log_dir("ah-bench-safeguards");
+    let operator = OperatorProc::start(
+        &cp.kubeconfig,
+        &master,
+        &unique_name("agenthooks-operator"),
+        "bench-op",
+        &[],
+        &logs,
+    );
+    let ds: Vec<DispatcherProc> = (1..=3)
+        .map(|i| {
+            DispatcherProc::start(
+                &[&operator.sync],
+                &format!("bench-{i}"),
+                &master,
+                &["--http-allow-cidr", "127.0.0.1/32"],
+                &logs,
+            )
+        })
+        .collect();
+    assert!(
+        wait_for(Duration::from_secs(60), || ds
+            .iter()
+            .all(|d| d.readyz() == 200)),
+        "dispatchers not ready"
+    );
+    let bench = Bench {
+        cp,
+        ns,
+        operator,
+        ds,
+        client: reqwest::Client::builder()
+            .pool_max_idle_per_host(64)
+            .build()
+            .unwrap(),
+    };
+    eprintln!(
+        "nproc: {}",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+
+    // ---- 2. trip → gone everywhere, against apply → served everywhere ------------------
+    let (block_url, _) = hook_server(json!({"decision": "block", "reason": "bench"}));
+    let (mut apply, mut local, mut merged) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        for (kind, spread) in [("local", false), ("merged", true)] {
+            let name = format!("trip-{kind}-{round}");
+            let key = format!("{}/{name}", bench.ns);
+            let t = Instant::now();
+            bench
+                .cp
+                .apply_yaml(&http_hook(&bench.ns, &name, &block_url));
+            apply.push(bench.until_served(&key, true, t).await);
+            let events = if spread { 6 } else { 5 };
+            for i in 0..events {
+                let d = if spread { i % 3 } else { 0 };
+                let v = bench.dispatch(d, &name).await;
+                assert_eq!(v["decision"], "block", "{v}");
+            }
+            let t = Instant::now();
+            let took = bench.until_served(&key, false, t).await;
+            if spread {
+                merged.push(took)
+            } else {
+                local.push(took)
+            }
+        }
+    }
+    let (apply_mean, apply_p50) = stats(apply);
+    let (local_mean, local_p50) = stats(local);
+    let (merged_mean, merged_p50) = stats(merged);
+    println!("\n## Breaker trip → hook gone from all 3 dispatchers ({ROUNDS} rounds each)\n");
+    println!("| path | mean ms | p50 ms | ratio to apply→served (mean) |");
+    println!("|---|---|---|---|");
+    println!(
+        "| baseline: kubectl apply → served by all 3 | {apply_mean:.1} | {apply_p50:.1} | 1.00 |"
+    );
+    println!(
+        "| 5 blocks on one dispatcher (local trip, reported at once) | {local_mean:.1} | {local_p50:.1} | {:.2} |",
+        local_mean / apply_mean
+    );
+    println!(
+        "| 6 blocks over 3 dispatchers (operator's merged window) | {merged_mean:.1} | {merged_p50:.1} | {:.2} |",
+        merged_mean / apply_mean
+    );
+
+    // ---- 1. status writes per hook under steady load -----------------------------------
+    let (allow_url, hits) = hook_server(json!({"decision": "allow"}));
+    let name = "steady";
+    let key = format!("{}/{name}", bench.ns);
+    let t = Instant::now();
+    bench.cp.apply_yaml(&http_hook(&bench.ns, name, &allow_url));
+    bench.until_served(&key, true, t).await;
+    let writes_before = bench.operator_metric("agenthooks_operator_execution_status_writes_total");
+    let sent = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let workers = 48u64;
+    let per_worker = Duration::from_secs_f64(workers as f64 / rate as f64);
+    let started = Instant::now();
+    let end = started + Duration::from_secs(secs);
+    let bench = Arc::new(bench);
+    let mut tasks = Vec::new();
+    for w in 0..workers {
+        let (bench, sent, failed) = (bench.clone(), sent.clone(), failed.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut next = started + per_worker.mul_f64(w as f64 / workers as f64);
+            let mut i = w as usize;
+            while next < end {
+                tokio::time::sleep_until(next.into()).await;
+                let v = bench.dispatch(i % 3, "steady").await;
+                if v["decision"] == "allow" {
+                    sent.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+                i += 1;
+                next += per_worker;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let sent = sent.load(Ordering::Relaxed);
+    // Wait for the last reports to land, then count.
+    let ns = bench.ns.clone();
+    let counted = wait_for(Duration::from_secs(30), || {
+        bench
+            .cp
+            .kubectl_json(&["-n", &ns, "get", "agenthook", name])["status"]["executions"]["allow"]
+            .as_u64()
+            == Some(sent)
+    });
+    let writes =
+        bench.operator_metric("agenthooks_operator_execution_status_writes_total") - writes_before;
+    let writes_elapsed = started.elapsed().as_secs_f64();
+    println!("\n## status.executions writes under steady load (1 hook, 3 dispatchers)\n");
+    println!(
+        "| target decisions/s | achieved decisions/s | decisions | hook calls | status writes | writes/s/hook | writes per 1,000 decisions | exact count |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    println!(
+        "| {rate} | {:.0} | {sent} | {} | {writes:.0} | {:.2} | {:.2} | {} |",
+        sent as f64 / elapsed,
+        hits.load(std::sync::atomic::Ordering::SeqCst),
+        writes / writes_elapsed,
+        writes * 1000.0 / sent.max(1) as f64,
+        if counted { "yes" } else { "NO" }
+    );
+    if failed.load(Ordering::Relaxed) > 0 {
+        println!(
+            "\n{} decisions were not `allow` (errors under load)",
+            failed.load(Ordering::Relaxed)
+        );
+    }
+}
