@@ -21,9 +21,12 @@ use serde_json::{Value, json};
 /// Lease duration given to both operators (seconds).
 const LEASE_SECONDS: u64 = 6;
 
+/// A command hook that runs on every `exec` call: blocks `rm ...` (naming `message` in
+/// its reason) and allows anything else, so an allow resets the breaker's run between the
+/// blocks this test sends.
 fn hook_yaml(ns: &str, name: &str, message: &str) -> String {
     format!(
-        "apiVersion: agenthooks.io/v1alpha1\nkind: AgentHook\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  event: pre_tool_use\n  matcher: '^exec$'\n  ifExpr: 'tool_input.cmd.startsWith(\"rm\")'\n  handler:\n    type: command\n    command: {{command: 'echo {message} >&2; exit 2'}}\n"
+        "apiVersion: agenthooks.io/v1alpha1\nkind: AgentHook\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  event: pre_tool_use\n  matcher: '^exec$'\n  handler:\n    type: command\n    command:\n      command: |\n        case \"$(cat)\" in *'\"cmd\":\"rm'*) echo {message} >&2; exit 2;; esac; exit 0\n"
     )
 }
 
