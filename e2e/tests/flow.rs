@@ -277,7 +277,17 @@ fn apply_reaches_both_dispatchers_then_edit_and_delete() {
         "{table}"
     );
 
-    // left alone: no status churn (resourceVersion stable)
+    // left alone: no status churn (resourceVersion stable). The two decisions above are
+    // counted into status.executions first (issue 3); after that nothing writes.
+    assert!(
+        wait_for(Duration::from_secs(20), || {
+            let st = &s
+                .cp
+                .kubectl_json(&["-n", &s.tenant_ns, "get", "agenthook", &name])["status"]["executions"];
+            st["block"] == 2
+        }),
+        "the two blocks are counted in status.executions"
+    );
     let rv = |cp: &ControlPlane| {
         cp.kubectl_json(&["-n", &s.tenant_ns, "get", "agenthook", &name, "-o", "json"])["metadata"]
             ["resourceVersion"]
