@@ -185,19 +185,32 @@ fn has_arg(args: &[String], want: &str) -> bool {
     args.iter().any(|a| a == want)
 }
 
-/// What both install paths must get right: the operator's flags, a Service whose selector
-/// picks the pods of each Deployment and whose port the dispatchers' `--operator-url` names,
-/// ServiceAccounts that exist, the seal-key Secret mounted where the flags point, probes and
-/// a locked-down securityContext.
+/// The label the synced operator leader puts on its own Pod (operator `leader_label`).
+const LEADER_LABEL: &str = "agenthooks.io/leader";
+
+/// Name of the leader-only sync Service of operator `op`.
+fn leader_service(op: &str) -> String {
+    format!("{op}-leader")
+}
+
+/// What both install paths must get right: the operator's flags (its Pod's name and
+/// namespace from the Downward API, for the leader label), a leader-only sync Service (the
+/// operator's Pods *and* `agenthooks.io/leader=true`) whose port the dispatchers'
+/// `--operator-url` names, a Service of every operator replica for the metrics port only,
+/// the dispatchers' Service over their pods, ServiceAccounts that exist, the seal-key
+/// Secret mounted where the flags point, probes and a locked-down securityContext.
 fn check_wiring(items: &[Value], op: &str, disp: &str, edition: &str, seal_secret: &str) {
     let operator = find(items, "Deployment", op);
     let dispatcher = find(items, "Deployment", disp);
     let op_args = args_of(operator);
+    let leader_svc = leader_service(op);
     for want in [
         "--sync-addr=0.0.0.0:9090",
         "--metrics-addr=0.0.0.0:9091",
         "--seal-key-file=/etc/agenthooks/seal/seal.key",
         &format!("--edition={edition}"),
+        "--pod-name=$(POD_NAME)",
+        "--pod-namespace=$(POD_NAMESPACE)",
     ] {
         assert!(
             has_arg(&op_args, want),
@@ -209,9 +222,22 @@ fn check_wiring(items: &[Value], op: &str, disp: &str, edition: &str, seal_secre
         "{op_args:?}"
     );
     assert_eq!(operator["spec"]["replicas"], 2, "two operator replicas");
+    let env = &operator["spec"]["template"]["spec"]["containers"][0]["env"];
+    for (name, field) in [
+        ("POD_NAME", "metadata.name"),
+        ("POD_NAMESPACE", "metadata.namespace"),
+    ] {
+        let var = env
+            .as_array()
+            .expect("operator env")
+            .iter()
+            .find(|e| e["name"] == name)
+            .unwrap_or_else(|| panic!("operator env lacks {name}: {env}"));
+        assert_eq!(var["valueFrom"]["fieldRef"]["fieldPath"], field, "{name}");
+    }
     let d_args = args_of(dispatcher);
     for want in [
-        &format!("--operator-url=http://{op}:9090"),
+        &format!("--operator-url=http://{leader_svc}:9090"),
         "--listen=0.0.0.0:8080",
         "--seal-key-file=/etc/agenthooks/seal/seal.key",
         &format!("--edition={edition}"),
@@ -222,15 +248,30 @@ fn check_wiring(items: &[Value], op: &str, disp: &str, edition: &str, seal_secre
         );
     }
 
-    // Services select their pods and expose the ports the flags and probes use.
-    for (deploy, svc_name, port) in [(operator, op, 9090), (dispatcher, disp, 8080)] {
+    // Services select their pods and expose the ports the flags and probes use; the sync
+    // Service selects the operator's pods and the leader label, which no pod template
+    // carries (the leader sets it on its own Pod).
+    for (deploy, svc_name, port, leader_only) in [
+        (operator, leader_svc.as_str(), 9090, true),
+        (dispatcher, disp, 8080, false),
+    ] {
         let svc = find(items, "Service", svc_name);
         let pod_labels = &deploy["spec"]["template"]["metadata"]["labels"];
         let selector = svc["spec"]["selector"].as_object().expect("selector");
         assert!(!selector.is_empty());
-        for (k, v) in selector {
+        assert!(pod_labels.get(LEADER_LABEL).is_none(), "{pod_labels}");
+        assert_eq!(
+            selector.get(LEADER_LABEL),
+            leader_only.then(|| json!("true")).as_ref(),
+            "Service {svc_name} selector {selector:?}"
+        );
+        for (k, v) in selector.iter().filter(|(k, _)| *k != LEADER_LABEL) {
             assert_eq!(&pod_labels[k], v, "Service {svc_name} selects {k}={v}");
         }
+        assert!(
+            selector.len() > usize::from(leader_only),
+            "Service {svc_name} selects the pods of its Deployment"
+        );
         for (k, v) in deploy["spec"]["selector"]["matchLabels"]
             .as_object()
             .unwrap()
@@ -280,6 +321,22 @@ fn check_wiring(items: &[Value], op: &str, disp: &str, edition: &str, seal_secre
             "{svc_name} mounts the seal key"
         );
     }
+    // Every operator replica: the metrics port only (a standby must not be reachable on
+    // the sync port through a Service).
+    let all = find(items, "Service", op);
+    let pod_labels = &operator["spec"]["template"]["metadata"]["labels"];
+    let selector = all["spec"]["selector"].as_object().expect("selector");
+    assert!(!selector.is_empty() && selector.get(LEADER_LABEL).is_none());
+    for (k, v) in selector {
+        assert_eq!(&pod_labels[k], v, "Service {op} selects {k}={v}");
+    }
+    let ports: Vec<&Value> = all["spec"]["ports"].as_array().unwrap().iter().collect();
+    assert_eq!(ports.len(), 1, "Service {op}: {ports:?}");
+    assert_eq!(
+        (&ports[0]["port"], &ports[0]["targetPort"]),
+        (&json!(9091), &json!("metrics"))
+    );
+
     // Probe ports: the operator's metrics port, the dispatcher's 8080.
     let op_c = &operator["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(op_c["readinessProbe"]["httpGet"]["port"], "metrics");
@@ -297,12 +354,35 @@ fn check_wiring(items: &[Value], op: &str, disp: &str, edition: &str, seal_secre
 }
 
 fn cluster_role_rules(items: &[Value]) -> Value {
-    let roles: Vec<&Value> = items
-        .iter()
-        .filter(|o| o["kind"] == "ClusterRole")
-        .collect();
-    assert_eq!(roles.len(), 1, "one ClusterRole");
+    role_rules(items, "ClusterRole")
+}
+
+/// The rules of the one object of `kind` (ClusterRole, Role) among `items`.
+fn role_rules(items: &[Value], kind: &str) -> Value {
+    let roles: Vec<&Value> = items.iter().filter(|o| o["kind"] == kind).collect();
+    assert_eq!(roles.len(), 1, "one {kind}");
     roles[0]["rules"].clone()
+}
+
+/// The operator's namespaced rights: the Lease, and the Pods the leader labels (get, list,
+/// patch, in its own namespace only: nothing about pods in the ClusterRole).
+fn check_namespaced_rbac(items: &[Value]) {
+    let rules = role_rules(items, "Role");
+    let pods: Vec<&Value> = rules
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["resources"].as_array().unwrap().contains(&json!("pods")))
+        .collect();
+    assert_eq!(pods.len(), 1, "{rules}");
+    assert_eq!(pods[0]["apiGroups"], json!([""]));
+    assert_eq!(pods[0]["resources"], json!(["pods"]));
+    assert_eq!(pods[0]["verbs"], json!(["get", "list", "patch"]));
+    let cluster = cluster_role_rules(items);
+    assert!(
+        !cluster.to_string().contains("\"pods\""),
+        "no cluster-wide pod rights: {cluster}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -331,6 +411,7 @@ fn kustomize_default_renders_and_passes_a_server_side_dry_run() {
     find(&items, "Namespace", "agenthooks-system");
     find(&items, "ClusterRoleBinding", "agenthooks-operator");
     find(&items, "Role", "agenthooks-operator-leader-election");
+    check_namespaced_rbac(&items);
     check_wiring(
         &items,
         "agenthooks-operator",
@@ -434,6 +515,15 @@ fn helm_chart_lints_renders_and_passes_a_server_side_dry_run() {
     // The chart's operator rights are those of config/rbac/.
     let rbac = server_dry_run(cp, &kustomize(cp, "config/rbac"), "config/rbac");
     assert_eq!(cluster_role_rules(&items), cluster_role_rules(&rbac));
+    assert_eq!(role_rules(&items, "Role"), role_rules(&rbac, "Role"));
+    check_namespaced_rbac(&items);
+    check_namespaced_rbac(&rbac);
+    let rb = find(&items, "RoleBinding", "agenthooks-operator-leader-election");
+    assert_eq!(rb["metadata"]["namespace"], ns.as_str());
+    assert_eq!(
+        rb["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "agenthooks-operator", "namespace": ns}])
+    );
     let crb = find(&items, "ClusterRoleBinding", "agenthooks-operator");
     assert_eq!(
         crb["subjects"],
@@ -544,8 +634,14 @@ fn helm_chart_lints_renders_and_passes_a_server_side_dry_run() {
     let dispatcher = find(&items, "Deployment", "prod-agenthooks-dispatcher");
     assert!(has_arg(
         &args_of(dispatcher),
-        "--operator-url=http://prod-agenthooks-operator:9090"
+        "--operator-url=http://prod-agenthooks-operator-leader:9090"
     ));
+    let leader = find(&items, "Service", "prod-agenthooks-operator-leader");
+    assert_eq!(
+        leader["spec"]["selector"],
+        json!({"app.kubernetes.io/name": "agenthooks", "app.kubernetes.io/instance": "prod",
+               "app.kubernetes.io/component": "operator", LEADER_LABEL: "true"})
+    );
     find(&items, "Service", "prod-agenthooks-operator");
     find(&items, "Secret", "prod-agenthooks-seal-key");
     find(&items, "ClusterRole", "prod-agenthooks-operator");
@@ -564,6 +660,22 @@ fn helm_chart_lints_renders_and_passes_a_server_side_dry_run() {
         "lite",
         "my-seal-key",
     );
+
+    // The longest fullname (48 characters): the leader Service's name is cut to 63, and the
+    // dispatchers' URL names it.
+    let long = "a".repeat(48);
+    let rendered = ok(
+        helm_template(&ns, &["--set", &format!("fullnameOverride={long}")]),
+        "helm template (48-character fullname)",
+    );
+    let items = server_dry_run(cp, &rendered, "helm template (48-character fullname)");
+    let leader_name = &leader_service(&format!("{long}-operator"))[..63];
+    assert!(leader_name.ends_with("-leade"), "{leader_name}");
+    find(&items, "Service", leader_name);
+    assert!(has_arg(
+        &args_of(find(&items, "Deployment", &format!("{long}-dispatcher"))),
+        &format!("--operator-url=http://{leader_name}:9090")
+    ));
 
     // The generated key is stable: with cluster access (what `helm upgrade` has), `lookup`
     // reads the Secret back instead of generating a new key.

@@ -38,6 +38,55 @@ pub struct Config {
     /// number of dispatchers and the decision rate (`--status-write-interval-ms`, default
     /// 1000).
     pub status_write_interval: Duration,
+    /// This replica's own Pod (`--pod-name`, `--pod-namespace`; the Downward API in the
+    /// shipped manifests). While this replica is the synced leader it carries the label
+    /// `agenthooks.io/leader: "true"`, which the leader-only sync Service selects (see
+    /// [`crate::leader_label`]). `None` (run outside a cluster): no Pod is labelled.
+    pub pod: Option<PodRef>,
+}
+
+/// A Pod by namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodRef {
+    /// `metadata.name` (`--pod-name`, env `POD_NAME`).
+    pub name: String,
+    /// `metadata.namespace` (`--pod-namespace`, env `POD_NAMESPACE`).
+    pub namespace: String,
+}
+
+/// Only one of `--pod-name` and `--pod-namespace` was given: the Pod cannot be labelled.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{given} is set but {missing} is not: the leader's Pod is not labelled")]
+pub struct PodFlagMissing {
+    /// The flag that was given.
+    pub given: &'static str,
+    /// The flag that is missing.
+    pub missing: &'static str,
+}
+
+/// This replica's Pod from `--pod-name` and `--pod-namespace` (empty values count as
+/// absent): `Some` when both are given, `None` when neither is (labelling off).
+///
+/// Errors: [`PodFlagMissing`] when exactly one is given (the binary warns and runs with
+/// labelling off: a stray `POD_NAME` in a developer's environment must not stop it).
+pub fn own_pod(
+    name: Option<String>,
+    namespace: Option<String>,
+) -> Result<Option<PodRef>, PodFlagMissing> {
+    let name = name.filter(|n| !n.is_empty());
+    let namespace = namespace.filter(|n| !n.is_empty());
+    match (name, namespace) {
+        (Some(name), Some(namespace)) => Ok(Some(PodRef { name, namespace })),
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(PodFlagMissing {
+            given: "--pod-name",
+            missing: "--pod-namespace",
+        }),
+        (None, Some(_)) => Err(PodFlagMissing {
+            given: "--pod-namespace",
+            missing: "--pod-name",
+        }),
+    }
 }
 
 /// Default of [`Config::watch_grace`].
@@ -108,6 +157,28 @@ mod tests {
             Err(Error::SealKeyFile { .. })
         ));
         std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn own_pod_needs_both_flags() {
+        let s = |v: &str| Some(v.to_string());
+        assert_eq!(
+            own_pod(s("op-0"), s("agenthooks-system")),
+            Ok(Some(PodRef {
+                name: "op-0".into(),
+                namespace: "agenthooks-system".into()
+            }))
+        );
+        assert_eq!(own_pod(None, None), Ok(None));
+        assert_eq!(own_pod(s(""), s("")), Ok(None), "empty is absent");
+        assert_eq!(
+            own_pod(s("op-0"), s("")).unwrap_err().missing,
+            "--pod-namespace"
+        );
+        assert_eq!(
+            own_pod(None, s("agenthooks-system")).unwrap_err().missing,
+            "--pod-name"
+        );
     }
 
     #[test]

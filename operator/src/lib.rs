@@ -22,6 +22,8 @@
 //! - [`watch_health`]: health of the session's watches (readiness, metrics) and the API
 //!   client layer that sees watches start.
 //! - [`leader`]: leader election with `kube-lease-manager`.
+//! - [`leader_label`]: the label on the leader's Pod that the leader-only sync Service
+//!   selects.
 //! - [`shared`]: state shared by the controller and the servers.
 //! - [`run`](mod@run): wires everything under one cancellation token.
 
@@ -34,6 +36,7 @@ pub mod config;
 pub mod error;
 pub mod index;
 pub mod leader;
+pub mod leader_label;
 pub mod metrics;
 pub mod ready;
 pub mod reconcile;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use agenthooks_crds::{DEFAULT_MASTER_NAMESPACE, Edition};
 use agenthooks_operator::config::{
-    DEFAULT_WATCH_GRACE, DEFAULT_WATCH_TIMEOUT_SECONDS, default_identity, load_seal_key,
+    DEFAULT_WATCH_GRACE, DEFAULT_WATCH_TIMEOUT_SECONDS, default_identity, load_seal_key, own_pod,
 };
 use agenthooks_operator::watch_health::{self, WatchHealth};
 use agenthooks_operator::{Config, LeaseConfig};
@@ -65,6 +65,14 @@ struct Args {
     /// from every dispatcher are merged into each write).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=60_000))]
     status_write_interval_ms: u64,
+    /// This replica's Pod name (the Downward API's metadata.name). With --pod-namespace, the
+    /// Pod carries the label agenthooks.io/leader=true while this replica is the synced
+    /// leader, so a Service can select the leader only; without both, nothing is labelled.
+    #[arg(long, env = "POD_NAME")]
+    pod_name: Option<String>,
+    /// This replica's Pod namespace (the Downward API's metadata.namespace); see --pod-name.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pod_namespace: Option<String>,
     /// Log format: text or json (filter with RUST_LOG, default info).
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
@@ -111,6 +119,10 @@ async fn main() -> anyhow::Result<()> {
         Some(path) => Some(load_seal_key(&path.to_string_lossy())?),
         None => None,
     };
+    let pod = own_pod(args.pod_name, args.pod_namespace).unwrap_or_else(|e| {
+        tracing::warn!("{e}");
+        None
+    });
     let config = Config {
         lease: LeaseConfig {
             name: args.lease_name,
@@ -129,6 +141,7 @@ async fn main() -> anyhow::Result<()> {
         watch_grace: Duration::from_secs(args.watch_grace_seconds),
         watch_timeout_seconds: args.watch_timeout_seconds,
         status_write_interval: Duration::from_millis(args.status_write_interval_ms),
+        pod,
     };
     let kube_config = kube::Config::infer()
         .await

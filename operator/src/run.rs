@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::error::Error;
+use crate::leader_label::{self, LeaderLabel};
 use crate::metrics::Metrics;
 use crate::reconcile::session;
 use crate::shared::Shared;
@@ -31,8 +32,10 @@ async fn bind(addr: SocketAddr, what: &'static str) -> Result<tokio::net::TcpLis
 ///
 /// Binds both listeners first (so a taken port fails fast), then starts leader election;
 /// while this replica leads it runs a leader session, and stops it as soon as
-/// leadership is lost. On `cancel`: stops serving (waiting long polls answer 503), stops
-/// the session, releases the Lease and waits for the servers.
+/// leadership is lost. With [`Config::pod`] set, it labels that Pod as the leader while
+/// this replica serves ([`crate::leader_label`]). On `cancel`: stops serving (waiting long
+/// polls answer 503), stops the session, releases the Lease, removes the leader label and
+/// waits for the servers.
 ///
 /// `watch_health` tracks the session's watches for `/readyz` and the metrics; pass the
 /// one whose [`crate::watch_health::WatchStartLayer`] is in `client`
@@ -92,6 +95,21 @@ pub async fn run(
         leader_tx,
         cancel.clone(),
     ));
+    let label = match shared.config.pod.clone() {
+        Some(pod) => Some(tokio::spawn(leader_label::run(
+            client.clone(),
+            LeaderLabel::new(pod, &shared.config.lease),
+            shared.serving.subscribe(),
+            cancel.clone(),
+        ))),
+        None => {
+            tracing::info!(
+                "no --pod-name/--pod-namespace: the leader's Pod is not labelled ({})",
+                leader_label::LEADER_LABEL
+            );
+            None
+        }
+    };
 
     lead_while_leader(shared.clone(), client, leader_rx, cancel.clone()).await;
 
@@ -101,6 +119,13 @@ pub async fn run(
         .is_err()
     {
         tracing::warn!("leader election did not stop in time");
+    }
+    if let Some(label) = label
+        && tokio::time::timeout(Duration::from_secs(10), label)
+            .await
+            .is_err()
+    {
+        tracing::warn!("the leader label task did not stop in time");
     }
     let mut first_error = None;
     for (what, handle) in [("sync", sync), ("metrics", admin)] {

@@ -221,6 +221,7 @@ pub(crate) mod tests {
             watch_grace: Duration::from_secs(10),
             watch_timeout_seconds: 290,
             status_write_interval: std::time::Duration::from_secs(1),
+            pod: None,
         }
     }
 
