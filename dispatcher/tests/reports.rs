@@ -274,7 +274,14 @@ async fn counts_survive_failed_reports_and_snapshot_swaps_exactly() {
         "non-blocking runs count"
     );
 
-    let reports = s.reports.lock().unwrap().clone();
+    let reports: Vec<_> = s
+        .reports
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| !r.executions.is_empty())
+        .cloned()
+        .collect();
     assert!(reports.len() >= 5, "{reports:#?}");
     assert_ne!(
         reports[0].report_id, reports[1].report_id,
@@ -296,6 +303,61 @@ async fn counts_survive_failed_reports_and_snapshot_swaps_exactly() {
         "after a lost answer: the same batch, same id"
     );
     assert_ne!(reports[4].report_id, reports[3].report_id);
+}
+
+/// A trip never waits behind counts: the operator answers a report of counts only once
+/// it has written them (up to a second or more), so the breaker has its own lane.
+#[tokio::test]
+async fn a_trip_is_not_held_up_by_a_slow_report_of_counts() {
+    let op = StandIn::start().await;
+    op.state
+        .report_script
+        .lock()
+        .unwrap()
+        .push_back(Script::ApplyThenStall(Duration::from_secs(3)));
+    let r = Reporting::start(
+        &[op.url.as_str()],
+        Duration::from_millis(100),
+        Duration::from_secs(5),
+        1000,
+    );
+    r.load(
+        vec![hook("always-block", "pre_tool_use", "exit 2", None)],
+        1,
+    );
+    assert_eq!(r.decide().await, "block");
+    let state = Arc::clone(&op.state);
+    assert!(
+        eventually(Duration::from_secs(2), || state
+            .reports
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|rep| !rep.executions.is_empty()))
+        .await,
+        "the counts went out (and their answer now stalls)"
+    );
+    let stalled = Instant::now();
+    for _ in 0..4 {
+        assert_eq!(r.decide().await, "block");
+    }
+    let tripped = Instant::now();
+    assert!(
+        eventually(Duration::from_secs(2), || state
+            .applied
+            .lock()
+            .unwrap()
+            .values()
+            .any(|rep| !rep.trips.is_empty()))
+        .await,
+        "trip reported while the counts' answer stalls"
+    );
+    let latency = tripped.elapsed();
+    assert!(
+        latency < Duration::from_millis(500) && stalled.elapsed() < Duration::from_secs(3),
+        "trip to report took {latency:?}"
+    );
+    r.stop().await;
 }
 
 #[tokio::test]

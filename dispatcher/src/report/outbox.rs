@@ -115,25 +115,41 @@ impl Outbox {
     /// Takes every kept hook's counts (non-empty ones) and changed breaker runs, and
     /// forgets the cells no hook holds any more once their counts are taken.
     pub fn sweep(&self) -> Swept {
+        Swept {
+            executions: self.sweep_executions(),
+            observations: self.sweep_observations(),
+        }
+    }
+
+    /// Takes the non-empty counts of every hook version, and forgets the versions no
+    /// hook set holds any more once their last counts are taken.
+    pub fn sweep_executions(&self) -> Vec<(HookIdentity, Counts)> {
         let mut cells = self.cells.lock().unwrap_or_else(|p| p.into_inner());
-        let mut out = Swept::default();
+        let mut out = Vec::new();
         cells.retain(|cell| {
             // Only this list holds the counters: the hook is gone, no run can bump them
             // any more, so after this last take the cell can go.
             let orphan = Arc::strong_count(&cell.counters) == 1;
             let counts = cell.counters.take();
             if !counts.is_empty() {
-                out.executions
-                    .push((cell.counters.identity.clone(), counts));
-            }
-            if let Some(hook) = cell.hook.upgrade()
-                && let Some(obs) = hook.breaker.take_observation()
-            {
-                out.observations.push(observation(&hook, obs));
+                out.push((cell.counters.identity.clone(), counts));
             }
             !orphan
         });
         out
+    }
+
+    /// Takes the breaker runs that changed, per live hook version (keeps every cell).
+    pub fn sweep_observations(&self) -> Vec<BreakerObservation> {
+        let cells = self.cells.lock().unwrap_or_else(|p| p.into_inner());
+        cells
+            .iter()
+            .filter_map(|cell| {
+                let hook = cell.hook.upgrade()?;
+                let obs = hook.breaker.take_observation()?;
+                Some(observation(&hook, obs))
+            })
+            .collect()
     }
 
     /// Hook versions whose counters are kept.

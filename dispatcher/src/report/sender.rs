@@ -1,11 +1,18 @@
-//! The reporter task: sends trips at once and execution counts every interval to the
-//! operator's leader (`POST /v1/report`, crds `report` module).
+//! The reporter: sends trips and breaker runs at once and execution counts every
+//! interval to the operator's leader (`POST /v1/report`, crds `report` module).
 //!
-//! Each wake sweeps the counters, breaker runs and trips into [`Pending`] and sends
-//! batches until nothing is held or a send fails. Wakes: the interval; a queued trip
-//! (at once); a breaker run that grew (at once, but at most every [`RUN_REPORT_GAP`],
-//! so a burst of blocks makes one report, not one per block). On shutdown it makes one
-//! last attempt within [`FINAL_FLUSH_DEADLINE`].
+//! Two lanes, each its own task with its own [`Pending`], so the safety signals never
+//! wait behind counts: the operator acknowledges a report of counts only once it has
+//! written them (at most once per hook per `--status-write-interval-ms`), which can take
+//! a second, while a trip must leave every dispatcher within one sync.
+//! - **Breaker lane** — trips and breaker runs. Wakes: a queued trip (at once); a breaker
+//!   run that grew (at once, but at most every [`RUN_REPORT_GAP`], so a burst of blocks
+//!   makes one report, not one per block); the interval (retries).
+//! - **Counts lane** — execution counts. Wakes: the interval.
+//!
+//! Each wake sweeps its part into its [`Pending`] and sends batches until nothing is held
+//! or a send fails. On shutdown each lane makes one last attempt within
+//! [`FINAL_FLUSH_DEADLINE`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,7 +60,16 @@ impl ReporterConfig {
     }
 }
 
-/// Activates `outbox` and runs the reporter until `stop` fires, then flushes once.
+/// Which part of the outbox a lane reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lane {
+    /// Trips and breaker runs.
+    Breaker,
+    /// Execution counts.
+    Counts,
+}
+
+/// Activates `outbox` and runs both lanes until `stop` fires, then flushes each once.
 /// Spawn it; await it after the server stopped so the last runs are counted.
 pub async fn run(
     outbox: Arc<Outbox>,
@@ -63,8 +79,29 @@ pub async fn run(
     stop: CancellationToken,
 ) {
     outbox.activate();
+    let breaker = lane(
+        Lane::Breaker,
+        outbox.clone(),
+        urls.clone(),
+        metrics.clone(),
+        config.clone(),
+        stop.clone(),
+    );
+    let counts = lane(Lane::Counts, outbox, urls, metrics, config, stop);
+    tokio::join!(breaker, counts);
+}
+
+async fn lane(
+    lane: Lane,
+    outbox: Arc<Outbox>,
+    urls: Arc<OperatorUrls>,
+    metrics: Metrics,
+    config: ReporterConfig,
+    stop: CancellationToken,
+) {
     let client = fresh_client(Duration::from_secs(2));
     let mut reporter = Reporter {
+        lane,
         outbox,
         urls,
         metrics,
@@ -78,18 +115,24 @@ pub async fn run(
     let mut last_flush = tokio::time::Instant::now();
     loop {
         let outbox = Arc::clone(&reporter.outbox);
-        tokio::select! {
-            _ = stop.cancelled() => break,
-            _ = tick.tick() => {}
-            _ = outbox.wake_trip.notified() => {}
-            _ = outbox.wake_run.notified() => {
-                // Coalesce a burst; a trip or the stop still cut the wait short.
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    _ = outbox.wake_trip.notified() => {}
-                    _ = tokio::time::sleep_until(last_flush + RUN_REPORT_GAP) => {}
+        match lane {
+            Lane::Counts => tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tick.tick() => {}
+            },
+            Lane::Breaker => tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tick.tick() => {}
+                _ = outbox.wake_trip.notified() => {}
+                _ = outbox.wake_run.notified() => {
+                    // Coalesce a burst; a trip or the stop still cut the wait short.
+                    tokio::select! {
+                        _ = stop.cancelled() => break,
+                        _ = outbox.wake_trip.notified() => {}
+                        _ = tokio::time::sleep_until(last_flush + RUN_REPORT_GAP) => {}
+                    }
                 }
-            }
+            },
         }
         last_flush = tokio::time::Instant::now();
         let flush = reporter.flush();
@@ -100,9 +143,10 @@ pub async fn run(
     }
     match tokio::time::timeout(FINAL_FLUSH_DEADLINE, reporter.flush()).await {
         Ok(()) if reporter.pending.is_empty() => {
-            tracing::info!("final report sent")
+            tracing::info!(lane = ?lane, "final report sent")
         }
         _ => tracing::error!(
+            lane = ?lane,
             hooks = reporter.pending.hooks(),
             trips = reporter.pending.trips(),
             "final report not acknowledged at shutdown; these counts and trips are lost"
@@ -111,6 +155,7 @@ pub async fn run(
 }
 
 struct Reporter {
+    lane: Lane,
     outbox: Arc<Outbox>,
     urls: Arc<OperatorUrls>,
     metrics: Metrics,
@@ -122,17 +167,22 @@ struct Reporter {
 impl Reporter {
     /// Sweeps, then sends batches until nothing is held or a send fails.
     async fn flush(&mut self) {
-        self.pending.add_trips(self.outbox.take_trips());
-        let swept = self.outbox.sweep();
-        let dropped_runs = self.pending.add_observations(swept.observations);
-        if dropped_runs.observations > 0 {
-            tracing::error!(
-                hooks = dropped_runs.observations,
-                cap = self.config.pending_cap,
-                "reports are not acknowledged and the pending cap is reached: breaker runs DROPPED"
-            );
+        if self.lane == Lane::Breaker {
+            self.pending.add_trips(self.outbox.take_trips());
+            let dropped_runs = self
+                .pending
+                .add_observations(self.outbox.sweep_observations());
+            if dropped_runs.observations > 0 {
+                tracing::error!(
+                    hooks = dropped_runs.observations,
+                    cap = self.config.pending_cap,
+                    "reports are not acknowledged and the pending cap is reached: breaker runs DROPPED"
+                );
+            }
+            self.send().await;
+            return;
         }
-        let dropped = self.pending.add_executions(swept.executions);
+        let dropped = self.pending.add_executions(self.outbox.sweep_executions());
         if dropped.hooks > 0 {
             self.metrics
                 .report_dropped_executions
@@ -145,6 +195,12 @@ impl Reporter {
             );
         }
         self.set_gauges();
+        self.send().await;
+        self.set_gauges();
+    }
+
+    /// Sends batches until nothing is held or a send fails.
+    async fn send(&mut self) {
         while let Some(batch) = self.pending.next_batch() {
             let report = batch.to_report(&self.config.dispatcher);
             let answer = self
@@ -190,7 +246,6 @@ impl Reporter {
                 }
             }
         }
-        self.set_gauges();
     }
 
     fn set_gauges(&self) {

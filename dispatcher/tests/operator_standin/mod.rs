@@ -65,6 +65,7 @@ pub struct StandInState {
     pub reports: Mutex<Vec<Report>>,
     /// Reports applied, by id (each id once).
     pub applied: Mutex<HashMap<String, Report>>,
+    /// Answers, in order, to the reports that carry execution counts.
     pub report_script: Mutex<VecDeque<Script>>,
     pub budget: Mutex<Budget>,
     pub reserves: Mutex<Vec<ReserveRequest>>,
@@ -187,7 +188,13 @@ async fn report(State(s): State<Arc<StandInState>>, Json(r): Json<Report>) -> Re
         return not_leader();
     }
     s.reports.lock().unwrap().push(r.clone());
-    let step = scripted(&s.report_script).await;
+    // Scripts shape the counts lane: the breaker lane's reports (trips and breaker runs
+    // only) are answered normally.
+    let step = if r.executions.is_empty() {
+        None
+    } else {
+        scripted(&s.report_script).await
+    };
     match step {
         Some(Script::NotLeader) => return not_leader(),
         Some(Script::Fail) => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
