@@ -1,7 +1,8 @@
 //! Issue 3's figures, on the real API server with one operator and three dispatcher
 //! processes (release builds):
 //!
-//! 1. **Status writes per second per hook under a steady 2,000 decisions/s.** Paced
+//! 1. **Status writes per second per hook under a steady 2,000 decisions/s** (first, so
+//!    no other hook's counts are written meanwhile). Paced
 //!    load over the three dispatchers for `AGENTHOOKS_BENCH_SECS` (default 10) on one
 //!    matching HTTP hook, and the operator's `agenthooks_operator_execution_status_writes_total`
 //!    before and after; then `status.executions.allow` must equal the decisions sent
@@ -179,6 +180,79 @@ async fn main() {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
 
+    // ---- 1. status writes per hook under steady load -----------------------------------
+    let (allow_url, hits) = hook_server(json!({"decision": "allow"}));
+    let name = "steady";
+    let key = format!("{}/{name}", bench.ns);
+    let t = Instant::now();
+    bench.cp.apply_yaml(&http_hook(&bench.ns, name, &allow_url));
+    bench.until_served(&key, true, t).await;
+    let writes_before = bench.operator_metric("agenthooks_operator_execution_status_writes_total");
+    let sent = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let workers = 48u64;
+    let per_worker = Duration::from_secs_f64(workers as f64 / rate as f64);
+    let started = Instant::now();
+    let end = started + Duration::from_secs(secs);
+    let bench = Arc::new(bench);
+    let mut tasks = Vec::new();
+    for w in 0..workers {
+        let (bench, sent, failed) = (bench.clone(), sent.clone(), failed.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut next = started + per_worker.mul_f64(w as f64 / workers as f64);
+            let mut i = w as usize;
+            while next < end {
+                tokio::time::sleep_until(next.into()).await;
+                let v = bench.dispatch(i % 3, "steady").await;
+                if v["decision"] == "allow" {
+                    sent.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+                i += 1;
+                next += per_worker;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let sent = sent.load(Ordering::Relaxed);
+    let writes_during_load =
+        bench.operator_metric("agenthooks_operator_execution_status_writes_total") - writes_before;
+    // Wait for the last reports to land, then count.
+    let ns = bench.ns.clone();
+    let counted = wait_for(Duration::from_secs(30), || {
+        bench
+            .cp
+            .kubectl_json(&["-n", &ns, "get", "agenthook", name])["status"]["executions"]["allow"]
+            .as_u64()
+            == Some(sent)
+    });
+    let writes =
+        bench.operator_metric("agenthooks_operator_execution_status_writes_total") - writes_before;
+    let writes_elapsed = started.elapsed().as_secs_f64();
+    println!("\n## status.executions writes under steady load (1 hook, 3 dispatchers)\n");
+    println!(
+        "| target decisions/s | achieved decisions/s | decisions | hook calls | status writes during the load | writes/s/hook during the load | writes until every count landed | writes per 1,000 decisions | exact count |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    println!(
+        "| {rate} | {:.0} | {sent} | {} | {writes_during_load:.0} | {:.2} | {writes:.0} in {writes_elapsed:.1} s | {:.2} | {} |",
+        sent as f64 / elapsed,
+        hits.load(std::sync::atomic::Ordering::SeqCst),
+        writes_during_load / elapsed,
+        writes * 1000.0 / sent.max(1) as f64,
+        if counted { "yes" } else { "NO" }
+    );
+    if failed.load(Ordering::Relaxed) > 0 {
+        println!(
+            "\n{} decisions were not `allow` (errors under load)",
+            failed.load(Ordering::Relaxed)
+        );
+    }
+
     // ---- 2. trip → gone everywhere, against apply → served everywhere ------------------
     let (block_url, _) = hook_server(json!({"decision": "block", "reason": "bench"}));
     let (mut apply, mut local, mut merged) = (Vec::new(), Vec::new(), Vec::new());
@@ -223,75 +297,4 @@ async fn main() {
         "| 6 blocks over 3 dispatchers (operator's merged window) | {merged_mean:.1} | {merged_p50:.1} | {:.2} |",
         merged_mean / apply_mean
     );
-
-    // ---- 1. status writes per hook under steady load -----------------------------------
-    let (allow_url, hits) = hook_server(json!({"decision": "allow"}));
-    let name = "steady";
-    let key = format!("{}/{name}", bench.ns);
-    let t = Instant::now();
-    bench.cp.apply_yaml(&http_hook(&bench.ns, name, &allow_url));
-    bench.until_served(&key, true, t).await;
-    let writes_before = bench.operator_metric("agenthooks_operator_execution_status_writes_total");
-    let sent = Arc::new(AtomicU64::new(0));
-    let failed = Arc::new(AtomicU64::new(0));
-    let workers = 48u64;
-    let per_worker = Duration::from_secs_f64(workers as f64 / rate as f64);
-    let started = Instant::now();
-    let end = started + Duration::from_secs(secs);
-    let bench = Arc::new(bench);
-    let mut tasks = Vec::new();
-    for w in 0..workers {
-        let (bench, sent, failed) = (bench.clone(), sent.clone(), failed.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut next = started + per_worker.mul_f64(w as f64 / workers as f64);
-            let mut i = w as usize;
-            while next < end {
-                tokio::time::sleep_until(next.into()).await;
-                let v = bench.dispatch(i % 3, "steady").await;
-                if v["decision"] == "allow" {
-                    sent.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    failed.fetch_add(1, Ordering::Relaxed);
-                }
-                i += 1;
-                next += per_worker;
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
-    let elapsed = started.elapsed().as_secs_f64();
-    let sent = sent.load(Ordering::Relaxed);
-    // Wait for the last reports to land, then count.
-    let ns = bench.ns.clone();
-    let counted = wait_for(Duration::from_secs(30), || {
-        bench
-            .cp
-            .kubectl_json(&["-n", &ns, "get", "agenthook", name])["status"]["executions"]["allow"]
-            .as_u64()
-            == Some(sent)
-    });
-    let writes =
-        bench.operator_metric("agenthooks_operator_execution_status_writes_total") - writes_before;
-    let writes_elapsed = started.elapsed().as_secs_f64();
-    println!("\n## status.executions writes under steady load (1 hook, 3 dispatchers)\n");
-    println!(
-        "| target decisions/s | achieved decisions/s | decisions | hook calls | status writes | writes/s/hook | writes per 1,000 decisions | exact count |"
-    );
-    println!("|---|---|---|---|---|---|---|---|");
-    println!(
-        "| {rate} | {:.0} | {sent} | {} | {writes:.0} | {:.2} | {:.2} | {} |",
-        sent as f64 / elapsed,
-        hits.load(std::sync::atomic::Ordering::SeqCst),
-        writes / writes_elapsed,
-        writes * 1000.0 / sent.max(1) as f64,
-        if counted { "yes" } else { "NO" }
-    );
-    if failed.load(Ordering::Relaxed) > 0 {
-        println!(
-            "\n{} decisions were not `allow` (errors under load)",
-            failed.load(Ordering::Relaxed)
-        );
-    }
 }
