@@ -49,6 +49,15 @@ impl Trip {
     }
 }
 
+/// What [`Breaker::record_reporting`] saw.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recorded {
+    /// The trip, when this outcome tripped the breaker.
+    pub trip: Option<Trip>,
+    /// Whether the run changed in a way the operator should hear of soon.
+    pub report_soon: bool,
+}
+
 /// Breaker state of one hook version.
 #[derive(Debug, Default)]
 pub struct Breaker {
@@ -92,15 +101,43 @@ impl Breaker {
     /// Records one outcome at `now`, `unix_ms` on the wall clock. Returns the trip when
     /// this outcome tripped it.
     pub fn record_at(&self, outcome: Outcome, now: Instant, unix_ms: u64) -> Option<Trip> {
-        let counts_as_timeout = match outcome {
+        self.record_reporting(outcome, now, unix_ms).trip
+    }
+
+    /// Like [`Breaker::record_at`], also saying whether the operator should hear of the
+    /// run soon: a `block` or `timeout` grew it, or an `allow` ended a run the operator
+    /// may hold (its merged window must see that reset before later blocks, or it would
+    /// count them in a row with the earlier ones).
+    pub fn record_reporting(&self, outcome: Outcome, now: Instant, unix_ms: u64) -> Recorded {
+        let trip = match outcome {
             Outcome::Allow => {
                 let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                let ended_a_run = !st.run.is_empty();
                 st.run.clear();
                 st.last_allow_ms = st.last_allow_ms.max(unix_ms);
                 st.dirty = true;
-                return None;
+                return Recorded {
+                    trip: None,
+                    report_soon: ended_a_run,
+                };
             }
-            Outcome::Error => return None,
+            Outcome::Error => {
+                return Recorded {
+                    trip: None,
+                    report_soon: false,
+                };
+            }
+            Outcome::Block | Outcome::Timeout => self.record_run(outcome, now, unix_ms),
+        };
+        Recorded {
+            trip,
+            report_soon: true,
+        }
+    }
+
+    fn record_run(&self, outcome: Outcome, now: Instant, unix_ms: u64) -> Option<Trip> {
+        let counts_as_timeout = match outcome {
+            Outcome::Allow | Outcome::Error => return None,
             Outcome::Block => false,
             Outcome::Timeout => true,
         };
@@ -218,6 +255,23 @@ mod tests {
             b.record(Outcome::Block, at(t0, 5)).is_some(),
             "errors did not reset the run"
         );
+    }
+
+    #[test]
+    fn blocks_and_an_allow_ending_a_run_are_reported_soon_other_allows_and_errors_not() {
+        let b = Breaker::default();
+        let t0 = Instant::now();
+        let soon = |o| b.record_reporting(o, t0, 1_000).report_soon;
+        assert!(
+            !soon(Outcome::Allow),
+            "an allow with no run changes nothing the operator holds"
+        );
+        assert!(!soon(Outcome::Error));
+        assert!(soon(Outcome::Block));
+        assert!(!soon(Outcome::Error), "errors neither count nor reset");
+        assert!(soon(Outcome::Timeout));
+        assert!(soon(Outcome::Allow), "this allow ends a run of two");
+        assert!(!soon(Outcome::Allow));
     }
 
     #[test]

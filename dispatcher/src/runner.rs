@@ -190,14 +190,15 @@ pub async fn run_matched(
     let handler = hook.spec.handler.type_;
     let unix_ms = unix_ms_now();
     hook.counters.record(result.outcome, unix_ms);
-    let tripped = hook
+    let recorded = hook
         .breaker
-        .record_at(result.outcome, Instant::now(), unix_ms);
-    if matches!(result.outcome, Outcome::Block | Outcome::Timeout) {
-        // The operator counts the breaker across dispatchers: report the run soon.
+        .record_reporting(result.outcome, Instant::now(), unix_ms);
+    if recorded.report_soon {
+        // The operator counts the breaker across dispatchers: report the run (or the
+        // allow that ended it) soon.
         engine.outbox.run_changed();
     }
-    if let Some(trip) = tripped {
+    if let Some(trip) = recorded.trip {
         engine.metrics.breaker_trips.inc();
         // Sent to the operator at once, which drops the hook from the snapshot
         // (CONTRACT §6.2).
