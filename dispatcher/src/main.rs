@@ -80,6 +80,9 @@ struct BudgetLoadArgs {
     /// Milliseconds between a grant and its settle.
     #[arg(long, default_value_t = 0)]
     hold_ms: u64,
+    /// The seal key shared with the operator (authenticates the calls).
+    #[arg(long, env = "AGENTHOOKS_SEAL_KEY_FILE")]
+    seal_key_file: Option<PathBuf>,
 }
 
 #[derive(Args, Clone)]
@@ -176,7 +179,11 @@ async fn budget_load(args: BudgetLoadArgs) -> anyhow::Result<()> {
     if args.reserve <= 0 || args.settle < 0 {
         bail!("--reserve must be above 0 and --settle 0 or more");
     }
-    let urls = Arc::new(OperatorUrls::parse(&args.operator_url)?);
+    let mut urls = OperatorUrls::parse(&args.operator_url)?;
+    if let Some(p) = &args.seal_key_file {
+        urls = urls.with_key(&load_seal_key(p)?);
+    }
+    let urls = Arc::new(urls);
     let budgets = Budgets::remote(
         RemoteBudgets::new(urls, args.dispatcher_id, RemoteConfig::default()),
         None,
@@ -192,6 +199,12 @@ async fn budget_load(args: BudgetLoadArgs) -> anyhow::Result<()> {
     let summary = load::run(&budgets, &plan).await;
     println!("{}", serde_json::to_string(&summary)?);
     Ok(())
+}
+
+/// Reads a seal key file (64 hex characters or 32 raw bytes); errors name the file.
+fn load_seal_key(path: &std::path::Path) -> anyhow::Result<SealKey> {
+    let raw = std::fs::read(path).with_context(|| format!("{}", path.display()))?;
+    SealKey::from_bytes(&raw).with_context(|| format!("{}", path.display()))
 }
 
 async fn check(args: CheckArgs) -> anyhow::Result<Verdict> {
@@ -227,10 +240,7 @@ async fn check(args: CheckArgs) -> anyhow::Result<Verdict> {
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let key = match &args.seal_key_file {
-        Some(p) => {
-            SealKey::from_bytes(&std::fs::read(p).with_context(|| format!("{}", p.display()))?)
-                .with_context(|| format!("{}", p.display()))?
-        }
+        Some(p) => load_seal_key(p)?,
         None => SealKey::generate(),
     };
     let mut engine = Engine::new(
@@ -261,10 +271,16 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             state
         }
         (None, false) => {
-            let urls = Arc::new(
-                OperatorUrls::parse(&args.operator_url)
-                    .context("synced mode needs at least one operator URL")?,
-            );
+            let mut urls = OperatorUrls::parse(&args.operator_url)
+                .context("synced mode needs at least one operator URL")?;
+            if args.seal_key_file.is_some() {
+                urls = urls.with_key(&key);
+            } else {
+                tracing::warn!(
+                    "no --seal-key-file: calls to the operator carry no token (an operator with a seal key refuses them) and sealed headers cannot be opened"
+                );
+            }
+            let urls = Arc::new(urls);
             let id = args
                 .dispatcher_id
                 .clone()

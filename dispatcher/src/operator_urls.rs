@@ -34,6 +34,9 @@ pub struct OperatorUrls {
     urls: Vec<Url>,
     /// Index into `urls` of the URL that last answered (the first one tried).
     current: AtomicUsize,
+    /// `Authorization` value of every call: `Bearer <token>`, the token derived from the
+    /// seal key ([`agenthooks_crds::sealed::SealKey::sync_token`]); none without a key.
+    authorization: Option<reqwest::header::HeaderValue>,
 }
 
 /// What one attempt against one URL came to.
@@ -88,7 +91,26 @@ impl OperatorUrls {
         Ok(OperatorUrls {
             urls,
             current: AtomicUsize::new(0),
+            authorization: None,
         })
+    }
+
+    /// Sends `Authorization: Bearer <key's sync token>` with every call (the operator's
+    /// sync port refuses calls without it when it has a seal key).
+    pub fn with_key(mut self, key: &agenthooks_crds::sealed::SealKey) -> OperatorUrls {
+        let mut v = reqwest::header::HeaderValue::from_str(&format!("Bearer {}", key.sync_token()))
+            .expect("a hex token is a valid header value");
+        v.set_sensitive(true);
+        self.authorization = Some(v);
+        self
+    }
+
+    /// `req` with the `Authorization` header, when a key was given.
+    pub fn authorize(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.authorization {
+            Some(v) => req.header(reqwest::header::AUTHORIZATION, v.clone()),
+            None => req,
+        }
     }
 
     /// The URLs, in the order given.
@@ -151,8 +173,8 @@ impl OperatorUrls {
         let maybe_applied = AtomicBool::new(false);
         let outcome = self
             .call(|base| {
-                let req = client
-                    .post(OperatorUrls::endpoint(base, path))
+                let req = self
+                    .authorize(client.post(OperatorUrls::endpoint(base, path)))
                     .header(reqwest::header::CONTENT_TYPE, "application/json")
                     .timeout(timeout)
                     .body(payload.clone());
@@ -295,6 +317,29 @@ pub fn fresh_client(connect_timeout: Duration) -> reqwest::Client {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn calls_carry_the_keys_sync_token_only_when_keyed() {
+        let key = agenthooks_crds::sealed::SealKey::generate();
+        install_crypto_provider();
+        let client = reqwest::Client::new();
+        let plain = OperatorUrls::parse(&["http://op:9090"]).unwrap();
+        let req = plain
+            .authorize(client.get("http://op:9090/v1/snapshot"))
+            .build()
+            .unwrap();
+        assert!(req.headers().get(reqwest::header::AUTHORIZATION).is_none());
+        let keyed = OperatorUrls::parse(&["http://op:9090"])
+            .unwrap()
+            .with_key(&key);
+        let req = keyed
+            .authorize(client.get("http://op:9090/v1/snapshot"))
+            .build()
+            .unwrap();
+        let v = req.headers().get(reqwest::header::AUTHORIZATION).unwrap();
+        assert_eq!(v.to_str().unwrap(), format!("Bearer {}", key.sync_token()));
+        assert!(v.is_sensitive(), "kept out of debug output");
+    }
+
     use super::*;
 
     #[test]

@@ -62,7 +62,7 @@ pub async fn follow(
                     ("timeoutSeconds", POLL_WAIT_SECONDS.to_string()),
                 ],
             );
-            let req = url.map(|u| client.get(u));
+            let req = url.map(|u| urls.authorize(client.get(u)));
             async move {
                 match req {
                     Ok(req) => poll_once(req).await,

@@ -41,6 +41,69 @@ pub fn install_crds(cp: &ControlPlane) {
     cp.wait_for_crd("tenanthookbudgets.agenthooks.io", Duration::from_secs(30));
 }
 
+/// The sync port's bearer token for [`SEAL_KEY_HEX`], computed independently of our
+/// Rust code: `openssl dgst -sha256 -mac HMAC` over `agenthooks.io/sync-auth/v1`.
+pub fn sync_token() -> String {
+    let out = Command::new("bash")
+        .args([
+            "-c",
+            &format!(
+                "printf %s agenthooks.io/sync-auth/v1 | openssl dgst -sha256 -mac HMAC -macopt hexkey:{SEAL_KEY_HEX} -r"
+            ),
+        ])
+        .output()
+        .expect("run openssl");
+    assert!(
+        out.status.success(),
+        "openssl: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// `curl` arguments adding the sync token (`-H "authorization: Bearer ..."`).
+pub fn sync_auth_header() -> String {
+    format!("authorization: Bearer {}", sync_token())
+}
+
+/// `GET url` with extra `curl` arguments → (status, body).
+pub fn http_get_with(url: &str, extra: &[&str]) -> (u16, String) {
+    let mut args = vec!["-s", "--max-time", "5", "-w", "\n%{http_code}"];
+    args.extend_from_slice(extra);
+    args.push(url);
+    curl(&args)
+}
+
+/// `POST url` with a JSON body and extra `curl` arguments → (status, body).
+pub fn http_post_with(url: &str, body: &Value, extra: &[&str]) -> (u16, String) {
+    let body = body.to_string();
+    let mut args = vec![
+        "-s",
+        "--max-time",
+        "15",
+        "-H",
+        "content-type: application/json",
+        "-X",
+        "POST",
+        "-d",
+        &body,
+        "-w",
+        "\n%{http_code}",
+    ];
+    args.extend_from_slice(extra);
+    args.push(url);
+    curl(&args)
+}
+
+/// The seal key file of a log directory (written on first use; [`SEAL_KEY_HEX`]).
+pub fn seal_key_path(logs: &Path) -> PathBuf {
+    seal_key_file(logs)
+}
+
 /// `GET url` → (status, body); status 0 when nothing answered within 5 s.
 pub fn http_get(url: &str) -> (u16, String) {
     curl(&["-s", "--max-time", "5", "-w", "\n%{http_code}", url])

@@ -114,6 +114,13 @@ fn standby_takes_over_while_dispatchers_keep_deciding() {
     }
 
     // Kill the leader without letting it release the Lease.
+    // Exactly one leads (each look is a metrics scrape, which may time out under load).
+    assert!(
+        agenthooks_e2e::wait_for(Duration::from_secs(10), || op1.is_leader()
+            != op2.is_leader()),
+        "not exactly one leader\n{}",
+        all(&[&op1, &op2])
+    );
     let (mut leader, standby) = if op1.is_leader() {
         (op1, op2)
     } else {

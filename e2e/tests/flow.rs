@@ -485,6 +485,8 @@ fn operator_reports_its_dispatchers() {
                 "-s",
                 "--max-time",
                 "5",
+                "-H",
+                &agenthooks_e2e::stack::sync_auth_header(),
                 &format!("{}/v1/dispatchers", s.operator_sync),
             ])
             .output()

@@ -45,6 +45,7 @@ pub mod run;
 pub mod shared;
 pub mod snapshot_builder;
 pub mod status;
+pub mod sync_auth;
 pub mod sync_server;
 pub mod validation_cache;
 pub mod watch_health;

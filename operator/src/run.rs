@@ -20,7 +20,7 @@ use crate::shared::Shared;
 use crate::sync_server::SyncState;
 use crate::watch_health::WatchHealth;
 use crate::{admin_server, leader, sync_server};
-use crate::{budget, report};
+use crate::{budget, report, sync_auth};
 
 async fn bind(addr: SocketAddr, what: &'static str) -> Result<tokio::net::TcpListener, Error> {
     tokio::net::TcpListener::bind(addr)
@@ -69,17 +69,20 @@ pub async fn run(
         cancel.clone(),
         sync_server::serve(
             sync_listener,
-            sync_server::router(SyncState::from_shared(&shared, cancel.clone()))
-                .merge(report::start(
-                    shared.clone(),
-                    client.clone(),
-                    cancel.clone(),
-                ))
-                .merge(budget::start(
-                    shared.clone(),
-                    client.clone(),
-                    cancel.clone(),
-                )),
+            sync_auth::protect(
+                sync_server::router(SyncState::from_shared(&shared, cancel.clone()))
+                    .merge(report::start(
+                        shared.clone(),
+                        client.clone(),
+                        cancel.clone(),
+                    ))
+                    .merge(budget::start(
+                        shared.clone(),
+                        client.clone(),
+                        cancel.clone(),
+                    )),
+                shared.config.seal_key.clone(),
+            ),
             cancel.clone(),
         ),
     );
