@@ -51,6 +51,11 @@ pub const DEFAULT_MAX_INVOCATIONS_PER_TURN: u32 = 5;
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
     ),
     printcolumn(
+        name = "Circuit",
+        type_ = "string",
+        json_path = ".status.breaker.state"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
