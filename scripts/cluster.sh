@@ -34,7 +34,7 @@ kubectl wait --for=condition=Established crd/agenthooks.agenthooks.io crd/tenant
 kubectl create namespace agenthooks-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 [[ -f "$DIR/seal.key" ]] || head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$DIR/seal.key"
 mkdir -p "$DIR/logs"
-bin="$ROOT/target/debug"
+bin="${CARGO_TARGET_DIR:-$ROOT/target}/debug"
 start() { # name, args...
   local name=$1; shift
   nohup "$@" >"$DIR/logs/$name.log" 2>&1 </dev/null &
@@ -43,7 +43,8 @@ start() { # name, args...
 start operator "$bin/agenthooks-operator" --sync-addr 127.0.0.1:9090 --metrics-addr 127.0.0.1:9091 --seal-key-file "$DIR/seal.key"
 for i in 1 2; do
   start "dispatcher-$i" "$bin/agenthooks-dispatcher" --operator-url http://127.0.0.1:9090 --listen "127.0.0.1:808$i" \
-    --dispatcher-id "dispatcher-$i" --seal-key-file "$DIR/seal.key"
+    --dispatcher-id "dispatcher-$i" --seal-key-file "$DIR/seal.key" \
+    --http-allow-cidr 127.0.0.1/32
 done
 for _ in $(seq 1 60); do
   if curl -sf 127.0.0.1:8081/readyz >/dev/null && curl -sf 127.0.0.1:8082/readyz >/dev/null; then break; fi
