@@ -1,6 +1,13 @@
 //! The circuit breaker counted across dispatchers (CONTRACT §6.1; issue 3 point 1: six
 //! blocks spread over three dispatchers trip the hook).
 //!
+//! A trip is decided in one of two ways, and the operator accepts both:
+//! - by **one dispatcher on its own sequence** of outcomes (CONTRACT §6.2: the dispatcher
+//!   that saw five `block`/`timeout` in a row within the window stops running the hook at
+//!   once and reports the trip; [`crate::report`] records it as sent);
+//! - by **the operator on the time-merged sequence of all dispatchers** (this module):
+//!   outcomes that are each too few on every single dispatcher add up here.
+//!
 //! Each dispatcher reports, per hook, a [`BreakerObservation`]: when it last saw `allow`,
 //! and the `block`/`timeout` outcomes since then (its run). The operator keeps the
 //! latest observation of every dispatcher and merges them by time:
@@ -12,18 +19,35 @@
 //!
 //! So an `allow` anywhere resets the run everywhere, errors neither count nor reset, and
 //! "in a row" means in time order across replicas (dispatcher clocks are assumed in
-//! sync to well under the window, as NTP gives). State is per hook version
-//! (uid, generation, reset token): a new version starts empty. Observations older than
-//! the window are dropped, so memory stays bounded by the hooks that blocked recently
-//! times the dispatchers that saw them.
+//! sync to well under the window, as NTP gives). A reported time later than the
+//! observation's receipt time (+ [`crate::report::times::MAX_SKEW`]) is taken as the
+//! receipt time, so a skewed or forged `lastAllowAt` (year 9999) resets the run only up
+//! to the moment it arrived and cannot hold the breaker closed afterwards.
+//!
+//! State is per hook version (uid, generation, reset token): a new version starts empty,
+//! a version that trips here is forgotten, and [`BreakerWindows::forget`] drops a hook
+//! tripped locally by a dispatcher. Memory is bounded: observations older than the window
+//! (by arrival) are dropped by [`BreakerWindows::prune`] (the report endpoint prunes on
+//! every report and periodically, and then also drops versions the index no longer holds:
+//! [`BreakerWindows::retain`]); at most [`MAX_DISPATCHERS_PER_HOOK`] dispatchers are kept
+//! per hook version and at most [`MAX_HOOKS`] hook versions, the least recently observed
+//! ones going first.
 
 use std::collections::HashMap;
 
 use agenthooks_crds::report::{BREAKER_THRESHOLD, BREAKER_WINDOW_SECONDS, BreakerObservation};
 use chrono::{DateTime, Duration, Utc};
 
+use crate::report::times::clamp_future;
+
 /// A hook version: (uid, generation, reset token).
 pub type HookVersion = (String, i64, Option<String>);
+
+/// Most dispatchers whose observation is kept per hook version (the oldest observation
+/// goes first).
+pub const MAX_DISPATCHERS_PER_HOOK: usize = 256;
+/// Most hook versions tracked (the least recently observed goes first).
+pub const MAX_HOOKS: usize = 100_000;
 
 /// What a dispatcher last said about one hook version.
 #[derive(Debug, Clone, PartialEq)]
@@ -33,6 +57,16 @@ struct Seen {
     run: Vec<(DateTime<Utc>, bool)>,
     /// When this observation arrived (for pruning).
     received: DateTime<Utc>,
+}
+
+/// The observations of one hook version.
+#[derive(Debug, Clone, Default)]
+struct Tracked {
+    namespace: String,
+    name: String,
+    per: HashMap<String, Seen>,
+    /// Arrival of the newest observation.
+    last_received: Option<DateTime<Utc>>,
 }
 
 /// A trip decided by [`BreakerWindows::observe`].
@@ -78,9 +112,17 @@ pub enum ObservationError {
 }
 
 /// Breaker runs of every hook version, per dispatcher.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct BreakerWindows {
-    hooks: HashMap<HookVersion, HashMap<String, Seen>>,
+    hooks: HashMap<HookVersion, Tracked>,
+    max_hooks: usize,
+    max_dispatchers: usize,
+}
+
+impl Default for BreakerWindows {
+    fn default() -> Self {
+        BreakerWindows::with_caps(MAX_HOOKS, MAX_DISPATCHERS_PER_HOOK)
+    }
 }
 
 fn parse(hook: &str, field: &'static str, v: &str) -> Result<DateTime<Utc>, ObservationError> {
@@ -94,14 +136,26 @@ fn parse(hook: &str, field: &'static str, v: &str) -> Result<DateTime<Utc>, Obse
 }
 
 impl BreakerWindows {
-    /// Empty.
+    /// Empty, with the default caps ([`MAX_HOOKS`], [`MAX_DISPATCHERS_PER_HOOK`]).
     pub fn new() -> BreakerWindows {
         BreakerWindows::default()
     }
 
+    /// Empty, keeping at most `max_hooks` hook versions and `max_dispatchers` dispatchers
+    /// per version (each at least 1).
+    pub fn with_caps(max_hooks: usize, max_dispatchers: usize) -> BreakerWindows {
+        BreakerWindows {
+            hooks: HashMap::new(),
+            max_hooks: max_hooks.max(1),
+            max_dispatchers: max_dispatchers.max(1),
+        }
+    }
+
     /// Records `obs` from `dispatcher` (replacing its previous one for that hook
     /// version), received at `now`, and returns a trip if the merged run now trips.
-    /// A hook version that tripped is forgotten (its next version starts empty).
+    /// Times later than `now` (+ skew) are taken as `now`. A hook version that tripped is
+    /// forgotten (its next version starts empty). At a cap, the oldest observation of the
+    /// version (or the least recently observed version) is dropped first.
     ///
     /// Errors: [`ObservationError::BadTime`] when a time does not parse (nothing is
     /// recorded).
@@ -115,19 +169,40 @@ impl BreakerWindows {
         let last_allow = obs
             .last_allow_at
             .as_deref()
-            .map(|v| parse(&hook, "lastAllowAt", v))
+            .map(|v| parse(&hook, "lastAllowAt", v).map(|t| clamp_future(t, now)))
             .transpose()?;
         let mut run = obs
             .run
             .iter()
-            .map(|o| parse(&hook, "run[].at", &o.at).map(|t| (t, o.timeout)))
+            .map(|o| parse(&hook, "run[].at", &o.at).map(|t| (clamp_future(t, now), o.timeout)))
             .collect::<Result<Vec<_>, _>>()?;
         run.sort_by_key(|(t, _)| *t);
         let keep_from = run.len().saturating_sub(BREAKER_THRESHOLD);
         run.drain(..keep_from);
         let key: HookVersion = (obs.uid.clone(), obs.generation, obs.reset_token.clone());
-        let per = self.hooks.entry(key.clone()).or_default();
-        per.insert(
+        if !self.hooks.contains_key(&key) && self.hooks.len() >= self.max_hooks {
+            self.prune(now);
+            if self.hooks.len() >= self.max_hooks {
+                self.evict_least_recent_hook();
+            }
+        }
+        let max_dispatchers = self.max_dispatchers;
+        let tracked = self.hooks.entry(key.clone()).or_insert_with(|| Tracked {
+            namespace: obs.namespace.clone(),
+            name: obs.name.clone(),
+            ..Default::default()
+        });
+        if !tracked.per.contains_key(dispatcher) && tracked.per.len() >= max_dispatchers {
+            let oldest = tracked
+                .per
+                .iter()
+                .min_by_key(|(_, s)| s.received)
+                .map(|(d, _)| d.clone());
+            if let Some(d) = oldest {
+                tracked.per.remove(&d);
+            }
+        }
+        tracked.per.insert(
             dispatcher.to_string(),
             Seen {
                 last_allow,
@@ -135,25 +210,55 @@ impl BreakerWindows {
                 received: now,
             },
         );
-        let trip = merged_trip(per, dispatcher);
+        tracked.last_received = Some(tracked.last_received.map_or(now, |t| t.max(now)));
+        let trip = merged_trip(&tracked.per, dispatcher);
         if trip.is_some() {
             self.hooks.remove(&key);
         }
         Ok(trip)
     }
 
+    fn evict_least_recent_hook(&mut self) {
+        let oldest = self
+            .hooks
+            .iter()
+            .min_by_key(|(_, t)| t.last_received)
+            .map(|(k, _)| k.clone());
+        if let Some(k) = oldest {
+            self.hooks.remove(&k);
+        }
+    }
+
     /// Forgets observations older than the window (by arrival) and hook versions left
     /// with none. Returns how many hook versions remain.
     pub fn prune(&mut self, now: DateTime<Utc>) -> usize {
         let horizon = now - Duration::seconds(BREAKER_WINDOW_SECONDS);
-        self.hooks.retain(|_, per| {
-            per.retain(|_, s| s.received >= horizon);
-            !per.is_empty()
+        self.hooks.retain(|_, t| {
+            t.per.retain(|_, s| s.received >= horizon);
+            !t.per.is_empty()
         });
         self.hooks.len()
     }
 
-    /// Forgets every version of hook `uid` (deleted, or tripped by other means).
+    /// Keeps only the hook versions for which `keep(version, namespace, name)` holds (the
+    /// report endpoint keeps those the index still holds, breaker closed). Returns how many
+    /// were dropped.
+    pub fn retain(&mut self, mut keep: impl FnMut(&HookVersion, &str, &str) -> bool) -> usize {
+        let before = self.hooks.len();
+        self.hooks.retain(|v, t| keep(v, &t.namespace, &t.name));
+        before - self.hooks.len()
+    }
+
+    /// Every tracked hook version with its namespace and name.
+    pub fn versions(&self) -> Vec<(HookVersion, String, String)> {
+        self.hooks
+            .iter()
+            .map(|(v, t)| (v.clone(), t.namespace.clone(), t.name.clone()))
+            .collect()
+    }
+
+    /// Forgets every version of hook `uid` (deleted, or tripped by a dispatcher's own
+    /// trip).
     pub fn forget(&mut self, uid: &str) {
         self.hooks.retain(|(u, _, _), _| u != uid);
     }
@@ -166,6 +271,11 @@ impl BreakerWindows {
     /// Whether nothing is tracked.
     pub fn is_empty(&self) -> bool {
         self.hooks.is_empty()
+    }
+
+    /// Dispatchers whose observation is kept for hook version `version`.
+    pub fn dispatchers(&self, version: &HookVersion) -> usize {
+        self.hooks.get(version).map_or(0, |t| t.per.len())
     }
 }
 
@@ -367,6 +477,111 @@ mod tests {
         o.run[0].at = "yesterday".into();
         let e = w.observe("d1", &o, t(0)).unwrap_err();
         assert!(e.to_string().contains("run[].at `yesterday`"), "{e}");
+        assert!(w.is_empty());
+    }
+
+    #[test]
+    fn a_last_allow_in_year_9999_no_longer_holds_the_breaker_closed() {
+        let mut w = BreakerWindows::new();
+        // d1 claims an allow in year 9999: taken as its receipt time, t(0).
+        let mut forged = obs(None, &[]);
+        forged.last_allow_at = Some("9999-12-31T23:59:59Z".into());
+        assert_eq!(w.observe("d1", &forged, t(0)), Ok(None));
+        // Five blocks after that, over two dispatchers, trip.
+        assert_eq!(
+            w.observe("d2", &obs(None, &[(1, false), (2, false)]), t(3)),
+            Ok(None)
+        );
+        let trip = w
+            .observe("d3", &obs(None, &[(3, false), (4, false), (5, true)]), t(6))
+            .unwrap()
+            .expect("trips despite the forged allow");
+        assert_eq!(trip.tripped_at, t(5));
+        // Outcomes before the (clamped) allow stay reset.
+        let mut w = BreakerWindows::new();
+        w.observe("d1", &forged, t(10)).unwrap();
+        assert_eq!(
+            w.observe(
+                "d2",
+                &obs(
+                    None,
+                    &[(5, false), (6, false), (7, false), (8, false), (9, false)]
+                ),
+                t(10)
+            ),
+            Ok(None),
+            "an allow at receipt still resets what came before it"
+        );
+        // Run times in the future are taken as the receipt time too.
+        let mut w = BreakerWindows::new();
+        let mut future = obs(None, &[(0, false)]);
+        future.run[0].at = "9999-01-01T00:00:00Z".into();
+        w.observe("d1", &future, t(1)).unwrap();
+        let trip = w
+            .observe(
+                "d2",
+                &obs(None, &[(0, false), (0, false), (1, false), (1, false)]),
+                t(2),
+            )
+            .unwrap()
+            .expect("trips");
+        assert_eq!(trip.tripped_at, t(1), "not year 9999");
+    }
+
+    #[test]
+    fn dispatchers_per_hook_and_hooks_are_capped_oldest_first() {
+        let mut w = BreakerWindows::with_caps(3, 2);
+        let version = |uid: &str| (uid.to_string(), 1, None);
+        w.observe("d1", &obs(None, &[(0, false)]), t(0)).unwrap();
+        w.observe("d2", &obs(None, &[(1, false)]), t(1)).unwrap();
+        w.observe("d3", &obs(None, &[(2, false)]), t(2)).unwrap();
+        assert_eq!(w.dispatchers(&version("u1")), 2, "d1 (oldest) dropped");
+        // d1's outcome is gone: three more make five only with it, so no trip.
+        assert_eq!(
+            w.observe(
+                "d2",
+                &obs(None, &[(1, false), (3, false), (4, false)]),
+                t(4)
+            ),
+            Ok(None)
+        );
+        for (i, uid) in ["u2", "u3", "u4"].iter().enumerate() {
+            let mut o = obs(None, &[(5, false)]);
+            o.uid = uid.to_string();
+            w.observe("d1", &o, t(5 + i as i64)).unwrap();
+        }
+        assert_eq!(w.len(), 3);
+        assert_eq!(
+            w.dispatchers(&version("u1")),
+            0,
+            "u1, observed least recently, went first"
+        );
+        assert_eq!(w.dispatchers(&version("u4")), 1);
+    }
+
+    #[test]
+    fn forget_and_retain_drop_versions() {
+        let mut w = BreakerWindows::new();
+        w.observe("d1", &obs(None, &[(0, false)]), t(0)).unwrap();
+        let mut other = obs(None, &[(0, false)]);
+        other.uid = "u2".into();
+        other.name = "g".into();
+        w.observe("d1", &other, t(0)).unwrap();
+        let mut next = obs(None, &[(0, false)]);
+        next.generation = 2;
+        w.observe("d1", &next, t(0)).unwrap();
+        assert_eq!(w.len(), 3);
+        w.forget("u1");
+        assert_eq!(w.len(), 1, "both versions of u1");
+        assert_eq!(
+            w.versions(),
+            [(
+                ("u2".to_string(), 1, None),
+                "ns".to_string(),
+                "g".to_string()
+            )]
+        );
+        assert_eq!(w.retain(|_, ns, name| ns == "ns" && name == "h"), 1);
         assert!(w.is_empty());
     }
 }

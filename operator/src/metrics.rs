@@ -39,12 +39,15 @@ pub struct Metrics {
     /// for longer than `--watch-grace-seconds` (readiness fails meanwhile), else 1.
     pub watch_healthy: IntGaugeVec,
     /// `agenthooks_operator_reports_total{result}`: `POST /v1/report` answers by result,
-    /// `applied`, `duplicate`, `bad_request`, `too_large`, `unavailable` (not the synced
-    /// leader) or `not_persisted` (504: not yet written, retry with the same id).
+    /// `applied`, `duplicate`, `bad_request`, `too_large`, `conflict` (409: the id was used
+    /// for another body), `unavailable` (not the synced leader) or `not_persisted` (504:
+    /// not yet written, retry with the same id).
     pub reports_total: IntCounterVec,
     /// `agenthooks_operator_breaker_trips_total{result}`: reported trips by outcome,
     /// `recorded` (breaker written open), `already_open`, `stale` (another generation or
-    /// reset annotation), `unknown` (no such hook or uid) or `failed` (not written).
+    /// reset annotation), `unknown` (no such hook or uid), `refused` (the API server
+    /// refused the status write permanently, e.g. 403: the hook stays out of snapshots but
+    /// its status does not show it) or `failed` (not written, transient).
     pub breaker_trips_total: IntCounterVec,
     /// `agenthooks_operator_breaker_resets_total`: breakers written closed after a spec or
     /// reset-annotation change.
@@ -62,6 +65,12 @@ pub struct Metrics {
     /// `agenthooks_operator_execution_status_write_errors_total`: batches of one hook whose
     /// write failed (kept and retried in the next batch, up to a bound).
     pub execution_status_write_errors_total: IntCounter,
+    /// `agenthooks_operator_execution_counts_dropped_total{reason}`: reported runs
+    /// (allow+block+error+timeout) acknowledged without being written: `unknown_hook` (no
+    /// hook with that namespace/name and uid in the index; no API call made), `hook_gone`
+    /// (deleted before the write), or a permanent refusal of the write by the API server:
+    /// `forbidden` (403), `invalid` (422), `refused` (another 4xx).
+    pub execution_counts_dropped_total: IntCounterVec,
 }
 
 impl Metrics {
@@ -139,14 +148,14 @@ impl Metrics {
         let reports_total = IntCounterVec::new(
             Opts::new(
                 "agenthooks_operator_reports_total",
-                "POST /v1/report answers by result (applied, duplicate, bad_request, too_large, unavailable, not_persisted).",
+                "POST /v1/report answers by result (applied, duplicate, bad_request, too_large, conflict, unavailable, not_persisted).",
             ),
             &["result"],
         )?;
         let breaker_trips_total = IntCounterVec::new(
             Opts::new(
                 "agenthooks_operator_breaker_trips_total",
-                "Reported breaker trips by outcome (recorded, already_open, stale, unknown, failed).",
+                "Reported breaker trips by outcome (recorded, already_open, stale, unknown, refused, failed).",
             ),
             &["result"],
         )?;
@@ -175,9 +184,33 @@ impl Metrics {
             "agenthooks_operator_execution_status_write_errors_total",
             "Failed status.executions writes of one hook's batch (kept for the next batch).",
         )?;
-        for result in ["recorded", "already_open", "stale", "unknown", "failed"] {
+        for result in [
+            "recorded",
+            "already_open",
+            "stale",
+            "unknown",
+            "refused",
+            "failed",
+        ] {
             breaker_trips_total.with_label_values(&[result]);
         }
+        let execution_counts_dropped_total = IntCounterVec::new(
+            Opts::new(
+                "agenthooks_operator_execution_counts_dropped_total",
+                "Reported hook runs acknowledged without being written to status.executions, by reason (unknown_hook, hook_gone, forbidden, invalid, refused).",
+            ),
+            &["reason"],
+        )?;
+        for reason in [
+            "unknown_hook",
+            "hook_gone",
+            "forbidden",
+            "invalid",
+            "refused",
+        ] {
+            execution_counts_dropped_total.with_label_values(&[reason]);
+        }
+        registry.register(Box::new(execution_counts_dropped_total.clone()))?;
         registry.register(Box::new(reports_total.clone()))?;
         registry.register(Box::new(breaker_trips_total.clone()))?;
         registry.register(Box::new(breaker_resets_total.clone()))?;
@@ -207,6 +240,7 @@ impl Metrics {
             execution_status_writes_total,
             execution_status_conflicts_total,
             execution_status_write_errors_total,
+            execution_counts_dropped_total,
         })
     }
 
@@ -242,6 +276,9 @@ mod tests {
             "agenthooks_operator_execution_status_writes_total 0",
             "agenthooks_operator_execution_status_conflicts_total 0",
             "agenthooks_operator_breaker_trip_publish_seconds_count 0",
+            "agenthooks_operator_breaker_trips_total{result=\"refused\"} 0",
+            "agenthooks_operator_execution_counts_dropped_total{reason=\"unknown_hook\"} 0",
+            "agenthooks_operator_execution_counts_dropped_total{reason=\"forbidden\"} 0",
         ] {
             assert!(text.contains(name), "missing {name} in\n{text}");
         }

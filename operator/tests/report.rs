@@ -8,7 +8,14 @@
 //!   a duplicate changes nothing; a new leader keeps the hook out; the reset annotation and
 //!   a spec edit close it (`CircuitOpen=False`, breaker `Closed`) and nothing writes spec;
 //! - execution counts from several concurrent reporters add up exactly, each `200` only
-//!   once they are in status, with bounded status writes.
+//!   once they are in status, with bounded status writes;
+//! - a `status.executions` patch whose answer is lost is never counted twice: landed,
+//!   not landed, landed late (after the write read the hook again), or followed by
+//!   someone else's write (the write function called directly, its answers dropped);
+//! - a status write refused permanently (403 from a ValidatingAdmissionPolicy) drops that
+//!   hook's counts and trip write, logged and counted, and the report is acknowledged;
+//!   counts of 3,000 made-up hooks cost no status write; a `lastExecutionTime` in year
+//!   9999 is taken as the receipt time and does not pin `lastDecision`.
 //!
 //! The operator runs as the built binary with the ServiceAccount of
 //! `config/rbac/operator.yaml`. Each operator reconciles every namespace, so the tests of
@@ -21,8 +28,8 @@ use std::time::{Duration, Instant};
 use agenthooks_crds::AgentHook;
 use agenthooks_e2e::procs::{Proc, bin, free_port};
 use agenthooks_e2e::stack::{
-    OperatorProc, http_get, http_post, install_crds, log_dir, metric,
-    operator_service_account_kubeconfig, tails,
+    OperatorProc, http_get, http_get_with, http_post_with, install_crds, log_dir, metric,
+    operator_service_account_kubeconfig, seal_key_path, sync_auth_header, tails,
 };
 use agenthooks_e2e::{ControlPlane, unique_name, wait_for};
 use agenthooks_operator::report::executions::{self, Counts, ExecWrite};
@@ -32,6 +39,9 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
 static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Per-request limit of the direct status writes of these tests.
+const TIMEOUT: Duration = Duration::from_secs(10);
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
@@ -78,9 +88,10 @@ fn events(cp: &ControlPlane, ns: &str, name: &str) -> Vec<Value> {
 
 /// The operator's current snapshot, as a dispatcher that holds nothing gets it.
 fn snapshot(sync: &str) -> Option<Value> {
-    let (code, body) = http_get(&format!(
-        "{sync}/v1/snapshot?dispatcher=report-test&timeoutSeconds=0"
-    ));
+    let (code, body) = http_get_with(
+        &format!("{sync}/v1/snapshot?dispatcher=report-test&timeoutSeconds=0"),
+        &["-H", &sync_auth_header()],
+    );
     (code == 200)
         .then(|| serde_json::from_str(&body).ok())
         .flatten()
@@ -96,7 +107,11 @@ fn in_snapshot(snapshot: &Value, uid: &str) -> Option<Value> {
 }
 
 fn post_report(sync: &str, report: &Value) -> (u16, Value) {
-    let (code, body) = http_post(&format!("{sync}/v1/report"), report);
+    let (code, body) = http_post_with(
+        &format!("{sync}/v1/report"),
+        report,
+        &["-H", &sync_auth_header()],
+    );
     (code, serde_json::from_str(&body).unwrap_or(Value::Null))
 }
 
@@ -106,19 +121,22 @@ fn wait(procs: &[&Proc], timeout: Duration, what: &str, f: impl FnMut() -> bool)
     }
 }
 
-/// An operator process with `env` (e.g. the status write interval).
+/// An operator process with `extra` flags (e.g. the status write interval).
 fn start_operator(
     kubeconfig: &Path,
     master: &str,
     lease: &str,
     identity: &str,
-    env: &[(&str, &str)],
+    extra: &[&str],
     logs: &Path,
 ) -> (Proc, String, String) {
     let (sync_port, admin_port) = (free_port(), free_port());
+    let key = seal_key_path(logs);
     let args: Vec<String> = [
         "--master-namespace",
         master,
+        "--seal-key-file",
+        key.to_str().unwrap(),
         "--sync-addr",
         &format!("127.0.0.1:{sync_port}"),
         "--metrics-addr",
@@ -133,11 +151,11 @@ fn start_operator(
         identity,
     ]
     .iter()
+    .chain(extra)
     .map(|s| s.to_string())
     .collect();
-    let mut all_env = vec![("KUBECONFIG", kubeconfig.to_str().unwrap())];
-    all_env.extend_from_slice(env);
-    let proc = Proc::start(identity, &bin("agenthooks-operator"), &args, &all_env, logs);
+    let env = [("KUBECONFIG", kubeconfig.to_str().unwrap())];
+    let proc = Proc::start(identity, &bin("agenthooks-operator"), &args, &env, logs);
     (
         proc,
         format!("http://127.0.0.1:{sync_port}"),
@@ -179,7 +197,7 @@ async fn conflict_between_read_and_write() {
     // allows and 1 error with a newer last run: our patch carries a stale resourceVersion.
     let other = api.clone();
     let mut reads = Vec::new();
-    let result = executions::write(&api, "counted", &uid, &ours, |attempt| {
+    let result = executions::write_with(&api, "counted", &uid, &ours, TIMEOUT, |attempt, body| {
         reads.push(attempt);
         let other = other.clone();
         async move {
@@ -199,6 +217,7 @@ async fn conflict_between_read_and_write() {
                     .await
                     .unwrap();
             }
+            executions::send_patch(&other, "counted", &body, TIMEOUT).await
         }
     })
     .await
@@ -240,7 +259,7 @@ async fn conflict_between_read_and_write() {
     // A hook re-created under the same name between read and write gets nothing.
     let recreate = api.clone();
     let yaml = hook_yaml(&ns, "counted", "");
-    let result = executions::write(&api, "counted", &uid, &ours, |attempt| {
+    let result = executions::write_with(&api, "counted", &uid, &ours, TIMEOUT, |attempt, body| {
         let recreate = recreate.clone();
         let yaml = yaml.clone();
         async move {
@@ -254,6 +273,7 @@ async fn conflict_between_read_and_write() {
                     .await
                     .unwrap();
             }
+            executions::send_patch(&recreate, "counted", &body, TIMEOUT).await
         }
     })
     .await
@@ -265,6 +285,195 @@ async fn conflict_between_read_and_write() {
         fresh.status.and_then(|s| s.executions).is_none(),
         "the new hook carries none of the old one's counts"
     );
+}
+
+// ---- (a2) a patch whose answer is lost ---------------------------------------------------
+
+/// An answer that says nothing about the outcome (as when the API server times out).
+fn no_answer() -> kube::Error {
+    kube::Error::Api(Box::new(kube::core::Status {
+        code: 504,
+        message: "the answer was lost (test)".into(),
+        ..Default::default()
+    }))
+}
+
+async fn executions_of(api: &Api<AgentHook>, name: &str) -> (i64, i64) {
+    let ex = api
+        .get(name)
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.executions)
+        .unwrap_or_default();
+    (ex.allow, ex.block)
+}
+
+#[test]
+fn a_patch_whose_answer_is_lost_is_counted_once() {
+    let _serial = serial();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(lost_answers());
+}
+
+async fn lost_answers() {
+    let cp = ControlPlane::shared();
+    install_crds(cp);
+    let ns = unique_name("ah-report-lost");
+    cp.create_namespace(&ns, &[]);
+    cp.apply_yaml(&hook_yaml(&ns, "lost", ""));
+    let client = client(cp).await;
+    let api: Api<AgentHook> = Api::namespaced(client, &ns);
+    let uid = api.get("lost").await.unwrap().uid().unwrap();
+    let ours = Counts {
+        allow: 3,
+        block: 1,
+        ..Default::default()
+    };
+    let other_writer = PatchParams {
+        field_manager: Some("someone-else".into()),
+        ..Default::default()
+    };
+
+    // 1. The patch landed, its answer was lost: not sent again.
+    let mut sent = Vec::new();
+    let result = executions::write_with(&api, "lost", &uid, &ours, TIMEOUT, |attempt, body| {
+        sent.push(attempt);
+        let api = api.clone();
+        async move {
+            executions::send_patch(&api, "lost", &body, TIMEOUT).await?;
+            if attempt == 1 {
+                Err(no_answer())
+            } else {
+                Ok(())
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(sent, [1], "found out that it landed; nothing sent again");
+    assert!(
+        matches!(result, ExecWrite::Written { attempts: 1, .. }),
+        "{result:?}"
+    );
+    assert_eq!(executions_of(&api, "lost").await, (3, 1), "counted once");
+
+    // 2. It did not land, and the hook did not change: sent again, counted once.
+    let mut sent = Vec::new();
+    executions::write_with(&api, "lost", &uid, &ours, TIMEOUT, |attempt, body| {
+        sent.push(attempt);
+        let api = api.clone();
+        async move {
+            if attempt == 1 {
+                return Err(no_answer());
+            }
+            executions::send_patch(&api, "lost", &body, TIMEOUT).await
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(sent, [1, 2]);
+    assert_eq!(executions_of(&api, "lost").await, (6, 2));
+
+    // 3. It did not land, and someone else wrote meanwhile: retried from the fresh read.
+    let other = api.clone();
+    let params = other_writer.clone();
+    executions::write_with(&api, "lost", &uid, &ours, TIMEOUT, |attempt, body| {
+        let api = other.clone();
+        let params = params.clone();
+        async move {
+            if attempt == 1 {
+                let add = json!({"status": {"executions": {"allow": 100, "block": 2}}});
+                api.patch_status("lost", &params, &Patch::Merge(&add))
+                    .await
+                    .unwrap();
+                return Err(no_answer());
+            }
+            executions::send_patch(&api, "lost", &body, TIMEOUT).await
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        executions_of(&api, "lost").await,
+        (103, 3),
+        "the other writer's status plus ours, once"
+    );
+
+    // 4. It landed late, after the write had read the hook again: the retry meets 409,
+    //    and the write finds its first patch in the hook's history.
+    let mut first: Option<serde_json::Value> = None;
+    let mut sent = Vec::new();
+    let result = executions::write_with(&api, "lost", &uid, &ours, TIMEOUT, |attempt, body| {
+        sent.push(attempt);
+        let api = api.clone();
+        let late = if attempt == 1 {
+            first = Some(body.clone());
+            None
+        } else {
+            first.take()
+        };
+        async move {
+            if attempt == 1 {
+                return Err(no_answer());
+            }
+            if let Some(late) = late {
+                executions::send_patch(&api, "lost", &late, TIMEOUT)
+                    .await
+                    .unwrap();
+            }
+            executions::send_patch(&api, "lost", &body, TIMEOUT).await
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        sent,
+        [1, 2],
+        "the retry conflicted with the late first patch"
+    );
+    assert!(
+        matches!(result, ExecWrite::Written { attempts: 2, .. }),
+        "two patches sent, one landed: {result:?}"
+    );
+    assert_eq!(executions_of(&api, "lost").await, (106, 4), "counted once");
+
+    // 5. Someone else's write follows the landed lost patch: still recognised as ours.
+    let other = api.clone();
+    let params = other_writer.clone();
+    let result = executions::write_with(&api, "lost", &uid, &ours, TIMEOUT, |attempt, body| {
+        let api = other.clone();
+        let params = params.clone();
+        async move {
+            executions::send_patch(&api, "lost", &body, TIMEOUT).await?;
+            if attempt == 1 {
+                let cur = api
+                    .get("lost")
+                    .await
+                    .unwrap()
+                    .status
+                    .unwrap()
+                    .executions
+                    .unwrap();
+                let add = json!({"status": {"executions": {"allow": cur.allow + 10}}});
+                api.patch_status("lost", &params, &Patch::Merge(&add))
+                    .await
+                    .unwrap();
+                return Err(no_answer());
+            }
+            Ok(())
+        }
+    })
+    .await
+    .unwrap();
+    assert!(
+        matches!(result, ExecWrite::Written { attempts: 1, .. }),
+        "{result:?}"
+    );
+    assert_eq!(executions_of(&api, "lost").await, (119, 5));
 }
 
 // ---- (b), (c) breaker --------------------------------------------------------------------
@@ -317,7 +526,7 @@ fn a_trip_opens_the_breaker_and_the_annotation_or_a_spec_edit_closes_it() {
         held["version"]
     );
     let poller = std::thread::spawn(move || {
-        let (code, body) = http_get(&poll_url);
+        let (code, body) = http_get_with(&poll_url, &["-H", &sync_auth_header()]);
         (code, body, Instant::now())
     });
     std::thread::sleep(Duration::from_millis(300));
@@ -582,10 +791,7 @@ fn executions_from_concurrent_reporters_sum_exactly() {
         &master,
         &unique_name("agenthooks-operator"),
         "op-d",
-        &[(
-            "AGENTHOOKS_OPERATOR_STATUS_WRITE_INTERVAL_MS",
-            &interval_ms.to_string(),
-        )],
+        &["--status-write-interval-ms", &interval_ms.to_string()],
         &logs,
     );
     let names = ["h1", "h2"];
@@ -709,4 +915,246 @@ fn executions_from_concurrent_reporters_sum_exactly() {
     assert!(written <= bound, "{written} writes > {bound}");
     let mut op = op;
     op.stop(Duration::from_secs(10));
+}
+
+// ---- (e) refused writes, made-up hooks, forged times --------------------------------------
+
+/// A ValidatingAdmissionPolicy (and its binding) refusing, with 403, every status write of
+/// hook `refused` in namespaces labelled `agenthooks-test=<label>`.
+fn freeze_policy(name: &str, label: &str) -> String {
+    format!(
+        r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {{name: {name}}}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    namespaceSelector: {{matchLabels: {{agenthooks-test: {label}}}}}
+    resourceRules:
+    - apiGroups: ["agenthooks.io"]
+      apiVersions: ["*"]
+      operations: ["CREATE", "UPDATE"]
+      resources: ["agenthooks/status"]
+  validations:
+  - expression: "object.metadata.name != 'refused'"
+    message: "the status of this hook is frozen by policy (test)"
+    reason: Forbidden
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {{name: {name}}}
+spec:
+  policyName: {name}
+  validationActions: [Deny]
+"#
+    )
+}
+
+/// `POST {sync}/v1/report` with a body too large for a command-line argument.
+fn post_big_report(sync: &str, report: &Value, dir: &Path) -> (u16, Value) {
+    let file = dir.join(format!("{}.json", unique_name("report")));
+    std::fs::write(&file, report.to_string()).unwrap();
+    let out = std::process::Command::new("curl")
+        .args([
+            "-s",
+            "--max-time",
+            "30",
+            "-H",
+            "content-type: application/json",
+            "-H",
+            &sync_auth_header(),
+            "--data-binary",
+            &format!("@{}", file.display()),
+            "-w",
+            "\n%{http_code}",
+            &format!("{sync}/v1/report"),
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (
+        code.trim().parse().unwrap_or(0),
+        serde_json::from_str(body).unwrap_or(Value::Null),
+    )
+}
+
+#[test]
+fn refused_writes_are_dropped_made_up_hooks_cost_nothing_and_future_times_are_clamped() {
+    let _serial = serial();
+    let cp = ControlPlane::shared();
+    install_crds(cp);
+    let master = unique_name("ah-report-e");
+    cp.create_namespace(&master, &[]);
+    let ns = unique_name("ah-report-refused");
+    cp.create_namespace(&ns, &[("agenthooks-test", &ns)]);
+    let logs = log_dir("ah-report-e");
+    let kubeconfig = operator_service_account_kubeconfig(cp, &master, &logs);
+    for n in ["refused", "ok"] {
+        cp.apply_yaml(&hook_yaml(&ns, n, ""));
+    }
+    let policy = unique_name("ah-freeze-status");
+    cp.apply_yaml(&freeze_policy(&policy, &ns));
+    let probe = r#"{"status":{"executions":{"allow":0}}}"#;
+    wait(
+        &[],
+        Duration::from_secs(30),
+        "the policy refuses status writes",
+        || {
+            let out = cp.kubectl(&[
+                "-n",
+                &ns,
+                "patch",
+                "agenthook",
+                "refused",
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                probe,
+            ]);
+            !out.status.success()
+                && String::from_utf8_lossy(&out.stderr).contains("frozen by policy")
+        },
+    );
+    let (op, sync, admin) = start_operator(
+        &kubeconfig,
+        &master,
+        &unique_name("agenthooks-operator"),
+        "op-e",
+        &["--status-write-interval-ms", "100"],
+        &logs,
+    );
+    let uid = |n: &str| {
+        get_hook(cp, &ns, n)["metadata"]["uid"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let (refused, ok) = (uid("refused"), uid("ok"));
+    wait(&[&op], Duration::from_secs(30), "both hooks served", || {
+        snapshot(&sync)
+            .is_some_and(|s| in_snapshot(&s, &refused).is_some() && in_snapshot(&s, &ok).is_some())
+    });
+    let metrics = || http_get(&format!("{admin}/metrics")).1;
+    let writes = || {
+        metric(
+            &metrics(),
+            "agenthooks_operator_execution_status_writes_total",
+            "",
+        )
+    };
+    let writes_before = writes();
+
+    // One report: counts of the refused hook, of the ok hook (last run in year 9999), of
+    // 3,000 made-up hooks, and a trip of the refused hook (its status write refused too).
+    let mut executions: Vec<Value> = (0..3_000)
+        .map(|i| {
+            json!({"uid": format!("made-up-{i}"), "namespace": &ns,
+                   "name": format!("made-up-{i}"), "allow": 1})
+        })
+        .collect();
+    executions.push(json!({"uid": &refused, "namespace": &ns, "name": "refused",
+                           "allow": 4, "block": 1}));
+    executions.push(
+        json!({"uid": &ok, "namespace": &ns, "name": "ok", "allow": 2,
+                           "lastExecutionTime": "9999-12-31T23:59:59Z", "lastDecision": "block"}),
+    );
+    let report = json!({"dispatcher": "disp-e", "reportId": unique_name("r"),
+                        "executions": executions,
+                        "trips": [trip(&refused, &ns, "refused", 1, None)]});
+    let before = chrono::Utc::now();
+    let (code, ack) = post_big_report(&sync, &report, &logs);
+    assert_eq!(code, 200, "{ack}\n{}", tails(&[&op]));
+    assert_eq!(
+        ack,
+        json!({"trips": 0, "executions": 1, "duplicate": false}),
+        "only the ok hook written; the rest acknowledged and written off"
+    );
+    let after = chrono::Utc::now();
+    let text = metrics();
+    assert_eq!(
+        metric(
+            &text,
+            "agenthooks_operator_execution_counts_dropped_total",
+            "reason=\"forbidden\""
+        ),
+        5.0
+    );
+    assert_eq!(
+        metric(
+            &text,
+            "agenthooks_operator_execution_counts_dropped_total",
+            "reason=\"unknown_hook\""
+        ),
+        3_000.0
+    );
+    assert_eq!(
+        metric(
+            &text,
+            "agenthooks_operator_breaker_trips_total",
+            "result=\"refused\""
+        ),
+        1.0
+    );
+    assert_eq!(
+        writes() - writes_before,
+        1.0,
+        "one status write: the ok hook"
+    );
+    let log = std::fs::read_to_string(&op.log).unwrap_or_default();
+    assert!(
+        log.lines().any(|l| l.contains("ERROR")
+            && l.contains(&format!("{ns}/refused"))
+            && l.contains("frozen by policy")
+            && l.contains("DROPPED")),
+        "an error naming the hook and the API error:\n{}",
+        tails(&[&op])
+    );
+    assert!(
+        in_snapshot(&snapshot(&sync).unwrap(), &refused).is_none(),
+        "the tripped hook is out of the snapshot all the same"
+    );
+    let frozen = get_hook(cp, &ns, "refused");
+    assert!(
+        frozen["status"]["executions"]["allow"]
+            .as_i64()
+            .unwrap_or(0)
+            == 0,
+        "{frozen}"
+    );
+    let ex = get_hook(cp, &ns, "ok")["status"]["executions"].clone();
+    assert_eq!(
+        (ex["allow"].clone(), ex["lastDecision"].clone()),
+        (json!(2), json!("block"))
+    );
+    let recorded: chrono::DateTime<chrono::Utc> =
+        ex["lastExecutionTime"].as_str().unwrap().parse().unwrap();
+    assert!(
+        recorded >= before - chrono::Duration::seconds(1) && recorded <= after,
+        "year 9999 taken as the receipt time: {recorded}"
+    );
+
+    // A real run after it takes lastDecision (a recorded 9999 would have pinned it).
+    std::thread::sleep(Duration::from_millis(50));
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let (code, ack) = post_report(
+        &sync,
+        &json!({"dispatcher": "disp-e", "reportId": unique_name("r"), "executions": [
+            {"uid": &ok, "namespace": &ns, "name": "ok", "allow": 1,
+             "lastExecutionTime": &now, "lastDecision": "allow"}]}),
+    );
+    assert_eq!((code, ack["executions"].clone()), (200, json!(1)), "{ack}");
+    let ex = get_hook(cp, &ns, "ok")["status"]["executions"].clone();
+    assert_eq!(
+        (ex["allow"].clone(), ex["lastDecision"].clone()),
+        (json!(3), json!("allow"))
+    );
+    let last: chrono::DateTime<chrono::Utc> =
+        ex["lastExecutionTime"].as_str().unwrap().parse().unwrap();
+    assert_eq!(last, now.parse::<chrono::DateTime<chrono::Utc>>().unwrap());
+
+    let mut op = op;
+    op.stop(Duration::from_secs(10));
+    cp.kubectl(&["delete", "validatingadmissionpolicybinding", &policy]);
+    cp.kubectl(&["delete", "validatingadmissionpolicy", &policy]);
 }

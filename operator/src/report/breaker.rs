@@ -11,7 +11,8 @@
 //!
 //! Both are read-modify-writes with the read `metadata.resourceVersion` as precondition,
 //! so a trip and a reset racing on the same hook never undo each other: the loser meets
-//! `409 Conflict`, reads again and decides again. Nothing here writes `spec`.
+//! `409 Conflict`, reads again and decides again. Each read and patch is bounded by
+//! [`REQUEST_TIMEOUT`]. Nothing here writes `spec`.
 
 use agenthooks_crds::agenthook::BreakerStatus;
 use agenthooks_crds::report::TripReport;
@@ -20,6 +21,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 
+use super::api::{REQUEST_TIMEOUT, bounded};
 use super::executions::format_time;
 use crate::error::Error;
 use crate::status::{
@@ -189,7 +191,8 @@ fn params(attempt: u32) -> PatchParams {
 /// [`MAX_WRITE_ATTEMPTS`] patches).
 ///
 /// Errors: [`Error::StatusConflict`] when every attempt met 409; [`Error::Kube`] for any
-/// other API failure.
+/// other API failure or a call that did not answer within [`REQUEST_TIMEOUT`]
+/// ([`super::api::TimedOut`]).
 pub async fn record_trip(
     api: &Api<AgentHook>,
     dispatcher: &str,
@@ -197,7 +200,12 @@ pub async fn record_trip(
 ) -> Result<TripWrite, Error> {
     let mut attempt = 1;
     loop {
-        let Some(hook) = api.get_opt(&trip.name).await? else {
+        let read = bounded(
+            REQUEST_TIMEOUT,
+            || format!("get agenthook {}/{}", trip.namespace, trip.name),
+            api.get_opt(&trip.name),
+        );
+        let Some(hook) = read.await? else {
             return Ok(TripWrite::Gone);
         };
         if hook.uid().as_deref() != Some(trip.uid.as_str()) {
@@ -222,10 +230,13 @@ pub async fn record_trip(
         let cond = condition(&hook, &desired, generation, &now());
         let rv = hook.resource_version().unwrap_or_default();
         let body = apply_body(&trip.name, &rv, &breaker, &cond);
-        match api
-            .patch_status(&trip.name, &params(attempt), &Patch::Apply(&body))
-            .await
-        {
+        let (pp, patch) = (params(attempt), Patch::Apply(&body));
+        let sent = bounded(
+            REQUEST_TIMEOUT,
+            || format!("patch agenthook {}/{}/status", trip.namespace, trip.name),
+            api.patch_status(&trip.name, &pp, &patch),
+        );
+        match sent.await {
             Ok(_) => return Ok(TripWrite::Recorded { breaker, message }),
             Err(kube::Error::Api(s)) if s.code == 404 => return Ok(TripWrite::Gone),
             Err(kube::Error::Api(s)) if s.code == 409 => {
@@ -252,7 +263,8 @@ pub async fn record_trip(
 /// [`MAX_WRITE_ATTEMPTS`] patches).
 ///
 /// Errors: [`Error::StatusConflict`] when every attempt met 409; [`Error::Kube`] for any
-/// other API failure.
+/// other API failure or a call that did not answer within [`REQUEST_TIMEOUT`]
+/// ([`super::api::TimedOut`]).
 pub async fn reset(api: &Api<AgentHook>, hook: &AgentHook) -> Result<ResetOutcome, Error> {
     let name = hook.name_any();
     let mut current = hook.clone();
@@ -277,10 +289,13 @@ pub async fn reset(api: &Api<AgentHook>, hook: &AgentHook) -> Result<ResetOutcom
         let cond = condition(&current, &desired, generation, &now());
         let rv = current.resource_version().unwrap_or_default();
         let body = apply_body(&name, &rv, &breaker, &cond);
-        match api
-            .patch_status(&name, &params(attempt), &Patch::Apply(&body))
-            .await
-        {
+        let (pp, patch) = (params(attempt), Patch::Apply(&body));
+        let sent = bounded(
+            REQUEST_TIMEOUT,
+            || format!("patch agenthook {name}/status"),
+            api.patch_status(&name, &pp, &patch),
+        );
+        match sent.await {
             Ok(_) => return Ok(ResetOutcome::Closed { message }),
             Err(kube::Error::Api(s)) if s.code == 404 => return Ok(ResetOutcome::Gone),
             Err(kube::Error::Api(s)) if s.code == 409 => {
@@ -294,7 +309,12 @@ pub async fn reset(api: &Api<AgentHook>, hook: &AgentHook) -> Result<ResetOutcom
                     });
                 }
                 attempt += 1;
-                match api.get_opt(&name).await? {
+                let read = bounded(
+                    REQUEST_TIMEOUT,
+                    || format!("get agenthook {name}"),
+                    api.get_opt(&name),
+                );
+                match read.await? {
                     Some(fresh) if fresh.uid() == hook.uid() => current = fresh,
                     _ => return Ok(ResetOutcome::Gone),
                 }

@@ -1,7 +1,12 @@
-//! Which `reportId`s this replica has applied: a report retried after a lost answer is
+//! Which reports this replica has applied: a report retried after a lost answer is
 //! applied once (crds `report.rs`: "the operator applies a given id once").
 //!
-//! Per id the log holds one of:
+//! A report is known by its dispatcher and `reportId` (two dispatchers may pick the same
+//! id without touching each other's reports) and carries the [`digest`] of its body: the
+//! same id from the same dispatcher with another body is refused ([`Begin::Mismatch`],
+//! a `409`) rather than taken for a duplicate and silently dropped.
+//!
+//! Per report the log holds one of:
 //! - *in flight*: an attempt is being applied; a duplicate waits for its result instead of
 //!   applying the report a second time;
 //! - *done*: applied; a duplicate answers the same acknowledgement, `duplicate: true`;
@@ -17,8 +22,19 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use agenthooks_crds::report::{ReportAck, TripReport};
+use agenthooks_crds::report::{Report, ReportAck, TripReport};
+use sha2::{Digest, Sha256};
 use tokio::sync::watch;
+
+/// SHA-256 of a report's body as parsed (its canonical JSON: field order fixed, unknown
+/// fields left out, times as sent), so a verbatim resend matches whatever its whitespace.
+pub fn digest(report: &Report) -> [u8; 32] {
+    let canonical = serde_json::to_vec(report).unwrap_or_default();
+    Sha256::digest(&canonical).into()
+}
+
+/// A report's identity: (dispatcher, reportId).
+pub type ReportKey = (String, String);
 
 /// How long a finished report id is remembered.
 pub const RETENTION: Duration = Duration::from_secs(600);
@@ -54,6 +70,8 @@ enum State {
 #[derive(Debug)]
 struct Entry {
     state: State,
+    /// [`digest`] of the body first applied under this key.
+    digest: [u8; 32],
     /// Bumped each time the entry is (re)started, so a stale `finished` record of an
     /// earlier attempt never evicts a later one.
     seq: u64,
@@ -62,6 +80,8 @@ struct Entry {
 /// What [`ReportLog::begin`] decided.
 #[derive(Debug)]
 pub enum Begin {
+    /// This dispatcher already used this id for another body: refuse it (409).
+    Mismatch,
     /// Applied before: answer this acknowledgement with `duplicate: true`.
     Done(ReportAck),
     /// Being applied by another request: wait for its result.
@@ -79,8 +99,8 @@ pub enum Begin {
 /// The log. Time is passed in, so tests need no clock.
 #[derive(Debug)]
 pub struct ReportLog {
-    entries: HashMap<String, Entry>,
-    finished: VecDeque<(String, u64, Instant)>,
+    entries: HashMap<ReportKey, Entry>,
+    finished: VecDeque<(ReportKey, u64, Instant)>,
     next_seq: u64,
     retention: Duration,
     max_finished: usize,
@@ -104,38 +124,48 @@ impl ReportLog {
         }
     }
 
-    /// Decides what to do with report `id` arriving at `now` (and marks it in flight when
-    /// it is to be applied).
-    pub fn begin(&mut self, id: &str, now: Instant) -> Begin {
+    /// Decides what to do with report `key` (dispatcher, reportId) of body `digest`
+    /// arriving at `now` (and marks it in flight when it is to be applied).
+    pub fn begin(&mut self, key: &ReportKey, digest: [u8; 32], now: Instant) -> Begin {
         self.prune(now);
-        let progress = match self.entries.get(id).map(|e| &e.state) {
-            Some(State::Done(ack)) => return Begin::Done(ack.clone()),
-            Some(State::InFlight(rx)) => return Begin::InFlight(rx.clone()),
-            Some(State::Failed(p)) => p.clone(),
+        let progress = match self.entries.get(key) {
+            Some(e) if e.digest != digest => return Begin::Mismatch,
+            Some(e) => match &e.state {
+                State::Done(ack) => return Begin::Done(ack.clone()),
+                State::InFlight(rx) => return Begin::InFlight(rx.clone()),
+                State::Failed(p) => p.clone(),
+            },
             None => Progress::default(),
         };
         let (done, rx) = watch::channel(None);
         self.next_seq += 1;
         self.entries.insert(
-            id.to_string(),
+            key.clone(),
             Entry {
                 state: State::InFlight(rx),
+                digest,
                 seq: self.next_seq,
             },
         );
         Begin::Start { progress, done }
     }
 
-    /// Records how the attempt at `id` ended: `Ok` → done, `Err` → failed with `progress`.
-    pub fn finish(&mut self, id: &str, result: &AttemptResult, progress: Progress, now: Instant) {
-        let Some(entry) = self.entries.get_mut(id) else {
+    /// Records how the attempt at `key` ended: `Ok` → done, `Err` → failed with `progress`.
+    pub fn finish(
+        &mut self,
+        key: &ReportKey,
+        result: &AttemptResult,
+        progress: Progress,
+        now: Instant,
+    ) {
+        let Some(entry) = self.entries.get_mut(key) else {
             return;
         };
         entry.state = match result {
             Ok(ack) => State::Done(ack.clone()),
             Err(_) => State::Failed(progress),
         };
-        self.finished.push_back((id.to_string(), entry.seq, now));
+        self.finished.push_back((key.clone(), entry.seq, now));
         self.prune(now);
     }
 
@@ -178,12 +208,18 @@ mod tests {
         }
     }
 
+    const BODY: [u8; 32] = [7; 32];
+
+    fn k(id: &str) -> ReportKey {
+        ("d".to_string(), id.to_string())
+    }
+
     fn start(
         log: &mut ReportLog,
         id: &str,
         now: Instant,
     ) -> (Progress, watch::Sender<Option<AttemptResult>>) {
-        match log.begin(id, now) {
+        match log.begin(&k(id), BODY, now) {
             Begin::Start { progress, done } => (progress, done),
             other => panic!("expected Start, got {other:?}"),
         }
@@ -196,19 +232,19 @@ mod tests {
         let (progress, done) = start(&mut log, "r1", t0);
         assert_eq!(progress, Progress::default());
         // a duplicate while the first attempt runs waits for it
-        let Begin::InFlight(mut rx) = log.begin("r1", t0) else {
+        let Begin::InFlight(mut rx) = log.begin(&k("r1"), BODY, t0) else {
             panic!("expected InFlight")
         };
-        log.finish("r1", &Ok(ack(1)), Progress::default(), t0);
+        log.finish(&k("r1"), &Ok(ack(1)), Progress::default(), t0);
         done.send_replace(Some(Ok(ack(1))));
         assert_eq!(rx.borrow_and_update().clone(), Some(Ok(ack(1))));
         // and after it
-        match log.begin("r1", t0 + Duration::from_secs(5)) {
+        match log.begin(&k("r1"), BODY, t0 + Duration::from_secs(5)) {
             Begin::Done(a) => assert_eq!(a, ack(1)),
             other => panic!("expected Done, got {other:?}"),
         }
         // another id is new
-        assert!(matches!(log.begin("r2", t0), Begin::Start { .. }));
+        assert!(matches!(log.begin(&k("r2"), BODY, t0), Begin::Start { .. }));
     }
 
     #[test]
@@ -222,11 +258,16 @@ mod tests {
             executions: 1,
             decided_trips: Vec::new(),
         };
-        log.finish("r1", &Err("uid-b not written".into()), progress.clone(), t0);
+        log.finish(
+            &k("r1"),
+            &Err("uid-b not written".into()),
+            progress.clone(),
+            t0,
+        );
         let (again, _done) = start(&mut log, "r1", t0);
         assert_eq!(again, progress, "the retry skips uid-a");
         assert!(
-            matches!(log.begin("r1", t0), Begin::InFlight(_)),
+            matches!(log.begin(&k("r1"), BODY, t0), Begin::InFlight(_)),
             "the retry is in flight"
         );
     }
@@ -238,17 +279,17 @@ mod tests {
         for i in 0..5 {
             let id = format!("r{i}");
             let _ = start(&mut log, &id, t0);
-            log.finish(&id, &Ok(ack(0)), Progress::default(), t0);
+            log.finish(&k(&id), &Ok(ack(0)), Progress::default(), t0);
         }
         assert_eq!(log.len(), 3, "bounded");
         assert!(
-            matches!(log.begin("r0", t0), Begin::Start { .. }),
+            matches!(log.begin(&k("r0"), BODY, t0), Begin::Start { .. }),
             "oldest gone"
         );
-        assert!(matches!(log.begin("r4", t0), Begin::Done(_)));
+        assert!(matches!(log.begin(&k("r4"), BODY, t0), Begin::Done(_)));
         let later = t0 + Duration::from_secs(601);
         assert!(
-            matches!(log.begin("r4", later), Begin::Start { .. }),
+            matches!(log.begin(&k("r4"), BODY, later), Begin::Start { .. }),
             "expired"
         );
         assert_eq!(log.len(), 2, "r0 and r4 in flight; the rest expired");
@@ -259,12 +300,53 @@ mod tests {
         let t0 = Instant::now();
         let mut log = ReportLog::new(Duration::from_secs(10), 100);
         let _ = start(&mut log, "r1", t0);
-        log.finish("r1", &Err("x".into()), Progress::default(), t0);
+        log.finish(&k("r1"), &Err("x".into()), Progress::default(), t0);
         let _ = start(&mut log, "r1", t0 + Duration::from_secs(5));
         // the first attempt's record expires while the retry runs
         assert!(matches!(
-            log.begin("r1", t0 + Duration::from_secs(11)),
+            log.begin(&k("r1"), BODY, t0 + Duration::from_secs(11)),
             Begin::InFlight(_)
         ));
+    }
+
+    #[test]
+    fn ids_are_per_dispatcher_and_another_body_under_an_id_is_a_mismatch() {
+        let t0 = Instant::now();
+        let mut log = ReportLog::default();
+        let (_, done) = start(&mut log, "r1", t0);
+        assert!(
+            matches!(log.begin(&k("r1"), [8; 32], t0), Begin::Mismatch),
+            "in flight, another body"
+        );
+        log.finish(&k("r1"), &Ok(ack(0)), Progress::default(), t0);
+        done.send_replace(Some(Ok(ack(0))));
+        assert!(matches!(log.begin(&k("r1"), [8; 32], t0), Begin::Mismatch));
+        assert!(matches!(log.begin(&k("r1"), BODY, t0), Begin::Done(_)));
+        let other = ("e".to_string(), "r1".to_string());
+        assert!(
+            matches!(log.begin(&other, [8; 32], t0), Begin::Start { .. }),
+            "another dispatcher's r1 is another report"
+        );
+    }
+
+    #[test]
+    fn the_digest_is_of_the_parsed_body() {
+        let a: Report =
+            serde_json::from_str(r#"{"dispatcher":"d","reportId":"r","executions":[]}"#).unwrap();
+        let b: Report = serde_json::from_str(
+            r#"{ "reportId" : "r",
+                 "dispatcher" : "d", "extra": 1 }"#,
+        )
+        .unwrap();
+        assert_eq!(digest(&a), digest(&b), "order, whitespace, unknown fields");
+        let mut c = a.clone();
+        c.executions.push(agenthooks_crds::report::ExecutionDelta {
+            uid: "u".into(),
+            namespace: "n".into(),
+            name: "h".into(),
+            allow: 1,
+            ..Default::default()
+        });
+        assert_ne!(digest(&a), digest(&c));
     }
 }

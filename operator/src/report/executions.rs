@@ -2,28 +2,59 @@
 //! ([`Counts`], pure), and their read-modify-write into the hook's status ([`write()`]).
 //!
 //! Counts only ever add up; `lastExecutionTime` keeps the newest time seen and
-//! `lastDecision` goes with it. The write reads the hook, adds the counts to what it
-//! holds, and sends a JSON merge patch of `status.executions` carrying the
-//! `metadata.resourceVersion` it read, by field manager [`FIELD_MANAGER`]. A concurrent
-//! writer (another operator replica during a failover, an admin, the reconcile or the
-//! breaker manager of this one) makes it fail with `409 Conflict`; it then reads again and
-//! adds the same counts to the fresh value, so no count is lost or counted twice.
+//! `lastDecision` goes with it. Reported times are clamped to the report's receipt time
+//! ([`super::times`]); a recorded time in the future (written before clamping existed)
+//! loses to any reported one, so it cannot pin `lastDecision`.
+//!
+//! The write reads the hook, adds the counts to what it holds, and sends a JSON merge
+//! patch of `status.executions` carrying the `metadata.resourceVersion` it read, by field
+//! manager [`FIELD_MANAGER`]; each read and patch is bounded by a timeout
+//! ([`super::api::REQUEST_TIMEOUT`]). A concurrent writer (another operator replica during
+//! a failover, an admin, the reconcile or the breaker manager of this one) makes it fail
+//! with `409 Conflict`; it then reads again and adds the same counts to the fresh value,
+//! so no count is lost or counted twice.
+//!
+//! A patch without answer (timeout, transport error, `5xx`: [`super::api::may_have_landed`])
+//! may have been applied all the same — possibly only after the hook was read again. Its
+//! precondition lets it land only as the version right after the one it was based on, so
+//! the write finds out exactly: it reads the hook again and
+//! - if the hook is still at that version, nothing landed yet: the same patch (same
+//!   precondition) is sent again, and at most one of the two can land;
+//! - otherwise it watches the hook from that version ([`landed`]): the first change after
+//!   it is ours exactly when it shows the counts we sent; then the write is done,
+//!   else it is retried from the fresh read.
+//!
+//! The counts are therefore never added twice by one [`write()`], whatever answers are
+//! lost. What remains (documented, not closed): (1) if the API server's watch history no
+//! longer reaches back to that version (`410 Gone`, minutes later), the fresh status is
+//! compared with what was sent instead, which can be wrong if someone else wrote since;
+//! (2) if, after an unanswered patch, every further read of the same write fails too
+//! ([`MAX_WRITE_ATTEMPTS`] reads with growing pauses, each bounded by the request
+//! timeout), or the API server still holds the patch unapplied when the write has used
+//! its [`MAX_WRITE_ATTEMPTS`] patches and applies it only later, the write gives up with
+//! the outcome unknown: the counts go back to the batch (or to the dispatcher via a
+//! `504`) and are written again, doubled if the lost patch did land.
 
 use std::future::Future;
+use std::time::Duration;
 
 use agenthooks_crds::AgentHook;
 use agenthooks_crds::agenthook::ExecutionsStatus;
 use agenthooks_crds::report::ExecutionDelta;
 use chrono::{DateTime, SecondsFormat, Utc};
-use kube::api::{Patch, PatchParams};
+use futures::StreamExt;
+use kube::api::{Patch, PatchParams, WatchEvent, WatchParams};
 use kube::{Api, ResourceExt};
 
+use super::api::{REQUEST_TIMEOUT, bounded, may_have_landed};
+use super::times;
 use crate::error::Error;
 
 /// Field manager of the `status.executions` patches.
 pub const FIELD_MANAGER: &str = "agenthooks-operator-executions";
 
-/// How many times one hook's write is tried when it keeps meeting `409 Conflict`.
+/// How many times one hook's write is tried when it keeps meeting `409 Conflict` or no
+/// answer (and how many reads it makes at most to find out an unanswered patch's fate).
 pub const MAX_WRITE_ATTEMPTS: u32 = 8;
 
 /// The decisions a hook run can end in (CONTRACT §7.1), as `lastDecision` spells them.
@@ -47,17 +78,25 @@ pub struct Counts {
 }
 
 impl Counts {
-    /// The counts of a report entry, checked: `lastExecutionTime` must be RFC 3339 and
-    /// `lastDecision` one of [`DECISIONS`]. `at` names the entry in the error (e.g.
-    /// `executions[2]`).
+    /// The counts of a report entry received at `received`, checked: `lastExecutionTime`
+    /// must be RFC 3339 and `lastDecision` one of [`DECISIONS`]; a `lastExecutionTime`
+    /// after `received` (+ skew) or before 2000 is taken as `received`
+    /// ([`times::clamp`]). `at` names the entry in the error (e.g. `executions[2]`).
     ///
     /// Errors: a message naming the field, for a 400.
-    pub fn from_delta(d: &ExecutionDelta, at: &str) -> Result<Counts, String> {
+    pub fn from_delta(
+        d: &ExecutionDelta,
+        at: &str,
+        received: DateTime<Utc>,
+    ) -> Result<Counts, String> {
         let last_time = match &d.last_execution_time {
             None => None,
-            Some(t) => Some(parse_time(t).map_err(|e| {
-                format!("{at}.lastExecutionTime: {t:?} is not an RFC 3339 time ({e})")
-            })?),
+            Some(t) => Some(times::clamp(
+                parse_time(t).map_err(|e| {
+                    format!("{at}.lastExecutionTime: {t:?} is not an RFC 3339 time ({e})")
+                })?,
+                received,
+            )),
         };
         if let Some(dec) = &d.last_decision
             && !DECISIONS.contains(&dec.as_str())
@@ -84,6 +123,14 @@ impl Counts {
             && self.timeout == 0
             && self.last_time.is_none()
             && self.last_decision.is_none()
+    }
+
+    /// Runs counted (all decisions, saturating): what a drop metric adds.
+    pub fn runs(&self) -> u64 {
+        self.allow
+            .saturating_add(self.block)
+            .saturating_add(self.error)
+            .saturating_add(self.timeout)
     }
 
     /// Adds `other` (a later delta of the same hook): counts add up (saturating), the
@@ -130,16 +177,22 @@ pub fn format_time(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
 }
 
-/// `current` (the hook's recorded `status.executions`) plus `add`: counts added
+/// `current` (the hook's recorded `status.executions`) plus `add`, at `now`: counts added
 /// (saturating at `i64::MAX`), the last run the newer of the two. A recorded
-/// `lastExecutionTime` that does not parse loses to any reported one.
-pub fn merge(current: Option<&ExecutionsStatus>, add: &Counts) -> ExecutionsStatus {
+/// `lastExecutionTime` that does not parse, or lies in the future of `now`
+/// ([`times::is_future`]), loses to any reported one.
+pub fn merge(
+    current: Option<&ExecutionsStatus>,
+    add: &Counts,
+    now: DateTime<Utc>,
+) -> ExecutionsStatus {
     let cur = current.cloned().unwrap_or_default();
     let plus = |c: i64, a: u64| c.saturating_add(i64::try_from(a).unwrap_or(i64::MAX));
     let cur_time = cur
         .last_execution_time
         .as_deref()
-        .and_then(|t| parse_time(t).ok());
+        .and_then(|t| parse_time(t).ok())
+        .filter(|t| !times::is_future(*t, now));
     let (last_execution_time, last_decision) =
         if later_wins(cur_time, add.last_time, add.last_decision.is_some()) {
             (add.last_time.map(format_time), add.last_decision.clone())
@@ -160,7 +213,7 @@ pub fn merge(current: Option<&ExecutionsStatus>, add: &Counts) -> ExecutionsStat
 #[derive(Debug, Clone, PartialEq)]
 pub enum ExecWrite {
     /// Written; `executions` is what the hook's status now holds, after `attempts`
-    /// patches (`attempts - 1` met 409).
+    /// patches (`attempts - 1` met 409 or got no answer).
     Written {
         /// The written `status.executions`.
         executions: ExecutionsStatus,
@@ -171,55 +224,156 @@ pub enum ExecWrite {
     Gone,
 }
 
-/// Adds `add` to `status.executions` of hook `name` (uid `uid`) in `api`'s namespace:
-/// read, [`merge`], then a merge patch with the read `resourceVersion` (field manager
-/// [`FIELD_MANAGER`]); on `409 Conflict` read again and retry, up to
-/// [`MAX_WRITE_ATTEMPTS`] patches.
+/// A patch sent without answer: the version it was based on and what it wrote.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InDoubt {
+    /// `metadata.resourceVersion` of its precondition.
+    pub based_on: String,
+    /// The `status.executions` it carried.
+    pub sent: ExecutionsStatus,
+}
+
+/// Whether `hook`'s `status.executions` shows `sent` (the counts equal, and the last run
+/// equal where `sent` names one).
+pub fn shows(hook: &AgentHook, sent: &ExecutionsStatus) -> bool {
+    let Some(got) = hook.status.as_ref().and_then(|s| s.executions.as_ref()) else {
+        return false;
+    };
+    (got.allow, got.block, got.error, got.timeout)
+        == (sent.allow, sent.block, sent.error, sent.timeout)
+        && (sent.last_execution_time.is_none()
+            || got.last_execution_time == sent.last_execution_time)
+        && (sent.last_decision.is_none() || got.last_decision == sent.last_decision)
+}
+
+/// Sends one `status.executions` merge patch (field manager [`FIELD_MANAGER`]) of hook
+/// `name`, bounded by `timeout` ([`bounded`]).
 ///
-/// `between_read_and_write(attempt)` runs after each read and before its patch (attempt
-/// 1, 2, ...): production passes a no-op; tests use it to change the hook meanwhile and
-/// force the conflict.
-///
-/// Errors: [`Error::StatusConflict`] when every attempt met 409; [`Error::MissingField`]
-/// for a hook without `resourceVersion`; [`Error::Kube`] for any other API failure.
-pub async fn write<F, Fut>(
+/// Errors: the API answer, or [`super::api::TimedOut`] as [`kube::Error::Service`].
+pub async fn send_patch(
     api: &Api<AgentHook>,
     name: &str,
-    uid: &str,
-    add: &Counts,
-    mut between_read_and_write: F,
-) -> Result<ExecWrite, Error>
-where
-    F: FnMut(u32) -> Fut,
-    Fut: Future<Output = ()>,
-{
+    body: &serde_json::Value,
+    timeout: Duration,
+) -> Result<(), kube::Error> {
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.to_string()),
         ..Default::default()
     };
-    let mut attempt = 1;
+    bounded(
+        timeout,
+        || format!("patch agenthook {name}/status"),
+        api.patch_status(name, &params, &Patch::Merge(body)),
+    )
+    .await
+    .map(|_| ())
+}
+
+/// Adds `add` to `status.executions` of hook `name` (uid `uid`) in `api`'s namespace:
+/// [`write_with`] with [`REQUEST_TIMEOUT`] and [`send_patch`].
+///
+/// Errors: as [`write_with`].
+pub async fn write(
+    api: &Api<AgentHook>,
+    name: &str,
+    uid: &str,
+    add: &Counts,
+) -> Result<ExecWrite, Error> {
+    write_with(api, name, uid, add, REQUEST_TIMEOUT, |_, body| {
+        let api = api.clone();
+        let name = name.to_string();
+        async move { send_patch(&api, &name, &body, REQUEST_TIMEOUT).await }
+    })
+    .await
+}
+
+/// Adds `add` to `status.executions` of hook `name` (uid `uid`) in `api`'s namespace:
+/// read (bounded by `timeout`), [`merge`], then the merge patch with the read
+/// `resourceVersion`, sent by `send(attempt, body)` (attempt 1, 2, ...; production:
+/// [`send_patch`]; tests wrap it to change the hook meanwhile or to lose an answer). On
+/// `409 Conflict` it reads again and retries; on no answer it finds out whether the patch
+/// landed (module documentation); up to [`MAX_WRITE_ATTEMPTS`] patches.
+///
+/// Errors: [`Error::StatusConflict`] when every attempt met 409; [`Error::MissingField`]
+/// for a hook without `resourceVersion`; [`Error::Kube`] for any other API failure
+/// (a permanent refusal such as `403`/`422`: [`super::api::refusal`]), a timeout, or a
+/// patch whose outcome stayed unknown.
+pub async fn write_with<S, SFut>(
+    api: &Api<AgentHook>,
+    name: &str,
+    uid: &str,
+    add: &Counts,
+    timeout: Duration,
+    mut send: S,
+) -> Result<ExecWrite, Error>
+where
+    S: FnMut(u32, serde_json::Value) -> SFut,
+    SFut: Future<Output = Result<(), kube::Error>>,
+{
+    let mut attempt: u32 = 1;
+    let mut doubt: Option<InDoubt> = None;
+    let mut failed_reads: u32 = 0;
+    let mut last_error: Option<kube::Error> = None;
     loop {
-        let Some(hook) = api.get_opt(name).await? else {
-            return Ok(ExecWrite::Gone);
+        let read = bounded(
+            timeout,
+            || format!("get agenthook {name}"),
+            api.get_opt(name),
+        )
+        .await;
+        let hook = match read {
+            Ok(Some(h)) => h,
+            Ok(None) => return Ok(ExecWrite::Gone),
+            Err(e) if doubt.is_some() && failed_reads + 1 < MAX_WRITE_ATTEMPTS => {
+                // A patch's fate is unknown: keep reading before giving up.
+                failed_reads += 1;
+                tracing::debug!(hook = %name, error = %e, "reading the hook after an unanswered patch failed; reading again");
+                tokio::time::sleep(Duration::from_millis(100 * u64::from(failed_reads))).await;
+                continue;
+            }
+            Err(e) => {
+                if doubt.is_some() {
+                    tracing::warn!(hook = %name, error = %e, "the outcome of a status.executions patch stays unknown; its counts may be written again");
+                }
+                return Err(e.into());
+            }
         };
         if hook.uid().as_deref() != Some(uid) {
             return Ok(ExecWrite::Gone);
         }
+        let key = format!("{}/{name}", hook.namespace().unwrap_or_default());
         let rv = hook.resource_version().ok_or(Error::MissingField {
             kind: "AgentHook",
             field: "resourceVersion",
         })?;
+        if let Some(d) = &doubt
+            && d.based_on != rv
+        {
+            if landed(api, name, uid, d, &hook, timeout).await {
+                tracing::info!(hook = %key, "a status.executions patch without answer had landed");
+                return Ok(ExecWrite::Written {
+                    executions: d.sent.clone(),
+                    attempts: attempt - 1,
+                });
+            }
+            doubt = None;
+        }
+        if attempt > MAX_WRITE_ATTEMPTS
+            && let Some(e) = last_error.take()
+        {
+            return Err(give_up(key, attempt - 1, e));
+        }
         let executions = merge(
             hook.status.as_ref().and_then(|s| s.executions.as_ref()),
             add,
+            Utc::now(),
         );
-        between_read_and_write(attempt).await;
         let body = serde_json::json!({
             "metadata": {"resourceVersion": rv},
             "status": {"executions": executions},
         });
-        match api.patch_status(name, &params, &Patch::Merge(&body)).await {
-            Ok(_) => {
+        match send(attempt, body).await {
+            Ok(()) => {
                 return Ok(ExecWrite::Written {
                     executions,
                     attempts: attempt,
@@ -227,25 +381,89 @@ where
             }
             Err(kube::Error::Api(s)) if s.code == 404 => return Ok(ExecWrite::Gone),
             Err(kube::Error::Api(s)) if s.code == 409 => {
-                let key = format!("{}/{name}", hook.namespace().unwrap_or_default());
-                tracing::debug!(
-                    hook = %key,
-                    attempt,
-                    message = %s.message,
-                    "status.executions write conflicted; reading again"
-                );
-                if attempt >= MAX_WRITE_ATTEMPTS {
-                    return Err(Error::StatusConflict {
-                        key,
-                        attempts: attempt,
-                        source: kube::Error::Api(s),
-                    });
-                }
-                attempt += 1;
+                tracing::debug!(hook = %key, attempt, message = %s.message, "status.executions write conflicted; reading again");
+                last_error = Some(kube::Error::Api(s));
+            }
+            Err(e) if may_have_landed(&e) => {
+                tracing::warn!(hook = %key, attempt, error = %e, "status.executions patch without answer; finding out whether it landed");
+                doubt = Some(InDoubt {
+                    based_on: rv,
+                    sent: executions,
+                });
+                last_error = Some(e);
             }
             Err(e) => return Err(e.into()),
         }
+        if attempt >= MAX_WRITE_ATTEMPTS
+            && doubt.is_none()
+            && let Some(e) = last_error.take()
+        {
+            return Err(give_up(key, attempt, e));
+        }
+        attempt += 1;
     }
+}
+
+/// The error of a write that gave up after `attempts` patches, the last failing with `e`.
+fn give_up(key: String, attempts: u32, e: kube::Error) -> Error {
+    match e {
+        kube::Error::Api(s) if s.code == 409 => Error::StatusConflict {
+            key,
+            attempts,
+            source: kube::Error::Api(s),
+        },
+        e => Error::Kube(e),
+    }
+}
+
+/// Whether the patch in `doubt` landed, given that the hook (`fresh`) has moved past the
+/// version it was based on: the hook's first change after that version (a watch from it,
+/// bounded by `timeout`) is ours exactly when it shows what we sent. When the history
+/// cannot be read (e.g. `410 Gone`), falls back to whether `fresh` shows it (logged).
+pub async fn landed(
+    api: &Api<AgentHook>,
+    name: &str,
+    uid: &str,
+    doubt: &InDoubt,
+    fresh: &AgentHook,
+    timeout: Duration,
+) -> bool {
+    let seconds = u32::try_from(timeout.as_secs().max(1)).unwrap_or(u32::MAX);
+    let params = WatchParams::default()
+        .fields(&format!("metadata.name={name}"))
+        .timeout(seconds);
+    let first_change = first_change(api, &params, &doubt.based_on);
+    match bounded(timeout, || format!("watch agenthook {name}"), first_change).await {
+        Ok(Some(next)) => next.uid().as_deref() == Some(uid) && shows(&next, &doubt.sent),
+        Ok(None) => false,
+        Err(e) => {
+            let guess = shows(fresh, &doubt.sent);
+            tracing::warn!(hook = %name, error = %e, landed = guess, "the hook's history after an unanswered patch could not be read; judged from its current status");
+            guess
+        }
+    }
+}
+
+/// The first change of the object(s) `params` selects after `version`: `Some(object)` when
+/// modified, `None` when deleted or re-created.
+async fn first_change(
+    api: &Api<AgentHook>,
+    params: &WatchParams,
+    version: &str,
+) -> Result<Option<AgentHook>, kube::Error> {
+    let events = api.watch(params, version).await?;
+    let mut events = std::pin::pin!(events);
+    while let Some(event) = events.next().await {
+        match event? {
+            WatchEvent::Modified(h) => return Ok(Some(h)),
+            WatchEvent::Added(_) | WatchEvent::Deleted(_) => return Ok(None),
+            WatchEvent::Bookmark(_) => {}
+            WatchEvent::Error(s) => return Err(kube::Error::Api(s)),
+        }
+    }
+    Err(kube::Error::Service(
+        "the watch ended without an event".into(),
+    ))
 }
 
 #[cfg(test)]
@@ -254,6 +472,11 @@ mod tests {
 
     fn at(s: &str) -> Option<DateTime<Utc>> {
         Some(parse_time(s).unwrap())
+    }
+
+    /// "now" of the tests: after every time they use.
+    fn now() -> DateTime<Utc> {
+        at("2025-03-02T00:00:00Z").unwrap()
     }
 
     fn counts(allow: u64, block: u64, last: Option<(&str, &str)>) -> Counts {
@@ -307,7 +530,8 @@ mod tests {
         assert_eq!(
             merge(
                 None,
-                &counts(1, 2, Some(("2025-03-01T10:00:00.250Z", "block")))
+                &counts(1, 2, Some(("2025-03-01T10:00:00.250Z", "block"))),
+                now()
             ),
             ExecutionsStatus {
                 allow: 1,
@@ -329,6 +553,7 @@ mod tests {
         let older = merge(
             Some(&recorded),
             &counts(5, 0, Some(("2025-03-01T09:59:59Z", "allow"))),
+            now(),
         );
         assert_eq!(
             (older.allow, older.block, older.error, older.timeout),
@@ -343,6 +568,7 @@ mod tests {
         let newer = merge(
             Some(&recorded),
             &counts(0, 1, Some(("2025-03-01T10:00:01Z", "block"))),
+            now(),
         );
         assert_eq!(newer.block, 2);
         assert_eq!(
@@ -358,6 +584,7 @@ mod tests {
         let fixed = merge(
             Some(&garbage),
             &counts(0, 1, Some(("2025-03-01T10:00:01Z", "block"))),
+            now(),
         );
         assert_eq!(fixed.last_decision.as_deref(), Some("block"));
         let huge = merge(
@@ -366,6 +593,7 @@ mod tests {
                 ..Default::default()
             }),
             &counts(u64::MAX, 0, None),
+            now(),
         );
         assert_eq!(huge.allow, i64::MAX);
     }
@@ -380,14 +608,14 @@ mod tests {
         // one write per delta
         let mut one_by_one: Option<ExecutionsStatus> = None;
         for d in &deltas {
-            one_by_one = Some(merge(one_by_one.as_ref(), d));
+            one_by_one = Some(merge(one_by_one.as_ref(), d, now()));
         }
         // one batched write
         let mut batch = Counts::default();
         for d in &deltas {
             batch.add(d);
         }
-        assert_eq!(merge(None, &batch), one_by_one.unwrap());
+        assert_eq!(merge(None, &batch, now()), one_by_one.unwrap());
     }
 
     #[test]
@@ -401,15 +629,111 @@ mod tests {
             last_decision: Some("allow".into()),
             ..Default::default()
         };
-        assert_eq!(Counts::from_delta(&d, "executions[0]").unwrap().allow, 1);
+        assert_eq!(
+            Counts::from_delta(&d, "executions[0]", now())
+                .unwrap()
+                .allow,
+            1
+        );
         d.last_decision = Some("maybe".into());
-        let e = Counts::from_delta(&d, "executions[3]").unwrap_err();
+        let e = Counts::from_delta(&d, "executions[3]", now()).unwrap_err();
         assert!(e.starts_with("executions[3].lastDecision:"), "{e}");
         d.last_decision = None;
         d.last_execution_time = Some("10:00".into());
-        let e = Counts::from_delta(&d, "executions[0]").unwrap_err();
+        let e = Counts::from_delta(&d, "executions[0]", now()).unwrap_err();
         assert!(e.starts_with("executions[0].lastExecutionTime:"), "{e}");
         assert!(Counts::default().is_empty());
         assert!(!counts(0, 0, Some(("2025-03-01T10:00:00Z", "allow"))).is_empty());
+    }
+
+    #[test]
+    fn a_last_run_in_year_9999_does_not_pin_last_decision() {
+        let received = at("2025-03-01T10:00:00Z").unwrap();
+        let forged = ExecutionDelta {
+            uid: "u".into(),
+            namespace: "n".into(),
+            name: "h".into(),
+            block: 1,
+            last_execution_time: Some("9999-12-31T23:59:59Z".into()),
+            last_decision: Some("block".into()),
+            ..Default::default()
+        };
+        let c = Counts::from_delta(&forged, "executions[0]", received).unwrap();
+        assert_eq!(c.last_time, Some(received), "taken as the receipt time");
+        let mut ancient = forged.clone();
+        ancient.last_execution_time = Some("1970-01-01T00:00:00Z".into());
+        let c2 = Counts::from_delta(&ancient, "executions[0]", received).unwrap();
+        assert_eq!(
+            c2.last_time,
+            Some(received),
+            "before 2000: the receipt time"
+        );
+        // A real run a second later wins over the forged one, in a batch and in status.
+        let mut batch = c.clone();
+        let real = counts(1, 0, Some(("2025-03-01T10:00:01Z", "allow")));
+        batch.add(&real);
+        assert_eq!(batch.last_decision.as_deref(), Some("allow"));
+        let status = merge(None, &c, received);
+        let after = merge(
+            Some(&status),
+            &real,
+            received + chrono::Duration::seconds(1),
+        );
+        assert_eq!(after.last_decision.as_deref(), Some("allow"));
+        assert_eq!(
+            after.last_execution_time.as_deref(),
+            Some("2025-03-01T10:00:01Z")
+        );
+        // A year-9999 time recorded before clamping existed loses too (heals the hook).
+        let pinned = ExecutionsStatus {
+            block: 4,
+            last_execution_time: Some("9999-12-31T23:59:59Z".into()),
+            last_decision: Some("block".into()),
+            ..Default::default()
+        };
+        let healed = merge(
+            Some(&pinned),
+            &real,
+            received + chrono::Duration::seconds(1),
+        );
+        assert_eq!(healed.last_decision.as_deref(), Some("allow"));
+        assert_eq!((healed.allow, healed.block), (1, 4));
+        let untouched = merge(Some(&pinned), &counts(1, 0, None), received);
+        assert_eq!(
+            untouched.last_execution_time.as_deref(),
+            Some("9999-12-31T23:59:59Z"),
+            "nothing newer reported: left as recorded"
+        );
+    }
+
+    #[test]
+    fn what_status_shows_is_compared_on_the_fields_sent() {
+        let sent = ExecutionsStatus {
+            allow: 3,
+            block: 1,
+            last_execution_time: Some("2025-03-01T10:00:01Z".into()),
+            last_decision: Some("allow".into()),
+            ..Default::default()
+        };
+        let mut hook = AgentHook::new(
+            "h",
+            serde_json::from_value(serde_json::json!({
+                "event": "pre_tool_use",
+                "handler": {"type": "http", "http": {"url": "https://x.example/h"}}
+            }))
+            .unwrap(),
+        );
+        assert!(!shows(&hook, &sent), "no status");
+        hook.status = Some(agenthooks_crds::agenthook::AgentHookStatus {
+            executions: Some(sent.clone()),
+            ..Default::default()
+        });
+        assert!(shows(&hook, &sent));
+        let mut fewer = sent.clone();
+        fewer.last_decision = None;
+        assert!(shows(&hook, &fewer), "a field not sent is not compared");
+        let mut more = sent.clone();
+        more.allow = 4;
+        assert!(!shows(&hook, &more));
     }
 }

@@ -16,6 +16,8 @@
 //!
 //! - `dispatcher` (1–253 characters) and `reportId` (1–128 characters, no control
 //!   characters) are required; `trips`, `breaker` and `executions` may be absent.
+//! - Every hook is named by its `uid`, `namespace` (a DNS-1123 label) and `name` (a
+//!   DNS-1123 subdomain).
 //! - `breaker` ([`agenthooks_crds::report::BreakerObservation`]): per hook whose run
 //!   changed, the dispatcher's last `allow` and the `block`/`timeout` outcomes since
 //!   (`lastAllowAt`, `run[].at` RFC 3339, at most 64 outcomes), for the hook version
@@ -26,44 +28,68 @@
 //! - An execution entry holds one hook's counts since the dispatcher's last acknowledged
 //!   report (each < 2^63), and its latest run (`lastExecutionTime` RFC 3339,
 //!   `lastDecision` `allow|block|error|timeout`). Entries with the same uid add up.
+//! - Reported times are not trusted blindly ([`times`]): any `lastAllowAt`, `run[].at`,
+//!   `trippedAt` or `lastExecutionTime` later than this replica's receipt of the report
+//!   plus 2 s is taken as the receipt time, and so is a `trippedAt` or
+//!   `lastExecutionTime` before 2000-01-01.
 //!
 //! Answers (JSON):
 //! - `200` [`agenthooks_crds::report::ReportAck`] `{"trips", "executions", "duplicate"}`,
-//!   only once everything in the report is persisted to the API server: each trip
-//!   recorded (or ignored: unknown uid, another generation or reset token, already open)
-//!   and each hook's counts written to its `status.executions` (or dropped: hook gone).
-//!   `trips` counts the trips this report opened, `executions` the hooks it wrote.
-//!   A `reportId` already applied answers its acknowledgement again with
-//!   `duplicate: true` and changes nothing (ids are remembered 10 minutes, the last
-//!   10,000); a duplicate arriving while the first is still being applied waits for it.
+//!   only once everything in the report is persisted to the API server or written off:
+//!   each trip recorded (or ignored: unknown uid, another generation or reset token,
+//!   already open; or its status write refused permanently, see below) and each hook's
+//!   counts written to its `status.executions` or dropped (below). `trips` counts the
+//!   trips this report opened, `executions` the hooks it wrote. A report already applied
+//!   — same `dispatcher`, same `reportId`, same body — answers its acknowledgement again
+//!   with `duplicate: true` and changes nothing (remembered 10 minutes, the last 10,000);
+//!   a duplicate arriving while the first is still being applied waits for it.
 //! - `400` `{"error"}` naming the field (`trips[0].generation: invalid type: ...`) for a
 //!   body that does not parse or breaks a rule above; nothing is applied.
+//! - `409` `{"error"}` when this dispatcher already used this `reportId` for another body
+//!   (compared by SHA-256 of the parsed body); nothing is applied, and resending it never
+//!   succeeds: the dispatcher must use a new id.
 //! - `413` `{"error"}` for a body over [`MAX_BODY_BYTES`].
 //! - `503` `{"error", "leader", "synced"}` when this replica is not the leader or has not
 //!   finished its initial sync. Nothing was applied: try the next operator URL; what the
 //!   report carries may go into a new report with a new id.
 //! - `504` `{"error", "leader", "synced"}` when the report is not (fully) persisted yet:
 //!   not within [`ReportConfig::ack_timeout`] (it goes on in the background), the API
-//!   server failing, or leadership lost meanwhile. Part of it may be persisted: send the
-//!   **same body with the same `reportId`** again (here or to the next leader): this
-//!   replica remembers per id which hooks' counts it wrote and applies only the rest.
+//!   server failing transiently (`5xx`, timeouts), or leadership lost meanwhile. Part of
+//!   it may be persisted: send the **same body with the same `reportId`** again (here or
+//!   to the next leader): this replica remembers per report which hooks' counts it wrote
+//!   and applies only the rest.
 //!
 //! So a dispatcher keeps a report (id and body fixed) until it gets its `200`, resending
 //! it verbatim after a `504`, another `5xx` or a transport error after the request was
 //! sent; only a `503` or a refused connection lets it fold the report into a new one.
 //! Counts gathered meanwhile go into its next report, with a new id. Keep bodies under
 //! [`MAX_BODY_BYTES`] (a `413` never succeeds on retry) and the client timeout above
-//! [`DEFAULT_ACK_TIMEOUT`]. Across a leader change, a report the old leader persisted but
-//! could not acknowledge is applied again by the new leader (it has no memory of the id):
-//! the only case where counts can be doubled.
+//! [`DEFAULT_ACK_TIMEOUT`].
+//!
+//! Where counts can still be doubled (everything else is applied exactly once):
+//! - across a leader change, a report the old leader persisted but could not acknowledge
+//!   is applied again by the new leader (it has no memory of the report);
+//! - a report id resent after this replica forgot it (10 minutes, or 10,000 newer
+//!   reports) is applied again;
+//! - within one status write, an unanswered patch is resolved exactly
+//!   ([`executions`]: the hook's next version after the patch's precondition is ours or
+//!   not), except when the API server keeps failing every read of that write afterwards,
+//!   or its watch history no longer reaches back (both described in [`executions`]).
 //!
 //! What happens:
+//! - A breaker trip is decided either **by a dispatcher on its own sequence** of outcomes
+//!   (CONTRACT §6.2: the dispatcher that saw five `block`/`timeout` in a row within 60 s
+//!   stops running the hook at once and reports the trip, accepted here as sent), or **by
+//!   the operator on the time-merged sequence of all dispatchers** (the breaker
+//!   observations below). Nothing else trips a hook.
 //! - Breaker observations ([`crate::breaker_window`], CONTRACT §6.1 across replicas): each
 //!   one of a hook version the index holds, accepted and not already open, replaces that
 //!   dispatcher's previous one; when the runs merged by time over every dispatcher trip
 //!   (5 `block`/`timeout` in a row within 60 s, an `allow` anywhere resetting), the hook
 //!   trips as below, attributed to the reporting dispatcher, with the merged run as
-//!   reason.
+//!   reason. A hook tripped by a dispatcher's own trip is dropped from the windows; the
+//!   windows are pruned on every report and every [`WINDOW_PRUNE_INTERVAL`] (old
+//!   observations, and versions the index no longer holds: deleted, edited or open).
 //! - Trips ([`breaker`], CONTRACT §6.2): a trip whose uid, generation and reset token
 //!   match the hook in the index opens its breaker in the index and publishes a snapshot
 //!   without it **at once**, before any status write
@@ -72,23 +98,36 @@
 //!   reason, dispatcher, generation, resetAnnotation) and `CircuitOpen=True` (reason
 //!   `BreakerTripped`) are written by field manager `agenthooks-operator-breaker`, and a
 //!   Warning Event `CircuitOpen` is emitted — once per trip, whatever the number of
-//!   dispatchers reporting it.
-//! - Executions ([`writer`], [`executions`]): counts are merged per hook and written in
-//!   batches at most once per hook per [`ReportConfig::write_interval`] (default 1 s),
-//!   by read-modify-write with a `resourceVersion` precondition (field manager
-//!   `agenthooks-operator-executions`; a 409 is read again and retried), then every report
-//!   whose counts were in the batch is acknowledged
-//!   (`agenthooks_operator_execution_status_writes_total`).
+//!   dispatchers reporting it. A status write the API server refuses permanently
+//!   ([`api::refusal`]: e.g. `403`, `422`) is logged as an error and counted
+//!   (`agenthooks_operator_breaker_trips_total{result="refused"}`); the hook stays out of
+//!   the snapshots of this leader.
+//! - Executions ([`writer`], [`executions`]): counts of a hook the index does not hold
+//!   under that namespace/name **with that uid** are acknowledged and dropped without any
+//!   API call (`agenthooks_operator_execution_counts_dropped_total{reason="unknown_hook"}`).
+//!   The others are merged per hook and written in batches at most once per hook per
+//!   [`ReportConfig::write_interval`] (default 1 s), by read-modify-write with a
+//!   `resourceVersion` precondition (field manager `agenthooks-operator-executions`; a
+//!   409 is read again and retried; each read and patch bounded by
+//!   [`api::REQUEST_TIMEOUT`]), then every report whose counts were in the batch is
+//!   acknowledged (`agenthooks_operator_execution_status_writes_total`). A write the API
+//!   server refuses permanently drops that hook's counts (logged as an error with the
+//!   hook and the API error, counted with `reason="forbidden"|"invalid"|"refused"`) and
+//!   the report is acknowledged: resending it could never succeed.
 //!
-//! Modules: [`validate`] (body rules), [`dedup`] (report ids), [`breaker`] (breaker
-//! status), [`executions`] (count merge and write), [`writer`] (group commit).
+//! Modules: [`validate`] (body rules), [`times`] (clamping reported times), [`dedup`]
+//! (report ids), [`breaker`] (breaker status), [`executions`] (count merge and write),
+//! [`writer`] (group commit), [`api`] (timeouts and permanent refusals).
 
+pub mod api;
 pub mod breaker;
 pub mod dedup;
 pub mod executions;
+pub mod times;
 pub mod validate;
 pub mod writer;
 
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -107,11 +146,11 @@ use kube::{Api, Client};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::breaker_window::BreakerWindows;
+use crate::breaker_window::{BreakerWindows, HookVersion};
 use crate::index::{HookKey, TripMatch};
 use crate::shared::{Serving, Shared, lock};
 use breaker::TripWrite;
-use dedup::{AttemptResult, Begin, Progress, ReportLog};
+use dedup::{AttemptResult, Begin, Progress, ReportKey, ReportLog};
 use validate::Checked;
 use writer::{ExecutionWriter, HookOutcome};
 
@@ -121,6 +160,9 @@ pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 pub const DEFAULT_WRITE_INTERVAL: Duration = Duration::from_secs(1);
 /// Default of [`ReportConfig::ack_timeout`].
 pub const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(8);
+/// How often the breaker windows are pruned besides on every report: observations older
+/// than the window, and hook versions the index no longer holds published.
+pub const WINDOW_PRUNE_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Settings of the report endpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -172,19 +214,15 @@ pub fn start_with(
 ) -> Router {
     let writer = ExecutionWriter::new(config.write_interval);
     let write_client = client.clone();
-    tokio::spawn(
-        writer.clone().run(
-            move |hook: writer::HookRef, counts: executions::Counts| {
-                let api: Api<AgentHook> = Api::namespaced(write_client.clone(), &hook.namespace);
-                async move {
-                    executions::write(&api, &hook.name, &hook.uid, &counts, |_| async {}).await
-                }
-            },
-            shared.serving.subscribe(),
-            shared.metrics.clone(),
-            cancel,
-        ),
-    );
+    tokio::spawn(writer.clone().run(
+        move |hook: writer::HookRef, counts: executions::Counts| {
+            let api: Api<AgentHook> = Api::namespaced(write_client.clone(), &hook.namespace);
+            async move { executions::write(&api, &hook.name, &hook.uid, &counts).await }
+        },
+        shared.serving.subscribe(),
+        shared.metrics.clone(),
+        cancel.clone(),
+    ));
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
@@ -201,6 +239,11 @@ pub fn start_with(
         recorder,
         ack_timeout: config.ack_timeout,
     });
+    tokio::spawn(prune_windows_every(
+        core.clone(),
+        WINDOW_PRUNE_INTERVAL,
+        cancel,
+    ));
     Router::new()
         .route("/v1/report", post(post_report))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -240,6 +283,8 @@ async fn post_report(
     State(core): State<Arc<Core>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    let received = Instant::now();
+    let received_at = chrono::Utc::now();
     let count = |result: &str| {
         core.shared
             .metrics
@@ -261,7 +306,11 @@ async fn post_report(
             return json_error(StatusCode::BAD_REQUEST, format!("body: {}", e.body_text()));
         }
     };
-    let checked = match validate::parse(&bytes).and_then(validate::check) {
+    let parsed = validate::parse(&bytes).and_then(|report| {
+        let digest = dedup::digest(&report);
+        validate::check(report, received_at).map(|checked| (digest, checked))
+    });
+    let (digest, checked) = match parsed {
         Ok(c) => c,
         Err(message) => {
             count("bad_request");
@@ -278,10 +327,22 @@ async fn post_report(
         };
         return unavailable(serving, why);
     }
-    let received = Instant::now();
-    let id = checked.report.report_id.clone();
-    let begin = lock(&core.log).begin(&id, received);
+    let key = (
+        checked.report.dispatcher.clone(),
+        checked.report.report_id.clone(),
+    );
+    let begin = lock(&core.log).begin(&key, digest, received);
     let (mut rx, duplicate) = match begin {
+        Begin::Mismatch => {
+            count("conflict");
+            return json_error(
+                StatusCode::CONFLICT,
+                format!(
+                    "reportId {:?} of dispatcher {:?} was already used for another body; nothing applied (send new content under a new reportId)",
+                    key.1, key.0
+                ),
+            );
+        }
         Begin::Done(mut ack) => {
             count("duplicate");
             ack.duplicate = true;
@@ -290,7 +351,11 @@ async fn post_report(
         Begin::InFlight(rx) => (rx, true),
         Begin::Start { progress, done } => {
             let rx = done.subscribe();
-            tokio::spawn(apply(core.clone(), checked, progress, done, received));
+            let at = Received {
+                instant: received,
+                time: received_at,
+            };
+            tokio::spawn(apply(core.clone(), key, checked, progress, done, at));
             (rx, false)
         }
     };
@@ -333,14 +398,22 @@ async fn post_report(
     }
 }
 
+/// When a report arrived: for latency metrics and for clamping reported times.
+#[derive(Debug, Clone, Copy)]
+struct Received {
+    instant: Instant,
+    time: chrono::DateTime<chrono::Utc>,
+}
+
 /// Applies one attempt at a report (in its own task, so a client that goes away does not
 /// stop it half-way), records the result in the log and sends it on `done`.
 async fn apply(
     core: Arc<Core>,
+    key: ReportKey,
     checked: Checked,
     mut progress: Progress,
     done: watch::Sender<Option<AttemptResult>>,
-    received: Instant,
+    received: Received,
 ) {
     let Checked { report, executions } = checked;
     let metrics = &core.shared.metrics;
@@ -355,19 +428,46 @@ async fn apply(
     // 1. Trips leave the snapshot first: reported ones and those the merged runs decide
     //    (now, or in an earlier attempt at this report whose status write failed).
     let mut global = std::mem::take(&mut progress.decided_trips);
-    global.extend(observe_runs(&core, &report));
+    global.extend(observe_runs(&core, &report, received.time));
     let mut to_write: Vec<&TripReport> = Vec::new();
     for trip in report.trips.iter().chain(&global) {
-        match open_in_index(&core.shared, trip, received) {
+        match open_in_index(&core.shared, trip, received.instant) {
             TripMatch::Unknown => trips_count("unknown"),
             TripMatch::Stale => trips_count("stale"),
             TripMatch::AlreadyOpen | TripMatch::Opened { .. } => to_write.push(trip),
         }
     }
-    // 2. Counts go to the next batch.
-    let receivers: Vec<_> = executions
+    if !report.trips.is_empty() {
+        // A hook a dispatcher tripped on its own is out: its merged run is moot.
+        let mut windows = lock(&core.windows);
+        for trip in &to_write {
+            windows.forget(&trip.uid);
+        }
+    }
+    // 2. Counts of hooks the index holds (with that uid) go to the next batch; the rest
+    //    is acknowledged and dropped without any API call.
+    let executions: Vec<_> = executions
         .into_iter()
         .filter(|(hook, _)| !progress.persisted.contains(&hook.uid))
+        .collect();
+    let (known, unknown) = split_known(&core.shared, executions);
+    if !unknown.is_empty() {
+        let runs: u64 = unknown.iter().map(|(_, c)| c.runs()).sum();
+        metrics
+            .execution_counts_dropped_total
+            .with_label_values(&["unknown_hook"])
+            .inc_by(runs);
+        tracing::info!(
+            dispatcher = %report.dispatcher, report_id = %report.report_id, hooks = unknown.len(), runs,
+            first = %unknown.first().map(|(h, _)| format!("{}/{} (uid {})", h.namespace, h.name, h.uid)).unwrap_or_default(),
+            "execution counts of hooks this operator does not hold (unknown namespace/name or uid) dropped"
+        );
+        progress
+            .persisted
+            .extend(unknown.into_iter().map(|(h, _)| h.uid));
+    }
+    let receivers: Vec<_> = known
+        .into_iter()
         .map(|(hook, counts)| (hook.uid.clone(), core.writer.submit(hook, counts)))
         .collect();
     // 3. Breaker status, Event.
@@ -391,6 +491,13 @@ async fn apply(
             Ok(TripWrite::AlreadyOpen) => trips_count("already_open"),
             Ok(TripWrite::Stale) => trips_count("stale"),
             Ok(TripWrite::Gone) => trips_count("unknown"),
+            Err(e) if api::refusal(&e).is_some() => {
+                trips_count("refused");
+                tracing::error!(
+                    hook = %format!("{}/{}", trip.namespace, trip.name), uid = %trip.uid, error = %e,
+                    "the API server refused to write the open breaker (it would refuse it again): the hook stays out of this leader's snapshots, but its status does not show the trip"
+                );
+            }
             Err(e) => {
                 trips_count("failed");
                 tracing::warn!(hook = %format!("{}/{}", trip.namespace, trip.name), error = %e, "writing an open breaker failed");
@@ -405,7 +512,7 @@ async fn apply(
                 progress.executions += 1;
                 progress.persisted.insert(uid);
             }
-            Ok(HookOutcome::Gone) => {
+            Ok(HookOutcome::Gone) | Ok(HookOutcome::Dropped(_)) => {
                 progress.persisted.insert(uid);
             }
             Ok(HookOutcome::Failed(why)) => failures.push(why),
@@ -422,13 +529,80 @@ async fn apply(
     } else {
         Err(failures.join("; "))
     };
-    lock(&core.log).finish(&report.report_id, &result, progress, Instant::now());
+    lock(&core.log).finish(&key, &result, progress, Instant::now());
     done.send_replace(Some(result));
 }
 
+/// Execution counts per hook, as [`validate::check`] merged them.
+type HookCounts = Vec<(writer::HookRef, executions::Counts)>;
+
+/// Splits execution counts into those of hooks the index holds under that namespace/name
+/// with that uid, and the rest.
+fn split_known(shared: &Shared, executions: HookCounts) -> (HookCounts, HookCounts) {
+    if executions.is_empty() {
+        return (Vec::new(), Vec::new());
+    }
+    let index = lock(&shared.index);
+    executions.into_iter().partition(|(hook, _)| {
+        index
+            .get(&HookKey::new(&hook.namespace, &hook.name))
+            .is_some_and(|h| h.hook.uid == hook.uid)
+    })
+}
+
+/// Every `every`, until `cancel`: prunes the breaker windows of observations older than
+/// the window and of hook versions the index no longer holds published (deleted, edited,
+/// reset, or open).
+async fn prune_windows_every(core: Arc<Core>, every: Duration, cancel: CancellationToken) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        prune_windows(&core, chrono::Utc::now());
+    }
+}
+
+/// Prunes the windows (see [`prune_windows_every`]); returns the hook versions left.
+fn prune_windows(core: &Core, now: chrono::DateTime<chrono::Utc>) -> usize {
+    let tracked = {
+        let mut windows = lock(&core.windows);
+        windows.prune(now);
+        windows.versions()
+    };
+    if tracked.is_empty() {
+        return 0;
+    }
+    // Only versions found stale are dropped: one observed meanwhile is left alone.
+    let stale: HashSet<HookVersion> = {
+        let index = lock(&core.shared.index);
+        tracked
+            .into_iter()
+            .filter(|((uid, generation, token), namespace, name)| {
+                !index.get(&HookKey::new(namespace, name)).is_some_and(|h| {
+                    h.hook.uid == *uid
+                        && h.hook.generation == *generation
+                        && h.hook.reset_token == *token
+                        && h.is_published()
+                })
+            })
+            .map(|(v, _, _)| v)
+            .collect()
+    };
+    let mut windows = lock(&core.windows);
+    windows.retain(|v, _, _| !stale.contains(v));
+    windows.len()
+}
+
 /// Feeds the report's breaker observations of hook versions the index holds (accepted,
-/// breaker closed) to the windows; returns the trips they decide.
-fn observe_runs(core: &Core, report: &agenthooks_crds::report::Report) -> Vec<TripReport> {
+/// breaker closed), received at `now`, to the windows; returns the trips they decide.
+fn observe_runs(
+    core: &Core,
+    report: &agenthooks_crds::report::Report,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Vec<TripReport> {
     if report.breaker.is_empty() {
         return Vec::new();
     }
@@ -449,7 +623,6 @@ fn observe_runs(core: &Core, report: &agenthooks_crds::report::Report) -> Vec<Tr
             })
             .collect()
     };
-    let now = chrono::Utc::now();
     let mut windows = lock(&core.windows);
     windows.prune(now);
     let mut trips = Vec::new();

@@ -26,6 +26,27 @@ fn dead_client() -> Client {
     Client::try_from(kube::Config::new(url)).unwrap()
 }
 
+/// A client for a local port that counts the connections made to it (and closes each at
+/// once, so every API call fails): proves that no API call is made.
+fn counting_client() -> (Client, Arc<std::sync::atomic::AtomicUsize>) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = connections.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(stream);
+        }
+    });
+    let url = format!("http://127.0.0.1:{port}").parse().unwrap();
+    (
+        Client::try_from(kube::Config::new(url)).unwrap(),
+        connections,
+    )
+}
+
 fn serving_shared() -> Arc<Shared> {
     let shared = Shared::new(config(), Metrics::new().unwrap());
     shared.set_leader(true);
@@ -328,6 +349,7 @@ async fn runs_merged_over_three_dispatchers_trip_the_hook() {
 #[tokio::test]
 async fn counts_that_cannot_be_written_answer_504() {
     let shared = serving_shared();
+    lock(&shared.index).apply(hook("ns", "h", "u1", 1));
     let cancel = CancellationToken::new();
     let app = start_with(shared.clone(), dead_client(), cancel.clone(), fast());
     let body = json!({"dispatcher": "d", "reportId": "r", "executions": [
@@ -352,6 +374,7 @@ async fn counts_that_cannot_be_written_answer_504() {
 #[tokio::test]
 async fn a_slow_report_answers_504_and_goes_on_and_its_retry_waits_for_it() {
     let shared = serving_shared();
+    lock(&shared.index).apply(hook("ns", "h", "u1", 1));
     let cancel = CancellationToken::new();
     let config = ReportConfig {
         write_interval: Duration::from_millis(300),
@@ -383,6 +406,257 @@ async fn a_slow_report_answers_504_and_goes_on_and_its_retry_waits_for_it() {
         errors(),
         u64::from(writer::MAX_FAILED_BATCHES),
         "the attempt went on after its request was answered"
+    );
+    cancel.cancel();
+}
+
+#[tokio::test]
+async fn counts_of_made_up_hooks_are_dropped_without_any_api_call() {
+    let shared = serving_shared();
+    lock(&shared.index).apply(hook("ns", "real", "u-real", 1));
+    let (client, connections) = counting_client();
+    let cancel = CancellationToken::new();
+    let app = start_with(shared.clone(), client, cancel.clone(), fast());
+    let mut executions: Vec<Value> = (0..3_000)
+        .map(|i| {
+            json!({"uid": format!("made-up-{i}"), "namespace": format!("ns-{}", i % 7),
+                   "name": format!("hook-{i}"), "allow": 2, "block": 1})
+        })
+        .collect();
+    // the right name with another uid is made up too
+    executions.push(json!({"uid": "not-u-real", "namespace": "ns", "name": "real", "allow": 5}));
+    let body = json!({"dispatcher": "d", "reportId": "made-up", "executions": executions});
+    let (status, ack) = post(&app, body.to_string()).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    assert_eq!(
+        ack,
+        json!({"trips": 0, "executions": 0, "duplicate": false})
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        connections.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "no API call"
+    );
+    assert_eq!(
+        shared
+            .metrics
+            .execution_counts_dropped_total
+            .with_label_values(&["unknown_hook"])
+            .get(),
+        3_000 * 3 + 5
+    );
+    assert_eq!(shared.metrics.execution_status_write_errors_total.get(), 0);
+    cancel.cancel();
+}
+
+#[tokio::test]
+async fn names_that_are_not_kubernetes_names_are_400() {
+    let shared = serving_shared();
+    let cancel = CancellationToken::new();
+    let app = start_with(shared.clone(), dead_client(), cancel.clone(), fast());
+    for (hook, field) in [
+        (
+            json!({"uid": "u", "namespace": "NS", "name": "h"}),
+            "executions[0].namespace",
+        ),
+        (
+            json!({"uid": "u", "namespace": "ns", "name": "h/../x"}),
+            "executions[0].name",
+        ),
+    ] {
+        let mut entry = hook.clone();
+        entry["allow"] = json!(1);
+        let body = json!({"dispatcher": "d", "reportId": "r", "executions": [entry]});
+        let (status, answer) = post(&app, body.to_string()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+        assert!(
+            answer["error"].as_str().unwrap().starts_with(field),
+            "{answer}"
+        );
+    }
+    cancel.cancel();
+}
+
+#[tokio::test]
+async fn a_report_id_reused_for_another_body_is_409_and_ids_are_per_dispatcher() {
+    let shared = serving_shared();
+    let cancel = CancellationToken::new();
+    let app = start_with(shared.clone(), dead_client(), cancel.clone(), fast());
+    let report = |dispatcher: &str, allow: u64| {
+        json!({"dispatcher": dispatcher, "reportId": "r1", "executions": [
+            {"uid": "nobody", "namespace": "ns", "name": "h", "allow": allow}]})
+    };
+    let (status, ack) = post(&app, report("d", 1).to_string()).await;
+    assert_eq!(
+        (status, ack["duplicate"].clone()),
+        (StatusCode::OK, json!(false))
+    );
+    // the same body again, formatted differently: a duplicate
+    let (status, ack) = post(&app, serde_json::to_string_pretty(&report("d", 1)).unwrap()).await;
+    assert_eq!(
+        (status, ack["duplicate"].clone()),
+        (StatusCode::OK, json!(true))
+    );
+    // the same id with other counts: refused, not silently dropped
+    let (status, answer) = post(&app, report("d", 2).to_string()).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{answer}");
+    let why = answer["error"].as_str().unwrap();
+    assert!(why.contains("r1") && why.contains("another body"), "{why}");
+    // another dispatcher's r1 is another report
+    let (status, ack) = post(&app, report("e", 2).to_string()).await;
+    assert_eq!(
+        (status, ack["duplicate"].clone()),
+        (StatusCode::OK, json!(false))
+    );
+    assert_eq!(
+        (count(&shared, "conflict"), count(&shared, "applied")),
+        (1, 2)
+    );
+    assert_eq!(
+        shared
+            .metrics
+            .execution_counts_dropped_total
+            .with_label_values(&["unknown_hook"])
+            .get(),
+        1 + 2,
+        "the 409 applied nothing"
+    );
+    cancel.cancel();
+}
+
+#[tokio::test]
+async fn a_last_allow_in_year_9999_does_not_hold_the_merged_breaker_closed() {
+    let shared = serving_shared();
+    lock(&shared.index).apply(hook("ns", "h", "u1", 1));
+    shared.publish_now().unwrap();
+    let before = shared.snapshots.borrow().version;
+    let cancel = CancellationToken::new();
+    let app = start_with(shared.clone(), dead_client(), cancel.clone(), fast());
+    let observation = |last_allow: Option<&str>, run: Vec<String>| {
+        let mut o = json!({"uid": "u1", "namespace": "ns", "name": "h", "generation": 1,
+                           "run": run.iter().map(|at| json!({"at": at})).collect::<Vec<_>>()});
+        if let Some(a) = last_allow {
+            o["lastAllowAt"] = json!(a);
+        }
+        o
+    };
+    let report = |d: &str, obs: Value| {
+        json!({"dispatcher": d, "reportId": format!("{d}-{}", uuid::Uuid::new_v4()), "breaker": [obs]})
+            .to_string()
+    };
+    let (status, _) = post(
+        &app,
+        report("d1", observation(Some("9999-12-31T23:59:59Z"), vec![])),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let base = chrono::Utc::now();
+    let at = |ms: i64| executions::format_time(base + chrono::Duration::milliseconds(ms));
+    let (status, _) = post(&app, report("d2", observation(None, vec![at(0), at(100)]))).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, body) = post(
+        &app,
+        report("d3", observation(None, vec![at(200), at(300), at(400)])),
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::GATEWAY_TIMEOUT,
+        "tripped (its status write fails here): {body}"
+    );
+    assert_eq!(shared.snapshots.borrow().version, before + 1);
+    assert_eq!(
+        lock(&shared.index).publication(&HookKey::new("ns", "h")),
+        Some(crate::index::Publication::BreakerOpen)
+    );
+    cancel.cancel();
+}
+
+#[tokio::test]
+async fn the_windows_forget_hooks_tripped_locally_deleted_or_edited() {
+    let shared = serving_shared();
+    for (name, uid) in [("a", "ua"), ("b", "ub"), ("c", "uc")] {
+        lock(&shared.index).apply(hook("ns", name, uid, 1));
+    }
+    shared.publish_now().unwrap();
+    let cancel = CancellationToken::new();
+    let (client, _connections) = counting_client();
+    let core = Arc::new(Core {
+        shared: shared.clone(),
+        client: client.clone(),
+        writer: ExecutionWriter::new(Duration::from_millis(10)),
+        log: Mutex::new(ReportLog::default()),
+        windows: Mutex::new(BreakerWindows::new()),
+        recorder: Recorder::new(
+            client,
+            Reporter {
+                controller: "test".into(),
+                instance: None,
+            },
+        ),
+        ack_timeout: Duration::from_secs(1),
+    });
+    let now = chrono::Utc::now();
+    let one_block = |name: &str, uid: &str| agenthooks_crds::report::BreakerObservation {
+        uid: uid.into(),
+        namespace: "ns".into(),
+        name: name.into(),
+        generation: 1,
+        reset_token: None,
+        last_allow_at: None,
+        run: vec![agenthooks_crds::report::RunOutcome {
+            at: executions::format_time(now),
+            timeout: false,
+        }],
+    };
+    {
+        let mut w = lock(&core.windows);
+        for (name, uid) in [("a", "ua"), ("b", "ub"), ("c", "uc")] {
+            w.observe("d1", &one_block(name, uid), now).unwrap();
+        }
+    }
+    assert_eq!(prune_windows(&core, now), 3, "all current");
+    // b deleted, c edited (generation 2): their windows go; a stays
+    lock(&shared.index).delete(&HookKey::new("ns", "b"), None);
+    lock(&shared.index).apply(hook("ns", "c", "uc", 2));
+    assert_eq!(prune_windows(&core, now), 1);
+    // a trips locally on a dispatcher: its window goes with the report
+    let trip = json!({"dispatcher": "d2", "reportId": "t", "trips": [{
+        "uid": "ua", "namespace": "ns", "name": "a", "generation": 1,
+        "trippedAt": executions::format_time(now), "reason": "5 blocks"}]});
+    let checked =
+        validate::check(validate::parse(trip.to_string().as_bytes()).unwrap(), now).unwrap();
+    let key = ("d2".to_string(), "t".to_string());
+    let Begin::Start { progress, done } = lock(&core.log).begin(&key, [0; 32], Instant::now())
+    else {
+        panic!("a new report")
+    };
+    let mut rx = done.subscribe();
+    tokio::spawn(apply(
+        core.clone(),
+        key,
+        checked,
+        progress,
+        done,
+        Received {
+            instant: Instant::now(),
+            time: now,
+        },
+    ));
+    rx.wait_for(Option::is_some).await.unwrap();
+    assert!(
+        lock(&core.windows).is_empty(),
+        "forgotten on the local trip"
+    );
+    // and old observations go by time
+    lock(&core.windows)
+        .observe("d1", &one_block("c", "uc"), now)
+        .unwrap();
+    assert_eq!(
+        lock(&core.windows).prune(now + chrono::Duration::seconds(61)),
+        0
     );
     cancel.cancel();
 }

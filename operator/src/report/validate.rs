@@ -1,11 +1,14 @@
 //! `POST /v1/report` bodies: parsing and checks, each refusal naming the field
-//! (`trips[0].generation: ...`) for a 400.
+//! (`trips[0].generation: ...`) for a 400; reported trip and execution times clamped to
+//! the receipt time ([`super::times`]).
 
 use std::collections::BTreeMap;
 
 use agenthooks_crds::report::{BreakerObservation, ExecutionDelta, Report, TripReport};
+use chrono::{DateTime, Utc};
 
-use super::executions::Counts;
+use super::executions::{Counts, format_time};
+use super::times;
 use super::writer::HookRef;
 
 /// Longest `dispatcher` (as in the snapshot poll).
@@ -67,13 +70,42 @@ fn check_text(field: &str, value: &str, max: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// A DNS-1123 label: 1–63 characters of `a-z`, `0-9` and `-`, starting and ending with a
+/// letter or digit (Kubernetes namespace names).
+pub fn is_dns_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= MAX_NAMESPACE_LEN
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+/// A DNS-1123 subdomain: at most 253 characters, DNS-1123 labels joined by `.`
+/// (Kubernetes object names such as AgentHooks').
+pub fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= MAX_NAME_LEN && s.split('.').all(is_dns_label)
+}
+
 fn check_hook(at: &str, uid: &str, namespace: &str, name: &str) -> Result<(), String> {
     check_text(&format!("{at}.uid"), uid, MAX_UID_LEN)?;
     check_text(&format!("{at}.namespace"), namespace, MAX_NAMESPACE_LEN)?;
-    check_text(&format!("{at}.name"), name, MAX_NAME_LEN)
+    check_text(&format!("{at}.name"), name, MAX_NAME_LEN)?;
+    if !is_dns_label(namespace) {
+        return Err(format!(
+            "{at}.namespace: {namespace:?} is not a namespace name (a DNS-1123 label: lower-case letters, digits and '-', at most 63)"
+        ));
+    }
+    if !is_dns_subdomain(name) {
+        return Err(format!(
+            "{at}.name: {name:?} is not an object name (a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', at most 253)"
+        ));
+    }
+    Ok(())
 }
 
-fn check_trip(at: &str, t: &TripReport) -> Result<(), String> {
+fn check_trip(at: &str, t: &mut TripReport, received: DateTime<Utc>) -> Result<(), String> {
     check_hook(at, &t.uid, &t.namespace, &t.name)?;
     if t.generation < 1 {
         return Err(format!(
@@ -89,16 +121,20 @@ fn check_trip(at: &str, t: &TripReport) -> Result<(), String> {
             token.len()
         ));
     }
-    check_time(&format!("{at}.trippedAt"), &t.tripped_at)?;
+    let tripped_at = check_time(&format!("{at}.trippedAt"), &t.tripped_at)?;
+    let clamped = times::clamp(tripped_at, received);
+    if clamped != tripped_at {
+        t.tripped_at = format_time(clamped);
+    }
     if t.reason.trim().is_empty() {
         return Err(format!("{at}.reason: required, must not be empty"));
     }
     Ok(())
 }
 
-fn check_time(field: &str, value: &str) -> Result<(), String> {
+fn check_time(field: &str, value: &str) -> Result<DateTime<Utc>, String> {
     chrono::DateTime::parse_from_rfc3339(value)
-        .map(|_| ())
+        .map(|t| t.with_timezone(&Utc))
         .map_err(|e| format!("{field}: {value:?} is not an RFC 3339 time ({e})"))
 }
 
@@ -133,7 +169,7 @@ fn check_observation(at: &str, o: &BreakerObservation) -> Result<(), String> {
     Ok(())
 }
 
-fn check_delta(at: &str, d: &ExecutionDelta) -> Result<Counts, String> {
+fn check_delta(at: &str, d: &ExecutionDelta, received: DateTime<Utc>) -> Result<Counts, String> {
     check_hook(at, &d.uid, &d.namespace, &d.name)?;
     for (field, n) in [
         ("allow", d.allow),
@@ -145,22 +181,27 @@ fn check_delta(at: &str, d: &ExecutionDelta) -> Result<Counts, String> {
             return Err(format!("{at}.{field}: {n} is larger than {}", i64::MAX));
         }
     }
-    Counts::from_delta(d, at)
+    Counts::from_delta(d, at, received)
 }
 
-/// Checks a parsed report: `dispatcher` and `reportId` present and bounded; every trip
-/// names a hook (uid, namespace, name), a generation >= 1, an RFC 3339 `trippedAt` and a
-/// reason; every execution entry names a hook, counts that fit an `int64`, an RFC 3339
-/// `lastExecutionTime` and a known `lastDecision`; two entries with one uid name the same
-/// hook; every breaker observation names a hook and a generation >= 1, RFC 3339
+/// Checks a parsed report received at `received`: `dispatcher` and `reportId` present
+/// and bounded; every hook named by a uid, a namespace that is a DNS-1123 label and a name
+/// that is a DNS-1123 subdomain; every trip with a generation >= 1, an RFC 3339
+/// `trippedAt` and a reason; every execution entry with counts that fit an `int64`, an
+/// RFC 3339 `lastExecutionTime` and a known `lastDecision`; two entries with one uid name
+/// the same hook; every breaker observation with a generation >= 1, RFC 3339
 /// `lastAllowAt` and `run[].at`, and at most [`MAX_RUN_OUTCOMES`] outcomes.
 ///
+/// `trippedAt` and `lastExecutionTime` after `received` (+ skew) or before 2000 are
+/// replaced by `received` ([`times::clamp`]); breaker observation times are clamped when
+/// observed ([`crate::breaker_window`]).
+///
 /// Errors: the first problem, naming its field (`executions[1].lastDecision: ...`).
-pub fn check(report: Report) -> Result<Checked, String> {
+pub fn check(mut report: Report, received: DateTime<Utc>) -> Result<Checked, String> {
     check_text("dispatcher", &report.dispatcher, MAX_DISPATCHER_LEN)?;
     check_text("reportId", &report.report_id, MAX_REPORT_ID_LEN)?;
-    for (i, t) in report.trips.iter().enumerate() {
-        check_trip(&format!("trips[{i}]"), t)?;
+    for (i, t) in report.trips.iter_mut().enumerate() {
+        check_trip(&format!("trips[{i}]"), t, received)?;
     }
     for (i, o) in report.breaker.iter().enumerate() {
         check_observation(&format!("breaker[{i}]"), o)?;
@@ -168,7 +209,7 @@ pub fn check(report: Report) -> Result<Checked, String> {
     let mut by_uid: BTreeMap<String, (usize, HookRef, Counts)> = BTreeMap::new();
     for (i, d) in report.executions.iter().enumerate() {
         let at = format!("executions[{i}]");
-        let counts = check_delta(&at, d)?;
+        let counts = check_delta(&at, d, received)?;
         match by_uid.get_mut(&d.uid) {
             Some((first, hook, sum)) => {
                 if hook.namespace != d.namespace || hook.name != d.name {
@@ -202,6 +243,12 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn received() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2025-03-01T10:00:30Z")
+            .unwrap()
+            .with_timezone(&Utc)
+    }
+
     fn body(v: serde_json::Value) -> Vec<u8> {
         serde_json::to_vec(&v).unwrap()
     }
@@ -226,20 +273,24 @@ mod tests {
     fn refusal(v: serde_json::Value) -> String {
         match parse(&body(v)) {
             Err(e) => e,
-            Ok(r) => check(r).unwrap_err(),
+            Ok(r) => check(r, received()).unwrap_err(),
         }
     }
 
     #[test]
     fn a_good_report_merges_its_counts_per_hook() {
-        let c = check(parse(&body(good())).unwrap()).unwrap();
+        let c = check(parse(&body(good())).unwrap(), received()).unwrap();
         assert_eq!(c.report.trips.len(), 1);
         assert_eq!(c.executions.len(), 1, "u2 has nothing to write");
         let (hook, counts) = &c.executions[0];
         assert_eq!((hook.uid.as_str(), hook.name.as_str()), ("u1", "h"));
         assert_eq!((counts.allow, counts.block), (3, 5));
         assert_eq!(counts.last_decision.as_deref(), Some("block"));
-        let minimal = check(parse(br#"{"dispatcher":"d","reportId":"r"}"#).unwrap()).unwrap();
+        let minimal = check(
+            parse(br#"{"dispatcher":"d","reportId":"r"}"#).unwrap(),
+            received(),
+        )
+        .unwrap();
         assert!(minimal.report.trips.is_empty() && minimal.executions.is_empty());
     }
 
@@ -332,6 +383,35 @@ mod tests {
                 "executions[1].namespace: required",
             ),
             (
+                {
+                    let mut v = good();
+                    v["executions"][1]["namespace"] = json!("Tenant_A");
+                    v
+                },
+                "executions[1].namespace: \"Tenant_A\" is not a namespace name",
+            ),
+            (
+                {
+                    let mut v = good();
+                    v["executions"][1]["name"] = json!("a/b");
+                    v
+                },
+                "executions[1].name: \"a/b\" is not an object name",
+            ),
+            (
+                {
+                    let mut v = good();
+                    v["trips"][0]["name"] = json!("-h");
+                    v
+                },
+                "trips[0].name: \"-h\" is not an object name",
+            ),
+            (
+                json!({"dispatcher": "d", "reportId": "r", "breaker": [{
+                    "uid": "u", "namespace": "n".repeat(64), "name": "h", "generation": 1}]}),
+                "breaker[0].namespace: 64 bytes",
+            ),
+            (
                 json!({"dispatcher": "d", "reportId": "r", "breaker": [{
                     "uid": "u", "namespace": "n", "name": "h", "generation": 1,
                     "run": [{"at": "2025-03-01T10:00:00Z"}, {"at": "soon"}]}]}),
@@ -364,5 +444,54 @@ mod tests {
         );
         let arr = parse(b"5").unwrap_err();
         assert!(arr.contains("invalid type"), "{arr}");
+    }
+
+    #[test]
+    fn kubernetes_names() {
+        for ok in ["a", "tenant-acme", "0abc", &"a".repeat(63)] {
+            assert!(is_dns_label(ok), "{ok}");
+        }
+        for bad in ["", "-a", "a-", "A", "a.b", "a_b", &"a".repeat(64)] {
+            assert!(!is_dns_label(bad), "{bad}");
+        }
+        for ok in [
+            "h",
+            "block.exec-1",
+            "a.b.c",
+            &format!("{}.{}", "a".repeat(63), "b"),
+        ] {
+            assert!(is_dns_subdomain(ok), "{ok}");
+        }
+        for bad in ["", ".a", "a.", "a..b", "a/b", "Hook", &"a.".repeat(127)] {
+            assert!(!is_dns_subdomain(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn future_and_ancient_trip_and_execution_times_are_the_receipt_time() {
+        let mut v = good();
+        v["trips"][0]["trippedAt"] = json!("9999-12-31T23:59:59Z");
+        v["executions"][0]["lastExecutionTime"] = json!("9999-12-31T23:59:59Z");
+        let c = check(parse(&body(v)).unwrap(), received()).unwrap();
+        assert_eq!(c.report.trips[0].tripped_at, "2025-03-01T10:00:30Z");
+        assert_eq!(c.executions[0].1.last_time, Some(received()));
+        let mut v = good();
+        v["trips"][0]["trippedAt"] = json!("1999-12-31T23:59:59Z");
+        v["executions"][0]["lastExecutionTime"] = json!("2025-03-01T10:00:31Z");
+        let c = check(parse(&body(v)).unwrap(), received()).unwrap();
+        assert_eq!(c.report.trips[0].tripped_at, "2025-03-01T10:00:30Z");
+        assert_eq!(
+            c.executions[0]
+                .1
+                .last_time
+                .map(super::super::executions::format_time),
+            Some("2025-03-01T10:00:31Z".to_string()),
+            "within the skew: kept"
+        );
+        let c = check(parse(&body(good())).unwrap(), received()).unwrap();
+        assert_eq!(
+            c.report.trips[0].tripped_at, "2025-03-01T10:00:00Z",
+            "a plausible time is kept as sent"
+        );
     }
 }

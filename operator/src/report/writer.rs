@@ -9,11 +9,19 @@
 //! hook is written at most once per interval; the first batch after a quiet spell starts
 //! at once.
 //!
-//! A hook whose write failed stays pending (merged with what arrived meanwhile) and is
-//! tried again in the next batch, up to [`MAX_FAILED_BATCHES`] batches; then its reports
-//! are told [`HookOutcome::Failed`] (they answer 503 and the dispatcher sends the counts
-//! again). When this replica stops being the synced leader, or shuts down, every pending
-//! entry is failed the same way without being written.
+//! A hook whose write failed transiently (`5xx`, timeout, conflicts past the retry bound:
+//! [`super::api`]) stays pending (merged with what arrived meanwhile) and is tried again
+//! in the next batch, up to [`MAX_FAILED_BATCHES`] batches; then its reports are told
+//! [`HookOutcome::Failed`] (they answer `504` and the dispatcher resends them with the same
+//! `reportId`). A write the API server refuses permanently (`403` from RBAC or an
+//! admission policy, `422`, ...: [`super::api::refusal`]) would be refused again on every
+//! resend, so the hook's counts are dropped at once: an error is logged naming the hook
+//! and the API error, the runs are counted in
+//! `agenthooks_operator_execution_counts_dropped_total{reason="forbidden"|"invalid"|"refused"}`,
+//! and its reports are told [`HookOutcome::Dropped`] (acknowledged, written off). Counts of
+//! a hook that is gone are dropped the same way (`reason="hook_gone"`). When this replica
+//! stops being the synced leader, or shuts down, every pending entry is failed without
+//! being written.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -25,6 +33,7 @@ use tokio::sync::{Notify, oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::api::{refusal, refusal_label};
 use super::executions::{Counts, ExecWrite};
 use crate::error::Error;
 use crate::metrics::Metrics;
@@ -43,6 +52,9 @@ pub enum HookOutcome {
     Written,
     /// The hook is gone (or its name has another uid now): dropped, nothing to write.
     Gone,
+    /// The API server refused the write permanently (the message says how): the counts
+    /// are dropped and the report is acknowledged all the same.
+    Dropped(String),
     /// Not written (the message says why); the report must be sent again.
     Failed(String),
 }
@@ -237,7 +249,29 @@ impl ExecutionWriter {
                     }
                     Ok(ExecWrite::Gone) => {
                         tracing::debug!(hook = %format!("{}/{}", p.hook.namespace, p.hook.name), "hook gone; its execution counts are dropped");
+                        metrics
+                            .execution_counts_dropped_total
+                            .with_label_values(&["hook_gone"])
+                            .inc_by(p.counts.runs());
                         p.resolve(&HookOutcome::Gone);
+                    }
+                    Err(e) if refusal(&e).is_some() => {
+                        let (code, reason) = refusal(&e)
+                            .map(|s| (s.code, refusal_label(s)))
+                            .unwrap_or_default();
+                        let key = format!("{}/{}", p.hook.namespace, p.hook.name);
+                        metrics.execution_status_write_errors_total.inc();
+                        metrics
+                            .execution_counts_dropped_total
+                            .with_label_values(&[reason])
+                            .inc_by(p.counts.runs());
+                        tracing::error!(
+                            hook = %key, uid = %p.hook.uid, code, error = %e, runs = p.counts.runs(),
+                            "the API server refused to write status.executions of this hook (it would refuse it again): its execution counts are DROPPED"
+                        );
+                        p.resolve(&HookOutcome::Dropped(format!(
+                            "status.executions of {key} refused by the API server ({code}): {e}"
+                        )));
                     }
                     Err(e) => {
                         metrics.execution_status_write_errors_total.inc();
@@ -262,6 +296,7 @@ impl ExecutionWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::api::tests::api_error;
     use agenthooks_crds::agenthook::ExecutionsStatus;
     use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -445,5 +480,76 @@ mod tests {
             "after shutdown a submission fails at once"
         );
         assert_eq!(writer.pending_hooks(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_permanent_refusal_drops_the_counts_at_once_and_a_5xx_is_retried() {
+        let (_s, serving) = leader();
+        let writer = ExecutionWriter::new(Duration::from_secs(1));
+        let metrics = Metrics::new().unwrap();
+        let cancel = CancellationToken::new();
+        let calls = Arc::new(Mutex::new(Vec::<String>::new()));
+        let c = calls.clone();
+        tokio::spawn(writer.clone().run(
+            move |h: HookRef, _c: Counts| {
+                let c = c.clone();
+                async move {
+                    let n = {
+                        let mut calls = lock(&c);
+                        calls.push(h.uid.clone());
+                        calls.iter().filter(|u| **u == h.uid).count()
+                    };
+                    match h.uid.as_str() {
+                        "forbidden" => Err(Error::Kube(api_error(403))),
+                        "invalid" => Err(Error::Kube(api_error(422))),
+                        // a 503 once, then written
+                        _ if n == 1 => Err(Error::Kube(api_error(503))),
+                        _ => Ok(ExecWrite::Written {
+                            executions: ExecutionsStatus::default(),
+                            attempts: 1,
+                        }),
+                    }
+                }
+            },
+            serving,
+            metrics.clone(),
+            cancel.clone(),
+        ));
+        let runs = |n| Counts {
+            allow: n,
+            block: 1,
+            ..Default::default()
+        };
+        let forbidden = writer.submit(hook("forbidden"), runs(4));
+        let invalid = writer.submit(hook("invalid"), runs(1));
+        let flaky = writer.submit(hook("flaky"), runs(1));
+        match forbidden.await.unwrap() {
+            HookOutcome::Dropped(why) => {
+                assert!(
+                    why.contains("ns/h-forbidden") && why.contains("403"),
+                    "{why}"
+                )
+            }
+            other => panic!("expected Dropped, got {other:?}"),
+        }
+        assert!(matches!(invalid.await.unwrap(), HookOutcome::Dropped(_)));
+        assert_eq!(flaky.await.unwrap(), HookOutcome::Written);
+        let calls = lock(&calls).clone();
+        assert_eq!(
+            calls.iter().filter(|u| *u == "forbidden").count(),
+            1,
+            "a permanent refusal is not retried"
+        );
+        assert_eq!(calls.iter().filter(|u| *u == "flaky").count(), 2);
+        let dropped = |reason: &str| {
+            metrics
+                .execution_counts_dropped_total
+                .with_label_values(&[reason])
+                .get()
+        };
+        assert_eq!((dropped("forbidden"), dropped("invalid")), (5, 2));
+        assert_eq!(metrics.execution_status_write_errors_total.get(), 3);
+        assert_eq!(writer.pending_hooks(), 0);
+        cancel.cancel();
     }
 }
