@@ -2,12 +2,17 @@
 //! cases/README "Budgets and breakers across replicas"): 40 concurrent reservations of
 //! 100 on 1,000 admit exactly 10; a forced 409 on the settle write is retried from a fresh
 //! read and `used` stays exact; many concurrent settles through two writers (an old and
-//! a new leader during a failover) sum exactly; releases, duplicates and bad requests.
+//! a new leader during a failover) sum exactly; releases, duplicates and bad requests;
+//! settles capped at their reservation (or the per-call maximum) and refused for another
+//! dispatcher's or tenant's reservation; settled tokens that stay counted while their
+//! status write keeps failing, past the reservation TTL, and are written once it works.
 
 mod budget_support;
 
 use std::time::Duration;
 
+use agenthooks_operator::budget;
+use agenthooks_operator::budget::ledger::MAX_CALL_TOKENS;
 use axum::http::StatusCode;
 use budget_support::*;
 use serde_json::{Value, json};
@@ -62,18 +67,21 @@ async fn forty_concurrent_calls_of_100_on_1000_admit_ten_and_used_is_their_sum()
                 } else {
                     "dispatcher-b"
                 };
-                r.reserve(dispatcher, &tenant, 100).await
+                (dispatcher, r.reserve(dispatcher, &tenant, 100).await)
             })
         })
         .collect();
     let mut granted = Vec::new();
     for call in calls {
-        let (status, v) = call.await.expect("task");
+        let (dispatcher, (status, v)) = call.await.expect("task");
         assert_eq!(status, StatusCode::OK, "{v}");
         let remaining = v["remaining"].as_i64().expect("remaining");
         assert!(remaining >= 0, "remaining never below zero: {v}");
         if v["granted"] == true {
-            granted.push(v["reservationId"].as_str().expect("id").to_string());
+            granted.push((
+                dispatcher,
+                v["reservationId"].as_str().expect("id").to_string(),
+            ));
         } else {
             assert_eq!(
                 v["reason"], "BudgetExhausted",
@@ -83,13 +91,14 @@ async fn forty_concurrent_calls_of_100_on_1000_admit_ten_and_used_is_their_sum()
     }
     assert_eq!(granted.len(), 10, "exactly what the budget holds");
 
-    // the calls cost 90 each: settled concurrently, used is their exact sum
+    // the calls cost 90 each: settled concurrently (each by the dispatcher that
+    // reserved), used is their exact sum
     let settles: Vec<_> = granted
         .into_iter()
-        .map(|id| {
+        .map(|(dispatcher, id)| {
             let r = r.clone();
             let tenant = tenant.clone();
-            tokio::spawn(async move { r.settle("dispatcher-a", &tenant, &id, 90).await })
+            tokio::spawn(async move { r.settle(dispatcher, &tenant, &id, 90).await })
         })
         .collect();
     for s in settles {
@@ -349,6 +358,10 @@ async fn bad_requests_name_the_field() {
             json!({"dispatcher": "d", "tenant": "t", "tokens": "many"}),
             "tokens",
         ),
+        (
+            json!({"dispatcher": "d", "tenant": "t", "tokens": MAX_CALL_TOKENS + 1}),
+            "tokens",
+        ),
     ] {
         let (status, v) = reserve(body.clone()).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {v}");
@@ -385,5 +398,156 @@ async fn bad_requests_name_the_field() {
         (StatusCode::BAD_REQUEST, Some("body")),
         "{v}"
     );
+    r.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_settle_counts_at_most_its_reservation_and_only_from_whoever_reserved() {
+    let _serial = serial().await;
+    let (cp, _master, tenant, ns, r) = ready_budget(10_000_000, "capped").await;
+    let other_tenant = agenthooks_e2e::unique_name("other");
+    let other_ns = namespace(cp, "tenant", Some(&other_tenant)).await;
+    budget(cp, &other_ns, "b", 1000, None).await;
+    r.reserve_until("d9", &other_tenant, 1, |v| v["granted"] == true)
+        .await;
+    let v = r
+        .reserve_until("d1", &tenant, 300, |v| v["granted"] == true)
+        .await;
+    let id = v["reservationId"].as_str().expect("id").to_string();
+
+    // another dispatcher, or the right one naming another tenant: 409, nothing counted
+    let (status, v) = r.settle("d2", &tenant, &id, 300).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{v}");
+    let error = v["error"].as_str().unwrap_or("");
+    assert!(
+        error.contains("\"d1\"") && error.contains("\"d2\""),
+        "names both dispatchers: {v}"
+    );
+    let (status, v) = r.settle("d1", &other_tenant, &id, 300).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{v}");
+    let error = v["error"].as_str().unwrap_or("");
+    assert!(
+        error.contains(&tenant) && error.contains(&other_tenant),
+        "names both tenants: {v}"
+    );
+    assert_eq!(get(cp, &other_ns, "b").await["status"]["used"], 0);
+    assert_eq!(
+        r.metric("agenthooks_budget_settles_total{result=\"mismatch\"}"),
+        2.0
+    );
+
+    // its dispatcher settles far more than it reserved: 300 counted, the rest logged
+    let (status, v) = r.settle("d1", &tenant, &id, 5_000).await;
+    assert_eq!(
+        (status, v["used"].as_i64()),
+        (StatusCode::OK, Some(300)),
+        "{v}"
+    );
+    assert_eq!(
+        r.metric("agenthooks_budget_settle_overage_tokens_total{cap=\"reservation\"}"),
+        4_700.0
+    );
+    // an id this leader never granted: at most the per-call maximum
+    let (status, v) = r
+        .settle("d1", &tenant, "from-a-previous-leader", 3_000_000)
+        .await;
+    assert_eq!(
+        (status, v["used"].as_i64()),
+        (StatusCode::OK, Some(300 + MAX_CALL_TOKENS)),
+        "{v}"
+    );
+    assert_eq!(
+        r.metric("agenthooks_budget_settle_overage_tokens_total{cap=\"absolute\"}"),
+        (3_000_000 - MAX_CALL_TOKENS) as f64
+    );
+    assert_eq!(
+        get(cp, &ns, "b").await["status"]["used"].as_i64(),
+        Some(300 + MAX_CALL_TOKENS)
+    );
+    r.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn settled_tokens_stay_counted_while_their_write_fails_past_the_reservation_ttl() {
+    let _serial = serial().await;
+    let cp = control_plane().await;
+    let master = namespace(cp, "ah-budget-sys", None).await;
+    let tenant = agenthooks_e2e::unique_name("stuck");
+    let ns = namespace(cp, "tenant", Some(&tenant)).await;
+    let ttl = Duration::from_secs(2);
+    let r = Replica::leading_with(
+        cp,
+        &master,
+        budget::Settings {
+            reservation_ttl: ttl,
+            settle_wait: Duration::from_secs(2),
+            write_retry_first: Duration::from_millis(100),
+            write_retry_max: Duration::from_millis(500),
+            ..no_hold_off()
+        },
+    )
+    .await;
+    budget(cp, &ns, "b", 1000, None).await;
+    wait_budget(cp, &ns, "b", WAIT, |v| v["status"]["remaining"] == 1000).await;
+    let v = r
+        .reserve_until("d1", &tenant, 600, |v| v["granted"] == true)
+        .await;
+    let id = v["reservationId"].as_str().expect("id").to_string();
+
+    // from now on the API server refuses every status write of this budget
+    let deny = DenyStatusWrites::install(cp, &ns, "b").await;
+    let (status, v) = r.settle("d1", &tenant, &id, 500).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{v}");
+    assert!(
+        v["error"].as_str().unwrap_or("").contains("stay counted"),
+        "{v}"
+    );
+    // longer than the reservation's TTL: the 500 still count (before: the write's
+    // failure uncounted them and the reservation expired, so 1,000 were free again)
+    tokio::time::sleep(ttl * 2).await;
+    let (_, v) = r.reserve("d2", &tenant, 501).await;
+    assert_eq!(
+        (
+            v["granted"].as_bool(),
+            v["reason"].as_str(),
+            v["remaining"].as_i64()
+        ),
+        (Some(false), Some("BudgetExhausted"), Some(500)),
+        "{v}"
+    );
+    assert_eq!(get(cp, &ns, "b").await["status"]["used"], 0, "not written");
+    assert!(r.metric("agenthooks_budget_settle_write_failures_total") >= 2.0);
+    assert_eq!(
+        r.metric(&format!(
+            "agenthooks_budget_unwritten_tokens{{tenant=\"{tenant}\"}}"
+        )),
+        500.0
+    );
+    // the dispatcher retries the settle (same id): it joins, still not written
+    let (status, _) = r.settle("d1", &tenant, &id, 500).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+
+    // writes work again: the background retry writes the 500 once
+    deny.remove(&ns, "b").await;
+    wait_budget(cp, &ns, "b", WAIT, |v| v["status"]["used"] == 500).await;
+    let (status, v) = r.settle("d1", &tenant, &id, 500).await;
+    assert_eq!(
+        (status, v["used"].as_i64(), v["duplicate"].as_bool()),
+        (StatusCode::OK, Some(500), Some(true)),
+        "{v}"
+    );
+    let (_, v) = r.reserve("d2", &tenant, 500).await;
+    assert_eq!(
+        (v["granted"].as_bool(), v["remaining"].as_i64()),
+        (Some(true), Some(0)),
+        "{v}"
+    );
+    assert_eq!(
+        r.metric(&format!(
+            "agenthooks_budget_unwritten_tokens{{tenant=\"{tenant}\"}}"
+        )),
+        0.0
+    );
+    assert_eq!(get(cp, &ns, "b").await["status"]["used"], 500);
     r.stop().await;
 }

@@ -1,7 +1,9 @@
 //! The budget endpoints of whole operators (`agenthooks_operator::run`, Lease election
-//! and all) over real HTTP on the real API server: the standby answers 503, the leader
-//! serves, and on a failover the new leader forgets the old one's reservations (the
-//! overspend is bounded by them) while settles of those reservations still count.
+//! and all) over real HTTP on the real API server: the standby answers 503, the first
+//! leader of a fresh Lease serves at once, and on a failover the new leader, which does
+//! not know the old one's reservations, refuses reserves `BudgetUnavailable` for the
+//! hold-off while it counts the settles of the old leader's calls, so no more than the
+//! budget is admitted across the failover.
 
 mod budget_support;
 
@@ -88,42 +90,34 @@ async fn settle(
     post(http, format!("{}/v1/budget/settle", op.sync), body).await
 }
 
-/// Reserves on `op` until granted (the operator leads, has synced, installed the budget).
-async fn reserve_granted(
-    http: &reqwest::Client,
-    op: &Operator,
-    tenant: &str,
-    tokens: i64,
-) -> Value {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
-    loop {
-        let (status, v) = reserve(http, op, tenant, tokens).await;
-        if status == 200 && v["granted"] == true {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never granted: {status} {v}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_standby_answers_503_and_a_failover_forgets_reservations_in_flight() {
+async fn a_new_leader_holds_reserves_off_until_the_old_leaders_calls_have_ended() {
     let cp = control_plane().await;
     let master = namespace(cp, "ah-budget-sys", None).await;
     let tenant = unique_name("failover");
     let ns = namespace(cp, "tenant", Some(&tenant)).await;
-    budget(cp, &ns, "b", 1000, None).await;
+    budget(cp, &ns, "b", 100_000, None).await;
     let _ = rustls::crypto::ring::default_provider().install_default();
     let http = reqwest::Client::new();
     let lease = unique_name("budget-lease");
 
+    // the first leader of a fresh Lease has no one's reservations to wait for
     let a = operator(cp, &master, &lease, "replica-a").await;
-    let held = reserve_granted(&http, &a, &tenant, 1000).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+    let held = loop {
+        let (status, v) = reserve(&http, &a, &tenant, 99_000).await;
+        assert_ne!(
+            v["reason"], "BudgetUnavailable",
+            "no hold-off for a first leader: {v}"
+        );
+        if status == 200 && v["granted"] == true {
+            break v;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{status} {v}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     let held_id = held["reservationId"].as_str().expect("id").to_string();
-    assert_eq!(held["remaining"], 0);
+    assert_eq!(held["remaining"], 1000);
 
     let b = operator(cp, &master, &lease, "replica-b").await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
@@ -157,32 +151,82 @@ async fn the_standby_answers_503_and_a_failover_forgets_reservations_in_flight()
     assert_eq!(status, 413);
     let (status, v) = reserve(&http, &a, &tenant, 0).await;
     assert_eq!((status, v["field"].as_str()), (400, Some("tokens")), "{v}");
-    let (_, v) = reserve(&http, &a, &tenant, 1).await;
+    let (_, v) = reserve(&http, &a, &tenant, 1001).await;
     assert_eq!(
         (v["granted"].as_bool(), v["reason"].as_str()),
         (Some(false), Some("BudgetExhausted"))
     );
 
-    // the leader stops (releasing the Lease); the standby takes over with an empty ledger:
-    // the 1,000 held by the old leader are forgotten (the bounded overspend)
+    // the leader stops (releasing the Lease) while its 99,000 are in flight; the standby
+    // takes over with an empty ledger
+    let stopped_at = tokio::time::Instant::now();
     a.cancel.cancel();
     let stopped = tokio::time::timeout(Duration::from_secs(20), a.task).await;
     assert!(matches!(stopped, Ok(Ok(Ok(())))), "{stopped:?}");
-    let again = reserve_granted(&http, &b, &tenant, 1000).await;
-    let again_id = again["reservationId"].as_str().expect("id").to_string();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let first = loop {
+        let (status, v) = reserve(&http, &b, &tenant, 99_000).await;
+        if status == 200 {
+            break v;
+        }
+        assert!(
+            (status == 503 || status == 0) && tokio::time::Instant::now() < deadline,
+            "{status} {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        (first["granted"].as_bool(), first["reason"].as_str()),
+        (Some(false), Some("BudgetUnavailable")),
+        "a new leader refuses reserves at first (fail closed): {first}"
+    );
 
-    // both calls settle with the new leader: the old reservation's id is unknown there
-    // and still counts, so used is the sum of what was spent
-    let (status, v) = settle(&http, &b, &tenant, &held_id, 300).await;
+    // the old leader's call ends and settles with the new leader during the hold-off:
+    // its id is unknown there and still counts
+    let (status, v) = settle(&http, &b, &tenant, &held_id, 99_000).await;
     assert_eq!(
         (status, v["used"].as_i64(), v["duplicate"].as_bool()),
-        (200, Some(300), Some(false)),
+        (200, Some(99_000), Some(false)),
         "{v}"
     );
-    let (status, v) = settle(&http, &b, &tenant, &again_id, 800).await;
+    assert!(
+        stopped_at.elapsed() < agenthooks_operator::budget::hold_off::FAILOVER_HOLD_OFF,
+        "the settle was taken during the hold-off"
+    );
+
+    // after the hold-off: what the old leader's call spent is known, so the new leader
+    // admits only what is left (before: another 99,000 granted on a 100,000 budget)
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let after = loop {
+        let (status, v) = reserve(&http, &b, &tenant, 99_000).await;
+        assert_eq!(status, 200, "{v}");
+        if v["reason"] != "BudgetUnavailable" {
+            break v;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{v}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        stopped_at.elapsed() >= agenthooks_operator::budget::hold_off::FAILOVER_HOLD_OFF,
+        "the hold-off lasted {:?} after the old leader stopped",
+        stopped_at.elapsed()
+    );
+    assert_eq!(
+        (
+            after["granted"].as_bool(),
+            after["reason"].as_str(),
+            after["remaining"].as_i64()
+        ),
+        (Some(false), Some("BudgetExhausted"), Some(1000)),
+        "{after}"
+    );
+    let (_, v) = reserve(&http, &b, &tenant, 1000).await;
+    assert_eq!(v["granted"], true, "{v}");
+    let id = v["reservationId"].as_str().expect("id").to_string();
+    let (status, v) = settle(&http, &b, &tenant, &id, 1000).await;
     assert_eq!(
         (status, v["used"].as_i64(), v["remaining"].as_i64()),
-        (200, Some(1100), Some(0)),
+        (200, Some(100_000), Some(0)),
         "{v}"
     );
     assert_eq!(v["state"], "Exhausted");
@@ -193,7 +237,7 @@ async fn the_standby_answers_503_and_a_failover_forgets_reservations_in_flight()
             s["remaining"].as_i64(),
             s["state"].as_str()
         ),
-        (Some(1100), Some(0), Some("Exhausted"))
+        (Some(100_000), Some(0), Some("Exhausted"))
     );
 
     b.cancel.cancel();

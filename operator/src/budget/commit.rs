@@ -8,7 +8,10 @@
 //! A request that fails without an answer (timeout, connection lost, a 5xx such as the
 //! API server's own timeout) has an unknown outcome; the object is read again and, if
 //! it already shows the status we sent on a newer resourceVersion, the write counts as
-//! done (so a settle is not counted twice); otherwise it is retried like a conflict.
+//! done (so a settle is not counted twice); otherwise it is retried like a conflict. A
+//! write still without answer when [`commit`] gives up is handed back as [`Unconfirmed`]:
+//! the caller passes it to its next [`commit`] of the same change, which first checks
+//! whether it landed (the settle writer retries a batch for as long as it leads).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +30,16 @@ use super::resolution::BudgetKey;
 pub const MAX_ATTEMPTS: u32 = 6;
 /// Limit of each API request of a write.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A status write whose outcome is unknown (no answer, or a 5xx): what was sent, and the
+/// resourceVersion it was based on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unconfirmed {
+    /// The status sent.
+    pub status: TenantHookBudgetStatus,
+    /// `metadata.resourceVersion` of the object it was computed from.
+    pub based_on: String,
+}
 
 /// What [`commit`] did.
 #[derive(Debug, Clone)]
@@ -48,6 +61,12 @@ pub enum Committed {
 /// (a cached object; `None` reads it first). `desired` returns `None` when nothing is to
 /// change; it is called again on the fresh object after every conflict.
 ///
+/// `unconfirmed`: a write of this same change from an earlier call whose outcome is
+/// unknown. When set, the object is read first and, if it shows that write landed, the
+/// call ends there (`Written`, `before` = `after` = the fresh object) instead of
+/// applying the change a second time. On return it holds the last write of this call
+/// if that one's outcome is unknown, else `None`.
+///
 /// Errors: [`BudgetError::Conflict`] when every attempt met 409 (or no answer),
 /// [`BudgetError::Timeout`] when a read did not answer in time, [`BudgetError::Kube`] for
 /// any other API failure.
@@ -56,18 +75,28 @@ pub async fn commit<F>(
     key: &BudgetKey,
     base: Option<Arc<TenantHookBudget>>,
     metrics: &BudgetMetrics,
+    unconfirmed: &mut Option<Unconfirmed>,
     mut desired: F,
 ) -> Result<Committed, BudgetError>
 where
     F: FnMut(&TenantHookBudget) -> Option<TenantHookBudgetStatus>,
 {
-    let mut current = match base {
+    let mut current = match base.filter(|_| unconfirmed.is_none()) {
         Some(b) => b,
         None => match read(api, key).await? {
             Some(b) => b,
             None => return Ok(Committed::Gone),
         },
     };
+    if let Some(u) = unconfirmed.take()
+        && landed(&current, &u.status, &u.based_on)
+    {
+        tracing::info!(budget = %key, "an earlier status write without answer had landed");
+        return Ok(Committed::Written {
+            before: current.clone(),
+            after: current,
+        });
+    }
     let params = PatchParams {
         field_manager: Some(crate::FIELD_MANAGER.to_string()),
         ..PatchParams::default()
@@ -114,6 +143,12 @@ where
             ),
         };
         if attempt >= MAX_ATTEMPTS {
+            if unknown_outcome {
+                *unconfirmed = Some(Unconfirmed {
+                    status,
+                    based_on: rv,
+                });
+            }
             tracing::warn!(budget = %key, attempt, error = %why, "budget status write failed on every attempt");
             return Err(BudgetError::Conflict {
                 key: key.to_string(),
@@ -124,9 +159,18 @@ where
         tracing::debug!(budget = %key, attempt, error = %why, "budget status write retried from a fresh read");
         tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
         attempt += 1;
-        let fresh = match read(api, key).await? {
-            Some(b) => b,
-            None => return Ok(Committed::Gone),
+        let fresh = match read(api, key).await {
+            Ok(Some(b)) => b,
+            Ok(None) => return Ok(Committed::Gone),
+            Err(e) => {
+                if unknown_outcome {
+                    *unconfirmed = Some(Unconfirmed {
+                        status,
+                        based_on: rv,
+                    });
+                }
+                return Err(e);
+            }
         };
         if unknown_outcome && landed(&fresh, &status, &rv) {
             tracing::info!(budget = %key, "a status write without answer had landed");

@@ -2,31 +2,40 @@
 //! the recorded period), what is settled but not yet persisted, and the reservations in
 //! flight (CONTRACT §5.5; issue 3 point 3).
 //!
-//! A reservation of `n` tokens is granted iff
+//! A reservation of `n` tokens (`0 < n <=` [`MAX_CALL_TOKENS`]) is granted iff
 //! `total - used - unpersisted - reserved >= n`, where `used` counts only when its
-//! recorded period is the current UTC month (a new month starts at 0). Reservations
-//! expire after [`RESERVATION_TTL`]. A settle removes its reservation and queues its
-//! tokens for the budget's writer ([`Ledger::take_batch`] / [`Ledger::finish_batch`]),
-//! which persists them in groups; the settle is answered once its group is written.
+//! recorded period is the current UTC month (a new month starts at 0), and never during
+//! the failover hold-off ([`Ledger::hold_off`]: refused `BudgetUnavailable`).
+//! Reservations expire after the ledger's TTL ([`RESERVATION_TTL`] by default).
+//!
+//! A settle must come from the dispatcher that reserved and name the tenant of the
+//! reservation (else [`SettleOutcome::Mismatch`], nothing counted). It removes the
+//! reservation and queues its tokens, capped at the reserved tokens (the call's upper
+//! bound) — or at [`MAX_CALL_TOKENS`] for an id this leader does not know — for the
+//! budget's writer ([`Ledger::take_batch`] / [`Ledger::finish_batch`]), which persists
+//! them in groups; the settle is answered once its group is written. Queued tokens count
+//! against what is available (`unpersisted`) until they are written, however long the
+//! write takes: a failing status write never frees them.
 //!
 //! Pure (no I/O, no clock of its own: every call takes `now`); the caller holds it in a
 //! `std::sync::Mutex` and never across an `.await`.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agenthooks_crds::TenantHookBudget;
 use agenthooks_crds::budget::BudgetState;
 use agenthooks_crds::report::{
-    REASON_BUDGET_EXHAUSTED, REASON_BUDGET_NOT_FOUND, ReserveRequest, SettleRequest, SettleResponse,
+    REASON_BUDGET_EXHAUSTED, REASON_BUDGET_NOT_FOUND, REASON_BUDGET_UNAVAILABLE, ReserveRequest,
+    SettleRequest, SettleResponse,
 };
 use tokio::sync::oneshot;
 
 use super::resolution::BudgetKey;
 
-/// How long a reservation holds its tokens without a settle (longer than any hook call:
-/// a hook's timeout is at most 10 s, CONTRACT §1).
+/// How long a reservation holds its tokens without a settle, by default (longer than
+/// any hook call: a hook's timeout is at most 10 s, CONTRACT §4).
 pub const RESERVATION_TTL: Duration = Duration::from_secs(120);
 /// How long a settled reservation id is remembered, so a retried settle is answered
 /// `duplicate` instead of counted twice.
@@ -35,6 +44,12 @@ pub const SETTLED_MEMORY: Duration = Duration::from_secs(15 * 60);
 pub const MAX_SETTLED_REMEMBERED: usize = 100_000;
 /// Most reservations in flight per budget; past it a reserve is answered 429.
 pub const MAX_RESERVATIONS: usize = 10_000;
+/// Most tokens one call may hold or count (2^20 = 1,048,576): a reserve asking for more
+/// is refused (400), and a settle of an id this leader does not know (reserved with a
+/// previous leader, or expired) counts at most this much. A settle of a known
+/// reservation counts at most what it reserved (CONTRACT §5.5: the reservation is the
+/// call's bound, prompt estimate + max output tokens).
+pub const MAX_CALL_TOKENS: i64 = 1 << 20;
 
 /// A budget as observed from the API server (watch) or as written by us.
 #[derive(Debug, Clone)]
@@ -122,13 +137,15 @@ struct Reservation {
 /// Who waits for a settle: its answer channel and whether it repeats an earlier settle.
 type Waiter = (oneshot::Sender<SettleOutcome>, bool);
 
+/// A settle queued for the writer: its tokens count (as `unpersisted`) until written.
 #[derive(Debug)]
 struct Pending {
+    /// The tokens counted (after the cap).
     tokens: i64,
+    /// Who settled.
+    dispatcher: String,
     waiters: Vec<Waiter>,
     in_flight: bool,
-    /// The reservation it settled, put back if the write fails.
-    restore: Option<(String, Reservation)>,
 }
 
 #[derive(Debug)]
@@ -145,7 +162,8 @@ struct Book {
     reserved: i64,
     pending: HashMap<String, Pending>,
     unpersisted: i64,
-    settled: HashSet<String>,
+    /// Settled ids and who settled them.
+    settled: HashMap<String, String>,
     settled_order: VecDeque<(Instant, String)>,
     writing: bool,
 }
@@ -165,7 +183,7 @@ impl Book {
             reserved: 0,
             pending: HashMap::new(),
             unpersisted: 0,
-            settled: HashSet::new(),
+            settled: HashMap::new(),
             settled_order: VecDeque::new(),
             writing: false,
         }
@@ -212,6 +230,15 @@ impl Book {
             .saturating_sub(self.reserved)
     }
 
+    /// Who reserved or settled `id` in this budget (in flight, queued or settled).
+    fn owner_of(&self, id: &str) -> Option<&str> {
+        self.reservations
+            .get(id)
+            .map(|r| r.dispatcher.as_str())
+            .or_else(|| self.pending.get(id).map(|p| p.dispatcher.as_str()))
+            .or_else(|| self.settled.get(id).map(String::as_str))
+    }
+
     /// Releases the reservations expired at `now`; returns how many.
     fn expire(&mut self, now: Instant) -> u64 {
         let mut n = 0;
@@ -233,8 +260,8 @@ impl Book {
         n
     }
 
-    fn remember_settled(&mut self, id: String, now: Instant) {
-        if self.settled.insert(id.clone()) {
+    fn remember_settled(&mut self, id: String, dispatcher: String, now: Instant) {
+        if self.settled.insert(id.clone(), dispatcher).is_none() {
             self.settled_order.push_back((now, id));
         }
         while self.settled_order.len() > MAX_SETTLED_REMEMBERED {
@@ -268,7 +295,8 @@ pub enum ReserveOutcome {
         /// The budget.
         budget: BudgetKey,
     },
-    /// Not held: `reason` is [`REASON_BUDGET_EXHAUSTED`] or [`REASON_BUDGET_NOT_FOUND`].
+    /// Not held: `reason` is [`REASON_BUDGET_EXHAUSTED`], [`REASON_BUDGET_NOT_FOUND`] or
+    /// [`REASON_BUDGET_UNAVAILABLE`] (the failover hold-off).
     Refused {
         /// Why.
         reason: &'static str,
@@ -291,15 +319,56 @@ pub enum SettleOutcome {
     Persisted(SettleResponse),
     /// The tenant has no accepted budget (or it was deleted before the write).
     NotFound,
-    /// Not written (the tokens are not counted; the reservation, if any, is held again):
-    /// retry.
+    /// The settle names another dispatcher or tenant than the reservation it settles
+    /// (the message says which); nothing counted.
+    Mismatch(String),
+    /// Not written yet: retry with the same id. The tokens stay counted while this
+    /// leader keeps the budget (its writer retries the write); only a change of
+    /// leadership (or of the budget) drops them, and the retry counts them again there.
     Failed(String),
+}
+
+/// Which cap a settle met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cap {
+    /// The tokens of the reservation settled.
+    Reservation,
+    /// [`MAX_CALL_TOKENS`] (an id this leader does not know).
+    Absolute,
+}
+
+impl Cap {
+    /// Label in `agenthooks_budget_settle_overage_tokens_total{cap}`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Cap::Reservation => "reservation",
+            Cap::Absolute => "absolute",
+        }
+    }
+}
+
+/// A settle that claimed more than its cap: `counted` of `claimed` tokens counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capped {
+    /// The tokens the settle carried.
+    pub claimed: i64,
+    /// The tokens counted (the cap).
+    pub counted: i64,
+    /// Which cap.
+    pub cap: Cap,
+}
+
+impl Capped {
+    /// Tokens not counted.
+    pub fn overage(&self) -> i64 {
+        self.claimed - self.counted
+    }
 }
 
 /// What to do with a settle.
 #[derive(Debug)]
 pub enum SettleStep {
-    /// Answer at once (a duplicate, a release, or a settle of 0 tokens).
+    /// Answer at once (a duplicate, a release, a settle of 0 tokens, a mismatch).
     Done(SettleOutcome),
     /// Wait for the writer; spawn one for `spawn_writer` when set.
     Wait {
@@ -307,6 +376,8 @@ pub enum SettleStep {
         answer: oneshot::Receiver<SettleOutcome>,
         /// Set when no writer runs for this budget yet.
         spawn_writer: Option<BudgetKey>,
+        /// Set when the settle carried more than its cap (the excess is not counted).
+        capped: Option<Capped>,
     },
 }
 
@@ -344,16 +415,17 @@ impl Batch {
 /// Why a batch was not written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BatchFailure {
-    /// The budget is gone (404).
+    /// The budget is gone (404): its queued tokens have nothing to count against.
     Gone,
-    /// Anything else (conflicts past the retries, API errors, timeouts).
-    Error(String),
+    /// The writer gave up because the batch's book is no longer this session's (the
+    /// leadership changed, or the budget was deleted, refused or replaced).
+    Abandoned(String),
 }
 
 /// A settle answer to deliver (outside the lock).
 pub type Delivery = (oneshot::Sender<SettleOutcome>, SettleOutcome);
 
-/// Per tenant, the persisted remaining and the tokens held by reservations (metrics).
+/// Per tenant, the persisted remaining and the tokens held (metrics).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TenantFigures {
     /// Tenant.
@@ -362,34 +434,78 @@ pub struct TenantFigures {
     pub remaining: i64,
     /// Tokens held by reservations in flight.
     pub reserved: i64,
+    /// Tokens settled and counted, not yet written to `status.used`.
+    pub unpersisted: i64,
 }
 
 /// Every accepted budget's book, and tenant → budget routes.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Ledger {
     session: u64,
     books: HashMap<BudgetKey, Book>,
     routes: HashMap<String, BudgetKey>,
     expired: u64,
+    ttl: Duration,
+    hold_until: Option<Instant>,
+}
+
+impl Default for Ledger {
+    fn default() -> Self {
+        Ledger::with_ttl(RESERVATION_TTL)
+    }
 }
 
 impl Ledger {
-    /// An empty ledger.
+    /// An empty ledger whose reservations expire after [`RESERVATION_TTL`].
     pub fn new() -> Ledger {
         Ledger::default()
     }
 
+    /// An empty ledger whose reservations expire after `ttl`.
+    pub fn with_ttl(ttl: Duration) -> Ledger {
+        Ledger {
+            session: 0,
+            books: HashMap::new(),
+            routes: HashMap::new(),
+            expired: 0,
+            ttl,
+            hold_until: None,
+        }
+    }
+
     /// Forgets everything (leadership starts or ends: reservations in flight are
-    /// forgotten, settles waiting for a write are answered by their dropped channel).
+    /// forgotten, settles waiting for a write are answered by their dropped channel) and
+    /// ends any hold-off.
     pub fn clear(&mut self) {
         self.session += 1;
         self.books.clear();
         self.routes.clear();
+        self.hold_until = None;
     }
 
     /// The current session (bumped by [`Ledger::clear`]).
     pub fn session(&self) -> u64 {
         self.session
+    }
+
+    /// Refuses every reserve with `BudgetUnavailable` until `until` (the failover
+    /// hold-off: reservations a previous leader granted may still be in flight, and this
+    /// ledger does not know them). Settles are not affected.
+    pub fn hold_off(&mut self, until: Instant) {
+        self.hold_until = Some(until);
+    }
+
+    /// Ends the hold-off of session `session` (no effect on a later session). Returns
+    /// whether a hold-off was ended.
+    pub fn end_hold_off(&mut self, session: u64) -> bool {
+        session == self.session && self.hold_until.take().is_some()
+    }
+
+    /// How long the hold-off still lasts at `now` (`None`: not holding off).
+    pub fn holding_off(&self, now: Instant) -> Option<Duration> {
+        self.hold_until
+            .filter(|t| *t > now)
+            .map(|t| t.saturating_duration_since(now))
     }
 
     /// The budget of `tenant`.
@@ -437,8 +553,9 @@ impl Ledger {
         self.books.get(key).map(|b| b.view(period))
     }
 
-    /// Holds `req.tokens` (> 0, checked by the caller) of the tenant's budget if what
-    /// remains after every reservation in flight and every unpersisted settle covers it.
+    /// Holds `req.tokens` (`1..=MAX_CALL_TOKENS`, checked by the caller) of the tenant's
+    /// budget if what remains after every reservation in flight and every unpersisted
+    /// settle covers it, and this ledger is not in its failover hold-off.
     pub fn reserve(&mut self, req: &ReserveRequest, now: Instant, period: &str) -> ReserveOutcome {
         let Some(key) = self.routes.get(&req.tenant) else {
             return ReserveOutcome::Refused {
@@ -456,6 +573,13 @@ impl Ledger {
         };
         self.expired += book.expire(now);
         let available = book.available(period);
+        if self.hold_until.is_some_and(|t| now < t) {
+            return ReserveOutcome::Refused {
+                reason: REASON_BUDGET_UNAVAILABLE,
+                remaining: available.max(0),
+                budget: Some(key.clone()),
+            };
+        }
         if available < req.tokens {
             return ReserveOutcome::Refused {
                 reason: REASON_BUDGET_EXHAUSTED,
@@ -469,7 +593,7 @@ impl Ledger {
             };
         }
         let id = uuid::Uuid::new_v4().simple().to_string();
-        let expires = now + RESERVATION_TTL;
+        let expires = now + self.ttl;
         book.reservations.insert(
             id.clone(),
             Reservation {
@@ -488,30 +612,69 @@ impl Ledger {
     }
 
     /// Settles `req` (tokens >= 0, checked by the caller):
+    /// - an id known to this ledger must be settled by the dispatcher that reserved it
+    ///   and name its tenant; otherwise [`SettleOutcome::Mismatch`] and nothing changes;
     /// - an id settled before (or being written) is a duplicate: nothing is counted twice;
     /// - `tokens: 0` releases the reservation at once (nothing to write);
-    /// - otherwise the reservation (if this leader knows it) is removed and the tokens
-    ///   queued for the budget's writer. An unknown id (reserved with a previous leader,
-    ///   or expired) still counts its tokens, so `used` is the sum of settled costs.
+    /// - otherwise the reservation is removed and its tokens, capped at the reserved
+    ///   tokens, queued for the budget's writer. An unknown id (reserved with a previous
+    ///   leader, or expired) still counts its tokens, capped at [`MAX_CALL_TOKENS`], so
+    ///   `used` is the sum of settled costs within the bounds the calls had.
     pub fn settle(&mut self, req: &SettleRequest, now: Instant, period: &str) -> SettleStep {
-        let Some(key) = self.routes.get(&req.tenant) else {
+        let Some(key) = self.routes.get(&req.tenant).cloned() else {
             return SettleStep::Done(SettleOutcome::NotFound);
         };
-        let Some(book) = self.books.get_mut(key) else {
-            return SettleStep::Done(SettleOutcome::NotFound);
-        };
-        self.expired += book.expire(now);
-        book.forget_settled(now);
         let id = &req.reservation_id;
-        if book.settled.contains(id) {
+        let known_here = match self.books.get_mut(&key) {
+            Some(book) => {
+                self.expired += book.expire(now);
+                book.forget_settled(now);
+                book.owner_of(id).map(str::to_string)
+            }
+            None => return SettleStep::Done(SettleOutcome::NotFound),
+        };
+        match known_here {
+            Some(owner) if owner != req.dispatcher => {
+                return SettleStep::Done(SettleOutcome::Mismatch(format!(
+                    "reservation {id} of tenant {:?} was made by dispatcher {owner:?}, not {:?}; nothing counted",
+                    req.tenant, req.dispatcher
+                )));
+            }
+            Some(_) => {}
+            None => {
+                let elsewhere = self
+                    .books
+                    .iter()
+                    .filter(|(k, _)| **k != key)
+                    .find_map(|(_, b)| b.owner_of(id).map(|d| (b.tenant.clone(), d.to_string())));
+                if let Some((tenant, owner)) = elsewhere {
+                    return SettleStep::Done(SettleOutcome::Mismatch(format!(
+                        "reservation {id} was made by dispatcher {owner:?} for tenant {tenant:?}; this settle names dispatcher {:?} and tenant {:?}; nothing counted",
+                        req.dispatcher, req.tenant
+                    )));
+                }
+            }
+        }
+        let Some(book) = self.books.get_mut(&key) else {
+            return SettleStep::Done(SettleOutcome::NotFound);
+        };
+        if book.settled.contains_key(id) {
             return SettleStep::Done(SettleOutcome::Persisted(book.view(period).answer(true)));
         }
         let (tx, rx) = oneshot::channel();
         if let Some(p) = book.pending.get_mut(id) {
+            // earlier attempts that gave up waiting leave closed channels behind
+            p.waiters.retain(|(w, _)| !w.is_closed());
             p.waiters.push((tx, true));
+            // (a writer always runs while anything is queued, unless one gave up)
+            let spawn_writer = (!book.writing).then(|| {
+                book.writing = true;
+                key.clone()
+            });
             return SettleStep::Wait {
                 answer: rx,
-                spawn_writer: None,
+                spawn_writer,
+                capped: None,
             };
         }
         let reservation = book.reservations.remove(id);
@@ -520,20 +683,30 @@ impl Ledger {
         }
         if req.tokens == 0 {
             if reservation.is_some() {
-                book.remember_settled(id.clone(), now);
+                book.remember_settled(id.clone(), req.dispatcher.clone(), now);
             }
             return SettleStep::Done(SettleOutcome::Persisted(book.view(period).answer(false)));
         }
+        let (cap, kind) = match &reservation {
+            Some(r) => (r.tokens, Cap::Reservation),
+            None => (MAX_CALL_TOKENS, Cap::Absolute),
+        };
+        let tokens = req.tokens.min(cap);
+        let capped = (req.tokens > cap).then_some(Capped {
+            claimed: req.tokens,
+            counted: tokens,
+            cap: kind,
+        });
         book.pending.insert(
             id.clone(),
             Pending {
-                tokens: req.tokens,
+                tokens,
+                dispatcher: req.dispatcher.clone(),
                 waiters: vec![(tx, false)],
                 in_flight: false,
-                restore: reservation.map(|r| (id.clone(), r)),
             },
         );
-        book.unpersisted = book.unpersisted.saturating_add(req.tokens);
+        book.unpersisted = book.unpersisted.saturating_add(tokens);
         let spawn_writer = if book.writing {
             None
         } else {
@@ -543,6 +716,7 @@ impl Ledger {
         SettleStep::Wait {
             answer: rx,
             spawn_writer,
+            capped,
         }
     }
 
@@ -587,10 +761,22 @@ impl Ledger {
         })
     }
 
+    /// Whether `batch` still belongs to this ledger: same session, and its budget still
+    /// installed with the same uid (else its writer gives up: [`BatchFailure::Abandoned`]).
+    pub fn holds(&self, batch: &Batch) -> bool {
+        batch.session == self.session
+            && self
+                .books
+                .get(&batch.key)
+                .is_some_and(|b| b.uid == batch.uid)
+    }
+
     /// Ends a batch: on success its settles are remembered as settled and every waiter
-    /// (duplicates that came meanwhile too) gets the written figures; on failure the
-    /// tokens are uncounted, the reservations held again (unless expired) and every
-    /// waiter told. Returns the answers to send.
+    /// (duplicates that came meanwhile too) gets the written figures; when the budget is
+    /// gone its tokens are dropped (nothing to count against) and the waiters told. An
+    /// abandoned batch of a book still held (never, as the writer abandons only batches
+    /// not [`held`](Ledger::holds)) goes back to the queue, still counted, for the next
+    /// writer. Returns the answers to send.
     pub fn finish_batch(
         &mut self,
         batch: Batch,
@@ -610,7 +796,7 @@ impl Ledger {
                 })
             }
             Err(BatchFailure::Gone) => SettleOutcome::NotFound,
-            Err(BatchFailure::Error(e)) => SettleOutcome::Failed(e.clone()),
+            Err(BatchFailure::Abandoned(e)) => SettleOutcome::Failed(e.clone()),
         };
         let mut waiters = batch.waiters;
         let same_book = batch.session == self.session;
@@ -620,21 +806,21 @@ impl Ledger {
             .filter(|b| same_book && b.uid == batch.uid)
         {
             for id in &batch.ids {
+                if matches!(result, Err(BatchFailure::Abandoned(_))) {
+                    if let Some(p) = book.pending.get_mut(id) {
+                        p.in_flight = false;
+                        waiters.append(&mut p.waiters);
+                    }
+                    book.writing = false;
+                    continue;
+                }
                 let Some(p) = book.pending.remove(id) else {
                     continue;
                 };
                 waiters.extend(p.waiters);
                 book.unpersisted = book.unpersisted.saturating_sub(p.tokens);
-                match &result {
-                    Ok(_) => book.remember_settled(id.clone(), now),
-                    Err(_) => {
-                        if let Some((rid, r)) = p.restore
-                            && r.expires > now
-                        {
-                            book.reserved += r.tokens;
-                            book.reservations.insert(rid, r);
-                        }
-                    }
+                if result.is_ok() {
+                    book.remember_settled(id.clone(), p.dispatcher, now);
                 }
             }
             if let Ok(written) = &result
@@ -672,26 +858,25 @@ impl Ledger {
         std::mem::take(&mut self.expired)
     }
 
-    /// Per tenant, the persisted remaining in `period` and the tokens reserved.
+    /// Per tenant, the persisted remaining in `period`, the tokens reserved and those
+    /// settled but not yet written.
     pub fn figures(&self, period: &str) -> Vec<TenantFigures> {
-        self.books
-            .values()
-            .map(|b| TenantFigures {
-                tenant: b.tenant.clone(),
-                remaining: b.view(period).remaining,
-                reserved: b.reserved,
-            })
-            .collect()
+        self.books.values().map(|b| figures(b, period)).collect()
     }
 
     /// The figures of the budget of `tenant` (metrics after a change).
     pub fn figures_of(&self, tenant: &str, period: &str) -> Option<TenantFigures> {
         let book = self.books.get(self.routes.get(tenant)?)?;
-        Some(TenantFigures {
-            tenant: book.tenant.clone(),
-            remaining: book.view(period).remaining,
-            reserved: book.reserved,
-        })
+        Some(figures(book, period))
+    }
+}
+
+fn figures(b: &Book, period: &str) -> TenantFigures {
+    TenantFigures {
+        tenant: b.tenant.clone(),
+        remaining: b.view(period).remaining,
+        reserved: b.reserved,
+        unpersisted: b.unpersisted,
     }
 }
 
@@ -906,6 +1091,7 @@ pub(crate) mod tests {
         let SettleStep::Wait {
             answer: mut rx,
             spawn_writer,
+            ..
         } = l.settle(&settle_req(&id, 80), now, P)
         else {
             panic!("a settle waits for its write")
@@ -950,6 +1136,7 @@ pub(crate) mod tests {
         let SettleStep::Wait {
             answer: mut first_rx,
             spawn_writer,
+            ..
         } = l.settle(&settle_req(&ids[0], 10), now, P)
         else {
             panic!()
@@ -963,6 +1150,7 @@ pub(crate) mod tests {
                 SettleStep::Wait {
                     answer,
                     spawn_writer: None,
+                    capped: None,
                 } => second.push(answer),
                 other => panic!("one writer at a time: {other:?}"),
             }
@@ -1044,39 +1232,297 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_failed_write_uncounts_and_holds_the_reservation_again() {
+    fn settled_tokens_count_until_written_however_long_the_write_takes() {
+        // F6: a write failing for longer than the reservation TTL must not free the
+        // settled tokens (before: uncounted, the reservation held again until its TTL,
+        // then granted again while status showed used 0)
+        let t0 = Instant::now();
+        let ttl = Duration::from_secs(2);
+        let mut l = Ledger::with_ttl(ttl);
+        l.sync(vec![observed("acme", 1000, 0, P, 10)]);
+        let (id, _) = granted(&reserve(&mut l, 600, t0));
+        let SettleStep::Wait {
+            answer: rx,
+            spawn_writer,
+            ..
+        } = l.settle(&settle_req(&id, 500), t0, P)
+        else {
+            panic!()
+        };
+        let key = spawn_writer.unwrap();
+        let b = l.take_batch(&key, l.session(), None).unwrap();
+        assert_eq!(b.tokens, 500);
+        // the writer keeps failing; the settle gave up waiting (503)
+        drop(rx);
+        let later = t0 + ttl * 5;
+        l.sweep(later);
+        assert!(
+            l.holds(&b),
+            "the writer keeps retrying while it holds the batch"
+        );
+        assert_eq!(
+            refused(&reserve(&mut l, 501, later)),
+            ("BudgetExhausted", 500),
+            "the 500 settled stay counted past the TTL"
+        );
+        assert_eq!(l.figures(P)[0].unpersisted, 500);
+        assert_eq!(l.view("acme", P).unwrap().used, 0, "not written yet");
+        // the dispatcher retries with the same id: it joins, nothing counted twice
+        let SettleStep::Wait {
+            answer: mut retry,
+            spawn_writer: None,
+            capped: None,
+        } = l.settle(&settle_req(&id, 500), later, P)
+        else {
+            panic!("a retry joins the queued settle")
+        };
+        assert_eq!(l.figures(P)[0].unpersisted, 500, "counted once");
+        // the write lands at last
+        let w = write(&l, &b, 0, 11);
+        for (tx, o) in l.finish_batch(b, Ok(&w), later) {
+            let _ = tx.send(o);
+        }
+        match retry.try_recv().unwrap() {
+            SettleOutcome::Persisted(r) => assert_eq!((r.used, r.duplicate), (500, true)),
+            o => panic!("{o:?}"),
+        }
+        assert_eq!(l.figures(P)[0].unpersisted, 0);
+        assert_eq!(granted(&reserve(&mut l, 500, later)).1, 0);
+        assert!(matches!(
+            l.settle(&settle_req(&id, 500), later, P),
+            SettleStep::Done(SettleOutcome::Persisted(r)) if r.duplicate && r.used == 500
+        ));
+    }
+
+    #[test]
+    fn a_gone_budget_drops_its_queued_tokens_and_an_abandoned_batch_goes_back() {
         let now = Instant::now();
         let mut l = ledger(1000, 0);
         let (id, _) = granted(&reserve(&mut l, 300, now));
         let SettleStep::Wait {
             answer: mut rx,
             spawn_writer,
+            ..
         } = l.settle(&settle_req(&id, 200), now, P)
         else {
             panic!()
         };
         let key = spawn_writer.unwrap();
         let b = l.take_batch(&key, l.session(), None).unwrap();
-        for (tx, o) in l.finish_batch(b, Err(BatchFailure::Error("409".into())), now) {
+        for (tx, o) in l.finish_batch(b, Err(BatchFailure::Abandoned("x".into())), now) {
             tx.send(o).unwrap();
         }
-        assert_eq!(rx.try_recv().unwrap(), SettleOutcome::Failed("409".into()));
-        assert_eq!(
-            refused(&reserve(&mut l, 701, now)).1,
-            700,
-            "the 300 are held again, the 200 not counted"
-        );
-        // the retry finds its reservation; the same writer (still running) takes it
-        let SettleStep::Wait { spawn_writer, .. } = l.settle(&settle_req(&id, 200), now, P) else {
-            panic!()
-        };
-        assert_eq!(spawn_writer, None, "the writer loops on to the next batch");
-        let b = l.take_batch(&key, l.session(), Some("uid-acme")).unwrap();
-        assert_eq!(b.tokens, 200);
+        assert_eq!(rx.try_recv().unwrap(), SettleOutcome::Failed("x".into()));
         assert_eq!(
             refused(&reserve(&mut l, 801, now)).1,
             800,
-            "the retried 200 count, the reservation is gone"
+            "still counted, queued for the next writer"
+        );
+        let SettleStep::Wait { spawn_writer, .. } = l.settle(&settle_req(&id, 200), now, P) else {
+            panic!()
+        };
+        assert_eq!(spawn_writer, Some(key.clone()), "a new writer takes it");
+        let b = l.take_batch(&key, l.session(), None).unwrap();
+        assert_eq!(b.tokens, 200, "once");
+        for (tx, o) in l.finish_batch(b, Err(BatchFailure::Gone), now) {
+            assert_eq!(o, SettleOutcome::NotFound);
+            let _ = tx.send(o);
+        }
+        assert_eq!(l.figures(P)[0].unpersisted, 0);
+    }
+
+    #[test]
+    fn a_batch_of_a_cleared_or_replaced_book_is_no_longer_held() {
+        let now = Instant::now();
+        let mut l = ledger(1000, 0);
+        let SettleStep::Wait { spawn_writer, .. } = l.settle(&settle_req("x", 5), now, P) else {
+            panic!()
+        };
+        let key = spawn_writer.unwrap();
+        let b = l.take_batch(&key, l.session(), None).unwrap();
+        assert!(l.holds(&b));
+        let mut replaced = observed("acme", 1000, 0, P, 12);
+        replaced.uid = "uid-acme-2".into();
+        l.sync(vec![replaced]);
+        assert!(!l.holds(&b), "the budget was deleted and created again");
+        let mut l = ledger(1000, 0);
+        let SettleStep::Wait { spawn_writer, .. } = l.settle(&settle_req("x", 5), now, P) else {
+            panic!()
+        };
+        let b = l
+            .take_batch(&spawn_writer.unwrap(), l.session(), None)
+            .unwrap();
+        l.clear();
+        l.sync(vec![observed("acme", 1000, 0, P, 10)]);
+        assert!(!l.holds(&b), "leadership changed");
+    }
+
+    #[test]
+    fn a_settle_counts_at_most_its_reservation_and_an_unknown_id_at_most_the_call_maximum() {
+        let now = Instant::now();
+        let mut l = ledger(10_000_000, 0);
+        let (id, _) = granted(&reserve(&mut l, 300, now));
+        let SettleStep::Wait {
+            spawn_writer,
+            capped,
+            ..
+        } = l.settle(&settle_req(&id, 1_000_000), now, P)
+        else {
+            panic!()
+        };
+        assert_eq!(
+            capped,
+            Some(Capped {
+                claimed: 1_000_000,
+                counted: 300,
+                cap: Cap::Reservation
+            })
+        );
+        let key = spawn_writer.unwrap();
+        let b = l.take_batch(&key, l.session(), None).unwrap();
+        assert_eq!(b.tokens, 300, "the reservation is the call's bound");
+        let SettleStep::Wait { capped, .. } = l.settle(&settle_req("unknown", 9_000_000), now, P)
+        else {
+            panic!()
+        };
+        assert_eq!(
+            capped,
+            Some(Capped {
+                claimed: 9_000_000,
+                counted: MAX_CALL_TOKENS,
+                cap: Cap::Absolute
+            })
+        );
+        assert_eq!(capped.unwrap().overage(), 9_000_000 - 1_048_576);
+        let SettleStep::Wait { capped: None, .. } = l.settle(&settle_req("unknown-2", 700), now, P)
+        else {
+            panic!("under the cap: counted in full")
+        };
+        let b2 = l.take_batch(&key, l.session(), Some("uid-acme")).unwrap();
+        assert_eq!(b2.tokens, MAX_CALL_TOKENS + 700);
+        let (id, _) = granted(&reserve(&mut l, 300, now));
+        let SettleStep::Wait { capped: None, .. } = l.settle(&settle_req(&id, 300), now, P) else {
+            panic!("exactly the reservation: no overage")
+        };
+    }
+
+    #[test]
+    fn a_settle_by_another_dispatcher_or_for_another_tenant_counts_nothing() {
+        let now = Instant::now();
+        let mut l = Ledger::new();
+        l.sync(vec![
+            observed("acme", 1000, 0, P, 10),
+            observed("globex", 1000, 0, P, 10),
+        ]);
+        let (id, _) = granted(&reserve(&mut l, 400, now));
+        let mut other = settle_req(&id, 400);
+        other.dispatcher = "d2".into();
+        match l.settle(&other, now, P) {
+            SettleStep::Done(SettleOutcome::Mismatch(m)) => {
+                assert!(m.contains("\"d1\"") && m.contains("\"d2\""), "{m}")
+            }
+            o => panic!("{o:?}"),
+        }
+        let mut wrong_tenant = settle_req(&id, 400);
+        wrong_tenant.tenant = "globex".into();
+        match l.settle(&wrong_tenant, now, P) {
+            SettleStep::Done(SettleOutcome::Mismatch(m)) => {
+                assert!(m.contains("\"acme\"") && m.contains("\"globex\""), "{m}")
+            }
+            o => panic!("{o:?}"),
+        }
+        assert_eq!(
+            l.figures_of("globex", P).unwrap().unpersisted,
+            0,
+            "nothing counted on the tenant named"
+        );
+        assert_eq!(
+            refused(&reserve(&mut l, 601, now)).1,
+            600,
+            "the reservation is still held for its owner"
+        );
+        // its own dispatcher settles it; a later settle of it by another is refused too
+        let SettleStep::Wait {
+            answer: mut rx,
+            spawn_writer,
+            ..
+        } = l.settle(&settle_req(&id, 100), now, P)
+        else {
+            panic!()
+        };
+        assert!(matches!(
+            l.settle(&other, now, P),
+            SettleStep::Done(SettleOutcome::Mismatch(_))
+        ));
+        let key = spawn_writer.unwrap();
+        let b = l.take_batch(&key, l.session(), None).unwrap();
+        let w = write(&l, &b, 0, 11);
+        for (tx, o) in l.finish_batch(b, Ok(&w), now) {
+            tx.send(o).unwrap();
+        }
+        assert!(matches!(rx.try_recv().unwrap(), SettleOutcome::Persisted(r) if r.used == 100));
+        assert!(matches!(
+            l.settle(&other, now, P),
+            SettleStep::Done(SettleOutcome::Mismatch(_))
+        ));
+        assert!(matches!(
+            l.settle(&wrong_tenant, now, P),
+            SettleStep::Done(SettleOutcome::Mismatch(_))
+        ));
+        // a release by another dispatcher is refused as well
+        let (id, _) = granted(&reserve(&mut l, 10, now));
+        let mut release = settle_req(&id, 0);
+        release.dispatcher = "d2".into();
+        assert!(matches!(
+            l.settle(&release, now, P),
+            SettleStep::Done(SettleOutcome::Mismatch(_))
+        ));
+    }
+
+    #[test]
+    fn the_hold_off_refuses_reserves_but_takes_settles_until_it_ends() {
+        let t0 = Instant::now();
+        let mut l = ledger(100_000, 0);
+        l.hold_off(t0 + Duration::from_secs(12));
+        let session = l.session();
+        assert_eq!(
+            refused(&reserve(&mut l, 1, t0)),
+            ("BudgetUnavailable", 100_000)
+        );
+        assert_eq!(l.holding_off(t0), Some(Duration::from_secs(12)));
+        // a call reserved with the old leader settles here: counted
+        let SettleStep::Wait { .. } = l.settle(
+            &settle_req("old-leader-id", 99_000),
+            t0 + Duration::from_secs(3),
+            P,
+        ) else {
+            panic!("settles are taken during the hold-off")
+        };
+        let just_before = t0 + Duration::from_millis(11_999);
+        assert_eq!(
+            refused(&reserve(&mut l, 1, just_before)).0,
+            "BudgetUnavailable"
+        );
+        let after = t0 + Duration::from_secs(12);
+        assert_eq!(l.holding_off(after), None);
+        assert_eq!(
+            refused(&reserve(&mut l, 99_000, after)),
+            ("BudgetExhausted", 1000),
+            "the old leader's call is counted: at most the budget is admitted"
+        );
+        assert_eq!(granted(&reserve(&mut l, 1000, after)).1, 0);
+        // ending it early: only for its own session
+        l.hold_off(after + Duration::from_secs(12));
+        assert!(!l.end_hold_off(session + 1));
+        assert!(l.holding_off(after).is_some());
+        assert!(l.end_hold_off(session));
+        assert_eq!(l.holding_off(after), None);
+        l.hold_off(after + Duration::from_secs(12));
+        l.clear();
+        assert_eq!(
+            l.holding_off(after),
+            None,
+            "a cleared ledger does not hold off"
         );
     }
 
@@ -1142,6 +1588,7 @@ pub(crate) mod tests {
         let SettleStep::Wait {
             answer: mut rx,
             spawn_writer,
+            ..
         } = l.settle(&settle_req("a", 10), now, P)
         else {
             panic!()

@@ -14,12 +14,25 @@ pub struct BudgetMetrics {
     pub remaining_tokens: IntGaugeVec,
     /// `agenthooks_budget_reserved_tokens{tenant}`: tokens held by reservations in flight.
     pub reserved_tokens: IntGaugeVec,
+    /// `agenthooks_budget_unwritten_tokens{tenant}`: tokens settled and counted against
+    /// the budget but not yet written to `status.used` (a status write failing or in
+    /// progress). Only the leader exports it.
+    pub unwritten_tokens: IntGaugeVec,
     /// `agenthooks_budget_reservations_total{result}`: reserve answers, `granted`,
-    /// `exhausted`, `not_found` or `too_many`.
+    /// `exhausted`, `not_found`, `unavailable` (the failover hold-off) or `too_many`.
     pub reservations_total: IntCounterVec,
     /// `agenthooks_budget_settles_total{result}`: settle answers, `written`, `released`,
-    /// `duplicate`, `not_found` or `failed`.
+    /// `duplicate`, `not_found`, `mismatch` (another dispatcher's or tenant's
+    /// reservation, 409) or `failed`.
     pub settles_total: IntCounterVec,
+    /// `agenthooks_budget_settle_overage_tokens_total{cap}`: tokens settles carried past
+    /// their cap and that were not counted: `cap="reservation"` above the tokens the
+    /// reservation held, `cap="absolute"` above [`super::ledger::MAX_CALL_TOKENS`] for an
+    /// id this leader did not know.
+    pub settle_overage_tokens_total: IntCounterVec,
+    /// `agenthooks_budget_settle_write_failures_total`: failed status writes of settled
+    /// tokens (each retried in the background while this replica leads).
+    pub settle_write_failures_total: IntCounter,
     /// `agenthooks_budget_reservations_expired_total`: reservations released by their TTL
     /// (a dispatcher that reserved and never settled).
     pub reservations_expired_total: IntCounter,
@@ -42,17 +55,27 @@ impl BudgetMetrics {
             |name: &str, help: &str| IntCounterVec::new(Opts::new(name, help), &["result"]);
         let reservations_total = result(
             "agenthooks_budget_reservations_total",
-            "Budget reserve answers by result (granted, exhausted, not_found, too_many).",
+            "Budget reserve answers by result (granted, exhausted, not_found, unavailable, too_many).",
         )?;
         let settles_total = result(
             "agenthooks_budget_settles_total",
-            "Budget settle answers by result (written, released, duplicate, not_found, failed).",
+            "Budget settle answers by result (written, released, duplicate, not_found, mismatch, failed).",
         )?;
-        for r in ["granted", "exhausted", "not_found"] {
+        for r in ["granted", "exhausted", "not_found", "unavailable"] {
             reservations_total.with_label_values(&[r]);
         }
-        for r in ["written", "released", "duplicate", "failed"] {
+        for r in ["written", "released", "duplicate", "mismatch", "failed"] {
             settles_total.with_label_values(&[r]);
+        }
+        let settle_overage_tokens_total = IntCounterVec::new(
+            Opts::new(
+                "agenthooks_budget_settle_overage_tokens_total",
+                "Tokens settles carried past their cap (the reservation, or the per-call maximum for an unknown id), not counted.",
+            ),
+            &["cap"],
+        )?;
+        for c in ["reservation", "absolute"] {
+            settle_overage_tokens_total.with_label_values(&[c]);
         }
         let status_writes_total = IntCounterVec::new(
             Opts::new(
@@ -79,8 +102,20 @@ impl BudgetMetrics {
                 ),
                 &["tenant"],
             )?,
+            unwritten_tokens: IntGaugeVec::new(
+                Opts::new(
+                    "agenthooks_budget_unwritten_tokens",
+                    "Tokens settled and counted against each tenant's budget, not yet written to status.used.",
+                ),
+                &["tenant"],
+            )?,
             reservations_total,
             settles_total,
+            settle_overage_tokens_total,
+            settle_write_failures_total: IntCounter::new(
+                "agenthooks_budget_settle_write_failures_total",
+                "Failed status writes of settled tokens (retried in the background while this replica leads).",
+            )?,
             reservations_expired_total: IntCounter::new(
                 "agenthooks_budget_reservations_expired_total",
                 "Budget reservations released by their TTL without a settle.",
@@ -108,6 +143,9 @@ impl BudgetMetrics {
         registry.register(Box::new(self.reserved_tokens.clone()))?;
         registry.register(Box::new(self.reservations_total.clone()))?;
         registry.register(Box::new(self.settles_total.clone()))?;
+        registry.register(Box::new(self.unwritten_tokens.clone()))?;
+        registry.register(Box::new(self.settle_overage_tokens_total.clone()))?;
+        registry.register(Box::new(self.settle_write_failures_total.clone()))?;
         registry.register(Box::new(self.reservations_expired_total.clone()))?;
         registry.register(Box::new(self.status_writes_total.clone()))?;
         registry.register(Box::new(self.status_conflicts_total.clone()))?;
@@ -123,12 +161,16 @@ impl BudgetMetrics {
         self.reserved_tokens
             .with_label_values(&[f.tenant.as_str()])
             .set(f.reserved);
+        self.unwritten_tokens
+            .with_label_values(&[f.tenant.as_str()])
+            .set(f.unpersisted);
     }
 
     /// Replaces the gauges with exactly `all` (tenants without a budget disappear).
     pub fn set_all(&self, all: &[TenantFigures]) {
         self.remaining_tokens.reset();
         self.reserved_tokens.reset();
+        self.unwritten_tokens.reset();
         for f in all {
             self.set(f);
         }
@@ -153,17 +195,20 @@ mod tests {
                 tenant: "acme".into(),
                 remaining: 150,
                 reserved: 100,
+                unpersisted: 7,
             },
             TenantFigures {
                 tenant: "gone".into(),
                 remaining: 1,
                 reserved: 0,
+                unpersisted: 0,
             },
         ]);
         m.set_all(&[TenantFigures {
             tenant: "acme".into(),
             remaining: 50,
             reserved: 0,
+            unpersisted: 30,
         }]);
         m.reservations_total.with_label_values(&["granted"]).inc();
         let text = prometheus::TextEncoder::new()
@@ -172,6 +217,10 @@ mod tests {
         for line in [
             "agenthooks_budget_remaining_tokens{tenant=\"acme\"} 50",
             "agenthooks_budget_reserved_tokens{tenant=\"acme\"} 0",
+            "agenthooks_budget_unwritten_tokens{tenant=\"acme\"} 30",
+            "agenthooks_budget_settle_overage_tokens_total{cap=\"reservation\"} 0",
+            "agenthooks_budget_settle_write_failures_total 0",
+            "agenthooks_budget_settles_total{result=\"mismatch\"} 0",
             "agenthooks_budget_reservations_total{result=\"granted\"} 1",
             "agenthooks_budget_settles_total{result=\"written\"} 0",
             "agenthooks_budget_status_writes_total{cause=\"settle\"} 0",

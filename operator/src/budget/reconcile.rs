@@ -92,6 +92,8 @@ async fn reconcile_budget(
         &key,
         Some(budget.clone()),
         &ctx.budgets.metrics,
+        // a reconcile computes its status afresh each time: nothing to carry over
+        &mut None,
         |b| {
             let d = desired(b, &verdict, Utc::now(), &crate::status::now());
             (b.status.as_ref() != Some(&d)).then_some(d)

@@ -5,26 +5,35 @@
 //! - `413 {"error"}` for a body over [`MAX_BODY_BYTES`];
 //! - `400 {"error", "field"}` for a body that is not the request's JSON or a bad field
 //!   (`dispatcher`, `tenant`, `reservationId`: 1–253 characters without control
-//!   characters; `tokens` > 0 on reserve, >= 0 on settle);
+//!   characters; `tokens` 1 to [`MAX_CALL_TOKENS`] on reserve, >= 0 on settle);
 //! - `503 {"error", "leader", "synced"}` on a replica that is not the synced leader or
 //!   has not installed the budgets yet (the dispatcher tries its next operator URL).
 //!
 //! Reserve: `200` [`ReserveResponse`] whether granted or not (`reason`
-//! `BudgetExhausted` or `BudgetNotFound`); `429 {"error"}` when the budget already holds
+//! `BudgetExhausted`, `BudgetNotFound`, or `BudgetUnavailable` during the failover
+//! hold-off of a new leader: the dispatcher fails closed, so that prompt call is not
+//! made and a blocking event blocks); `429 {"error"}` when the budget already holds
 //! [`MAX_RESERVATIONS`] reservations.
 //!
-//! Settle: `200` [`agenthooks_crds::report::SettleResponse`] once the tokens are in `status.used` (or at once for
-//! a duplicate or a release); `404 {"error", "reason": "BudgetNotFound"}` when the
-//! tenant has no accepted budget (nothing to count: drop it); `503` when the write
-//! failed or did not finish within [`SETTLE_WAIT`] (retry with the same
-//! `reservationId`: a settle that was written is answered `duplicate`).
+//! Settle: `200` [`agenthooks_crds::report::SettleResponse`] once the tokens are in
+//! `status.used` (or at once for a duplicate or a release); tokens above the
+//! reservation (or above [`MAX_CALL_TOKENS`] for an unknown id) are not counted, but
+//! logged and added to `agenthooks_budget_settle_overage_tokens_total`;
+//! `409 {"error"}` when the reservation was made by another dispatcher or for another
+//! tenant (nothing counted; final); `404 {"error", "reason": "BudgetNotFound"}` when the
+//! tenant has no accepted budget (nothing to count: drop it); `503` when the write did
+//! not finish within [`Settings::settle_wait`](super::Settings::settle_wait) (the tokens
+//! stay counted and the write is retried in the background; retry with the same
+//! `reservationId`: it is counted once, and answered `duplicate` once written) or this
+//! replica lost the budget before writing it (retry: the new leader counts it).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agenthooks_crds::budget::period_of;
 use agenthooks_crds::report::{
-    REASON_BUDGET_NOT_FOUND, ReserveRequest, ReserveResponse, SettleRequest,
+    REASON_BUDGET_EXHAUSTED, REASON_BUDGET_NOT_FOUND, ReserveRequest, ReserveResponse,
+    SettleRequest,
 };
 use axum::Router;
 use axum::body::Bytes;
@@ -36,7 +45,7 @@ use axum::routing::post;
 use serde::de::DeserializeOwned;
 
 use super::Budgets;
-use super::ledger::{MAX_RESERVATIONS, ReserveOutcome, SettleOutcome, SettleStep};
+use super::ledger::{MAX_CALL_TOKENS, MAX_RESERVATIONS, ReserveOutcome, SettleOutcome, SettleStep};
 use super::writer;
 use crate::shared::{Serving, lock};
 
@@ -46,7 +55,8 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 pub const MAX_NAME_LEN: usize = 253;
 /// Longest `hook` accepted (`namespace/name`).
 pub const MAX_HOOK_LEN: usize = 507;
-/// How long a settle waits for its write before answering 503.
+/// How long a settle waits for its write before answering 503, by default (the
+/// dispatcher's attempt waits 35 s).
 pub const SETTLE_WAIT: Duration = Duration::from_secs(30);
 
 /// The two routes, sharing `budgets`.
@@ -162,6 +172,15 @@ fn check_reserve(req: &ReserveRequest) -> Result<(), Answer> {
             format!("tokens: must be greater than 0 (got {})", req.tokens),
         ));
     }
+    if req.tokens > MAX_CALL_TOKENS {
+        return Err(bad_request(
+            "tokens",
+            format!(
+                "tokens: at most {MAX_CALL_TOKENS} per call (got {})",
+                req.tokens
+            ),
+        ));
+    }
     Ok(())
 }
 
@@ -229,10 +248,10 @@ async fn reserve(
             remaining,
             budget,
         } => {
-            m.with_label_values(&[if reason == REASON_BUDGET_NOT_FOUND {
-                "not_found"
-            } else {
-                "exhausted"
+            m.with_label_values(&[match reason {
+                REASON_BUDGET_NOT_FOUND => "not_found",
+                REASON_BUDGET_EXHAUSTED => "exhausted",
+                _ => "unavailable",
             }])
             .inc();
             tracing::info!(tenant = %req.tenant, dispatcher = %req.dispatcher, hook = ?req.hook, tokens = req.tokens, remaining, reason, "budget reservation refused");
@@ -295,18 +314,29 @@ async fn settle(
         SettleStep::Wait {
             answer: rx,
             spawn_writer,
+            capped,
         } => {
+            if let Some(c) = capped {
+                budgets
+                    .metrics
+                    .settle_overage_tokens_total
+                    .with_label_values(&[c.cap.label()])
+                    .inc_by(u64::try_from(c.overage()).unwrap_or(0));
+                tracing::warn!(tenant = %req.tenant, dispatcher = %req.dispatcher, reservation = %req.reservation_id, claimed = c.claimed, counted = c.counted, cap = c.cap.label(), "budget settle above its cap; the excess is not counted");
+            }
             if let Some(key) = spawn_writer {
                 tokio::spawn(writer::run(budgets.clone(), key, session));
             }
-            match tokio::time::timeout(SETTLE_WAIT, rx).await {
+            budgets.refresh_tenant(&req.tenant);
+            let wait = budgets.settings.settle_wait;
+            match tokio::time::timeout(wait, rx).await {
                 Ok(Ok(o)) => o,
                 Ok(Err(_)) => SettleOutcome::Failed(
-                    "leadership changed before the settle was written; retry".into(),
+                    "this replica no longer holds the budget (leadership changed, or the budget was deleted or replaced) before the settle was written; retry".into(),
                 ),
                 Err(_) => SettleOutcome::Failed(format!(
-                    "the budget status write did not finish within {} s; retry",
-                    SETTLE_WAIT.as_secs()
+                    "the budget status write did not finish within {} ms; the tokens stay counted and the write is retried; retry with the same reservationId",
+                    wait.as_millis()
                 )),
             }
         }
@@ -319,6 +349,7 @@ fn answer(budgets: &Budgets, outcome: SettleOutcome, count: bool) -> Answer {
         SettleOutcome::Persisted(r) if r.duplicate => "duplicate",
         SettleOutcome::Persisted(_) => "written",
         SettleOutcome::NotFound => "not_found",
+        SettleOutcome::Mismatch(_) => "mismatch",
         SettleOutcome::Failed(_) => "failed",
     };
     if count {
@@ -339,6 +370,10 @@ fn answer(budgets: &Budgets, outcome: SettleOutcome, count: bool) -> Answer {
                 "reason": REASON_BUDGET_NOT_FOUND,
             }),
         ),
+        SettleOutcome::Mismatch(why) => {
+            tracing::warn!(error = %why, "budget settle refused: another dispatcher's or tenant's reservation");
+            json(StatusCode::CONFLICT, serde_json::json!({ "error": why }))
+        }
         SettleOutcome::Failed(why) => unavailable(budgets.serving(), &why),
     }
 }

@@ -3,6 +3,10 @@
 //! as leadership is lost (the ledger is cleared both times: reservations are the
 //! leader's memory only).
 //!
+//! Each session starts in the failover hold-off ([`super::hold_off`]): reserves are
+//! refused `BudgetUnavailable` for [`super::Settings::hold_off`] unless this replica is
+//! the Lease's first leader.
+//!
 //! A session:
 //! - watches TenantHookBudgets (all namespaces; health in [`Watched::TenantHookBudgets`])
 //!   and Namespaces (metadata: the tenant label) into stores;
@@ -17,7 +21,7 @@
 //!   queue.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use agenthooks_crds::TenantHookBudget;
 use agenthooks_crds::budget::period_of;
@@ -35,6 +39,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Budgets;
 use super::error::BudgetError;
+use super::hold_off;
 use super::ledger::Observed;
 use super::reconcile::{error_policy, reconcile};
 use super::resolution::{BudgetFacts, BudgetKey, Verdict, resolve};
@@ -55,8 +60,19 @@ pub async fn follow_leadership(budgets: Arc<Budgets>, cancel: CancellationToken)
             _ = cancel.cancelled() => return,
             r = serving.wait_for(|s| s.leader) => if r.is_err() { return; },
         }
-        lock(&budgets.ledger).clear();
+        let led_before = budgets.start_leading();
+        let session = {
+            let mut ledger = lock(&budgets.ledger);
+            ledger.clear();
+            ledger.hold_off(Instant::now() + budgets.settings.hold_off);
+            ledger.session()
+        };
         budgets.set_synced(false);
+        tokio::spawn(hold_off::lift_if_first_leader(
+            budgets.clone(),
+            session,
+            led_before,
+        ));
         let session_cancel = cancel.child_token();
         let mut task = tokio::spawn(run(budgets.clone(), session_cancel.clone()));
         let ended_by_itself = tokio::select! {

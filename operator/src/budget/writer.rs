@@ -3,6 +3,18 @@
 //! `status.used` in one optimistic-concurrency write ([`commit`]), answers them all, and
 //! goes on while settles queued up meanwhile; it stops when none is left. One writer
 //! runs per budget (the ledger starts it with the first queued settle).
+//!
+//! A write that fails (API errors, conflicts past [`commit`]'s attempts, timeouts) is
+//! retried in the background, the same batch again, with backoff from
+//! [`Settings::write_retry_first`](super::Settings::write_retry_first) doubling to
+//! [`Settings::write_retry_max`](super::Settings::write_retry_max), for as long as the
+//! batch's budget is in this leader's ledger ([`Ledger::holds`](super::ledger::Ledger::holds)).
+//! Meanwhile its tokens keep counting against what the budget has available; settles
+//! that waited past their deadline were answered 503 and their retries (same id) join
+//! the batch's answer. A write without answer is carried to the next attempt
+//! ([`Unconfirmed`]), so a write that landed unseen is not applied twice. The writer
+//! gives up only when the batch's budget leaves the ledger (leadership lost, budget
+//! deleted or replaced): its waiters get `503` and retry wherever the budget is led now.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -11,11 +23,14 @@ use agenthooks_crds::TenantHookBudget;
 use kube::Api;
 
 use super::Budgets;
-use super::commit::{Committed, commit};
-use super::ledger::{BatchFailure, Observed};
+use super::commit::{Committed, Unconfirmed, commit};
+use super::ledger::{Batch, BatchFailure, Observed};
 use super::resolution::BudgetKey;
 use super::status::{transitions, with_spend};
 use crate::shared::lock;
+
+/// The written object before and after a batch (for the Events of its transitions).
+type Change = Option<(Arc<TenantHookBudget>, Arc<TenantHookBudget>)>;
 
 /// Runs the writer of `key` for ledger session `session` until nothing is queued.
 pub async fn run(budgets: Arc<Budgets>, key: BudgetKey, session: u64) {
@@ -27,44 +42,8 @@ pub async fn run(budgets: Arc<Budgets>, key: BudgetKey, session: u64) {
         };
         uid = Some(batch.uid.clone());
         let tenant = batch.tenant.clone();
-        let tokens = batch.tokens;
-        let settles = batch.len();
-        let committed = commit(
-            &api,
-            &key,
-            Some(batch.base.clone()),
-            &budgets.metrics,
-            |b| Some(with_spend(b, tokens, chrono::Utc::now())),
-        )
-        .await;
-        let (result, changed) = match committed {
-            Ok(Committed::Written { before, after }) => {
-                budgets
-                    .metrics
-                    .status_writes_total
-                    .with_label_values(&["settle"])
-                    .inc();
-                match Observed::of(after.clone(), &tenant) {
-                    Some(o) => (Ok(o), Some((before, after))),
-                    None => (
-                        Err(BatchFailure::Error(
-                            "the API server answered a budget without metadata".into(),
-                        )),
-                        None,
-                    ),
-                }
-            }
-            // `with_spend` of a positive amount always changes `used`
-            Ok(Committed::Unchanged(b)) => match Observed::of(b, &tenant) {
-                Some(o) => (Ok(o), None),
-                None => (
-                    Err(BatchFailure::Error("budget without metadata".into())),
-                    None,
-                ),
-            },
-            Ok(Committed::Gone) => (Err(BatchFailure::Gone), None),
-            Err(e) => (Err(BatchFailure::Error(e.to_string())), None),
-        };
+        let (tokens, settles) = (batch.tokens, batch.len());
+        let (result, changed) = write(&budgets, &api, &batch).await;
         match &result {
             Ok(o) => {
                 tracing::debug!(budget = %key, settles, tokens, used = o.used, "settles written")
@@ -73,6 +52,7 @@ pub async fn run(budgets: Arc<Budgets>, key: BudgetKey, session: u64) {
                 tracing::warn!(budget = %key, settles, tokens, error = ?e, "settles not written; answered for a retry")
             }
         }
+        let abandoned = matches!(result, Err(BatchFailure::Abandoned(_)));
         let deliveries = lock(&budgets.ledger).finish_batch(
             batch,
             result.as_ref().map_err(Clone::clone),
@@ -93,5 +73,74 @@ pub async fn run(budgets: Arc<Budgets>, key: BudgetKey, session: u64) {
                 budgets.publish(&after, notices, "Settle").await;
             }
         }
+        if abandoned {
+            return;
+        }
     }
+}
+
+/// Writes `batch` until it is written, its budget is gone (404), or the batch no longer
+/// belongs to the ledger (abandoned).
+async fn write(
+    budgets: &Budgets,
+    api: &Api<TenantHookBudget>,
+    batch: &Batch,
+) -> (Result<Observed, BatchFailure>, Change) {
+    let settings = &budgets.settings;
+    let mut base = Some(batch.base.clone());
+    let mut unconfirmed: Option<Unconfirmed> = None;
+    let mut pause = settings.write_retry_first;
+    let mut failures = 0u32;
+    loop {
+        let committed = commit(
+            api,
+            &batch.key,
+            base.take(),
+            &budgets.metrics,
+            &mut unconfirmed,
+            |b| Some(with_spend(b, batch.tokens, chrono::Utc::now())),
+        )
+        .await;
+        let failure = match committed {
+            Ok(Committed::Written { before, after }) => {
+                budgets
+                    .metrics
+                    .status_writes_total
+                    .with_label_values(&["settle"])
+                    .inc();
+                if failures > 0 {
+                    tracing::info!(budget = %batch.key, tokens = batch.tokens, failures, "settles written after failed attempts");
+                }
+                match Observed::of(after.clone(), &batch.tenant) {
+                    Some(o) => return (Ok(o), Some((before, after))),
+                    None => "the API server answered a budget without metadata".to_string(),
+                }
+            }
+            // `with_spend` always returns a status, so this is never reached
+            Ok(Committed::Unchanged(b)) => match Observed::of(b, &batch.tenant) {
+                Some(o) => return (Ok(o), None),
+                None => "budget without metadata".to_string(),
+            },
+            Ok(Committed::Gone) => return (Err(BatchFailure::Gone), None),
+            Err(e) => e.to_string(),
+        };
+        failures += 1;
+        budgets.metrics.settle_write_failures_total.inc();
+        if !lock(&budgets.ledger).holds(batch) {
+            return (Err(abandoned()), None);
+        }
+        tracing::warn!(budget = %batch.key, settles = batch.len(), tokens = batch.tokens, failures, retry_in_ms = pause.as_millis() as u64, error = %failure, "budget status write failed; the settled tokens stay counted and the write is retried");
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(settings.write_retry_max);
+        if !lock(&budgets.ledger).holds(batch) {
+            return (Err(abandoned()), None);
+        }
+    }
+}
+
+fn abandoned() -> BatchFailure {
+    BatchFailure::Abandoned(
+        "this replica no longer holds the budget (leadership changed, or the budget was deleted or replaced) before the settle was written; retry"
+            .into(),
+    )
 }

@@ -2,7 +2,9 @@
 //! (`agenthooks_e2e::ControlPlane::shared()`, never a fake), the CRDs installed with
 //! `kubectl apply -f config/crd/`, and the budget part of the operator run in process
 //! with leadership set by the test (`Shared::set_leader` / `set_synced`), so a test can
-//! take it away or run two "leaders" at once.
+//! take it away or run two "leaders" at once. Such a replica holds no Lease, so it
+//! could never prove it is a first leader: [`Replica::leading`] runs it without the
+//! failover hold-off (`budget_failover.rs` tests the hold-off with whole operators).
 
 #![allow(dead_code)]
 
@@ -92,6 +94,14 @@ pub fn config(master: &str) -> Config {
     }
 }
 
+/// The operator's budget timings without the failover hold-off.
+pub fn no_hold_off() -> budget::Settings {
+    budget::Settings {
+        hold_off: Duration::ZERO,
+        ..budget::Settings::default()
+    }
+}
+
 /// The budget routes of one in-process "operator replica" and what drives it.
 pub struct Replica {
     /// Its shared state (leadership, metrics).
@@ -103,11 +113,21 @@ pub struct Replica {
 }
 
 impl Replica {
-    /// Starts the budget machinery for `master` and makes it the synced leader.
+    /// Starts the budget machinery for `master` (no failover hold-off, other timings
+    /// as the operator's) and makes it the synced leader.
     pub async fn leading(cp: &ControlPlane, master: &str) -> Replica {
+        Replica::leading_with(cp, master, no_hold_off()).await
+    }
+
+    /// [`Replica::leading`] with `settings`.
+    pub async fn leading_with(
+        cp: &ControlPlane,
+        master: &str,
+        settings: budget::Settings,
+    ) -> Replica {
         let shared = Shared::new(config(master), Metrics::new().expect("metrics"));
         let cancel = CancellationToken::new();
-        let router = budget::start(shared.clone(), client(cp).await, cancel.clone());
+        let router = budget::start_with(shared.clone(), client(cp).await, cancel.clone(), settings);
         shared.set_leader(true);
         shared.set_synced(true);
         Replica {
@@ -325,6 +345,122 @@ pub async fn event_reasons(cp: &'static ControlPlane, ns: &str, name: &str) -> V
         .iter()
         .map(|e| e["reason"].as_str().unwrap_or("").to_string())
         .collect()
+}
+
+/// A ValidatingAdmissionPolicy (and its binding) that refuses every write of
+/// TenantHookBudget status in namespace `ns`, on the real API server; removed on drop.
+pub struct DenyStatusWrites {
+    cp: &'static ControlPlane,
+    name: String,
+}
+
+impl DenyStatusWrites {
+    /// Installs it and waits (at most 30 s) until the API server refuses a server-side
+    /// dry run of a status patch of `ns/budget`.
+    pub async fn install(cp: &'static ControlPlane, ns: &str, budget: &str) -> DenyStatusWrites {
+        let name = unique_name("deny-budget-status");
+        let yaml = format!(
+            r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {{name: {name}}}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups: ["agenthooks.io"]
+      apiVersions: ["*"]
+      operations: ["UPDATE"]
+      resources: ["tenanthookbudgets/status"]
+  validations:
+  - expression: "false"
+    message: "test: TenantHookBudget status writes are refused"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {{name: {name}}}
+spec:
+  policyName: {name}
+  validationActions: [Deny]
+  matchResources:
+    namespaceSelector:
+      matchLabels: {{kubernetes.io/metadata.name: {ns}}}
+"#
+        );
+        blocking(move || {
+            cp.apply_yaml(&yaml);
+        })
+        .await;
+        let (ns, budget) = (ns.to_string(), budget.to_string());
+        let refused = blocking(move || {
+            agenthooks_e2e::wait_for(Duration::from_secs(30), || {
+                let out = cp.kubectl(&[
+                    "-n",
+                    &ns,
+                    "patch",
+                    "tenanthookbudget",
+                    &budget,
+                    "--subresource=status",
+                    "--type=merge",
+                    "--dry-run=server",
+                    "-p",
+                    r#"{"status":{"used":12345}}"#,
+                ]);
+                !out.status.success()
+                    && String::from_utf8_lossy(&out.stderr).contains("status writes are refused")
+            })
+        })
+        .await;
+        assert!(refused, "the admission policy never took effect");
+        DenyStatusWrites { cp, name }
+    }
+
+    /// Removes it and waits (at most 30 s) until a dry-run status patch of `ns/budget`
+    /// passes again.
+    pub async fn remove(self, ns: &str, budget: &str) {
+        let cp = self.cp;
+        let (ns, budget) = (ns.to_string(), budget.to_string());
+        drop(self);
+        let allowed = blocking(move || {
+            agenthooks_e2e::wait_for(Duration::from_secs(30), || {
+                cp.kubectl(&[
+                    "-n",
+                    &ns,
+                    "patch",
+                    "tenanthookbudget",
+                    &budget,
+                    "--subresource=status",
+                    "--type=merge",
+                    "--dry-run=server",
+                    "-p",
+                    r#"{"status":{"used":12345}}"#,
+                ])
+                .status
+                .success()
+            })
+        })
+        .await;
+        assert!(
+            allowed,
+            "status writes still refused after removing the policy"
+        );
+    }
+}
+
+impl Drop for DenyStatusWrites {
+    fn drop(&mut self) {
+        for kind in [
+            "validatingadmissionpolicybinding",
+            "validatingadmissionpolicy",
+        ] {
+            let _ = self.cp.kubectl(&[
+                "delete",
+                kind,
+                &self.name,
+                "--ignore-not-found",
+                "--wait=false",
+            ]);
+        }
+    }
 }
 
 /// This UTC month, `YYYY-MM`.
