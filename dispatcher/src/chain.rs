@@ -129,6 +129,7 @@ pub async fn decide(engine: &Engine, set: &HookSet, mut event: Event) -> Decisio
                 reason: Some(CHAIN_BUDGET_EXCEEDED.into()),
                 error_kind: Some("chain_budget"),
                 mutation_denied: false,
+                prompt: None,
                 result: None,
             });
             break;

@@ -6,7 +6,7 @@
 //! - [`breaker`]: the per-hook circuit breaker (CONTRACT §6.1).
 //! - [`chain`]: the blocking chain and the non-blocking path (CONTRACT §4).
 //! - [`runner`]: one hook run: filters, then its handler, under its timeout.
-//! - [`handlers`]: command and http handlers, SSRF guard (CONTRACT §5).
+//! - [`handlers`]: command, http and prompt handlers, SSRF guard (CONTRACT §5).
 //! - [`server`]: the HTTP API (DESIGN "Dispatch API").
 //! - [`sync`]: the long-poll client that follows the operator's snapshots.
 //! - [`metrics`]: Prometheus series (CONTRACT §8.2).

@@ -21,6 +21,8 @@ use agenthooks_dispatcher::budget::{Budgets, load};
 use agenthooks_dispatcher::chain::{Verdict, decide};
 use agenthooks_dispatcher::event::Event;
 use agenthooks_dispatcher::handlers::http::HttpCaller;
+use agenthooks_dispatcher::handlers::prompt::PromptEvaluator;
+use agenthooks_dispatcher::handlers::prompt::config::ProvidersConfig;
 use agenthooks_dispatcher::operator_urls::OperatorUrls;
 use agenthooks_dispatcher::report::sender::{self, ReporterConfig};
 use agenthooks_dispatcher::runner::Engine;
@@ -96,6 +98,29 @@ struct Common {
     /// CIDR that http hooks may reach despite the SSRF guard (repeatable).
     #[arg(long = "http-allow-cidr", value_name = "CIDR")]
     http_allow_cidr: Vec<ipnet::IpNet>,
+    /// Prompt hooks: the providers file (YAML: providers [{name, kind: openai|anthropic,
+    /// baseUrl, apiKeyFile}], models {alias: {provider, model}}, defaultModel). Without
+    /// it every prompt hook blocks.
+    #[arg(long, value_name = "PATH", env = "AGENTHOOKS_PROVIDERS_FILE")]
+    providers_file: Option<PathBuf>,
+}
+
+/// The prompt handler of `--providers-file`, or an unconfigured one.
+fn prompt_evaluator(common: &Common) -> anyhow::Result<PromptEvaluator> {
+    match &common.providers_file {
+        None => Ok(PromptEvaluator::unconfigured()),
+        Some(p) => {
+            let config = ProvidersConfig::load(p)?;
+            tracing::info!(
+                file = %p.display(),
+                providers = config.providers.len(),
+                models = config.models.len(),
+                default_model = config.default_model.as_deref().unwrap_or(""),
+                "prompt providers loaded"
+            );
+            Ok(PromptEvaluator::new(config))
+        }
+    }
 }
 
 #[derive(Args)]
@@ -221,10 +246,11 @@ async fn check(args: CheckArgs) -> anyhow::Result<Verdict> {
         Event::parse(&body).map_err(|e| anyhow::anyhow!("{}: {e}", args.event.display()))?;
     let blocking = event.event.is_blocking();
     let mut engine = Engine::new(
-        HttpCaller::new(args.common.http_allow_cidr),
+        HttpCaller::new(args.common.http_allow_cidr.clone()),
         args.common.edition,
         key,
     );
+    engine.prompt = prompt_evaluator(&args.common)?;
     // The budgets of the hooks files, as in standalone mode (fresh: used 0).
     engine.budgets = Budgets::local(LocalLedger::new(loaded.budgets)?, None);
     let mut decision = decide(&engine, &set, event).await;
@@ -248,6 +274,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         args.common.edition,
         key.clone(),
     );
+    engine.prompt = prompt_evaluator(&args.common)?;
     let cancel = CancellationToken::new();
     // Stopped after the server drained, so the last runs are in the final report.
     let stop_reporter = CancellationToken::new();

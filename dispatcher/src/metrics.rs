@@ -55,6 +55,16 @@ pub struct Metrics {
     pub budget_refusals: IntCounterVec,
     /// Settles (or releases) not acknowledged before their deadline.
     pub budget_settle_failures: IntCounter,
+    /// Prompt hook runs answered from the decision cache (CONTRACT §5 prompt.3).
+    pub prompt_cache_hits: IntCounter,
+    /// Evaluator calls by `provider` (name in the providers file) and `result` (`ok`,
+    /// or a failure kind: `provider_timeout`, `provider_5xx`, `provider_rate_limited`...).
+    pub prompt_calls: IntCounterVec,
+    /// Unusable evaluator answers and failed calls, by `kind` (seed
+    /// `security.hook.prompt_parse_error`).
+    pub prompt_parse_errors: IntCounterVec,
+    /// Tokens the providers reported (input + output), by `provider`.
+    pub prompt_tokens: IntCounterVec,
     /// The hot series, resolved once: `executions` by [outcome][handler][event],
     /// `hook_duration` by [handler], `decision_duration` by [event].
     hot: Arc<HotSeries>,
@@ -223,6 +233,35 @@ impl Metrics {
                 "Budget settles or releases not acknowledged before their deadline",
             )
             .unwrap(),
+            prompt_cache_hits: IntCounter::new(
+                "agenthooks_prompt_cache_hits_total",
+                "Prompt hook runs answered from the decision cache",
+            )
+            .unwrap(),
+            prompt_calls: IntCounterVec::new(
+                Opts::new(
+                    "agenthooks_prompt_calls_total",
+                    "Evaluator calls by provider and result",
+                ),
+                &["provider", "result"],
+            )
+            .unwrap(),
+            prompt_parse_errors: IntCounterVec::new(
+                Opts::new(
+                    "agenthooks_prompt_parse_errors_total",
+                    "Prompt hook runs blocked for an unusable evaluator answer or a failed call, by kind",
+                ),
+                &["kind"],
+            )
+            .unwrap(),
+            prompt_tokens: IntCounterVec::new(
+                Opts::new(
+                    "agenthooks_prompt_tokens_total",
+                    "Tokens reported by the evaluator providers (input + output)",
+                ),
+                &["provider"],
+            )
+            .unwrap(),
             registry,
         };
         for c in [
@@ -245,6 +284,10 @@ impl Metrics {
             Box::new(m.budget_grants.clone()),
             Box::new(m.budget_refusals.clone()),
             Box::new(m.budget_settle_failures.clone()),
+            Box::new(m.prompt_cache_hits.clone()),
+            Box::new(m.prompt_calls.clone()),
+            Box::new(m.prompt_parse_errors.clone()),
+            Box::new(m.prompt_tokens.clone()),
         ] {
             m.registry.register(c).expect("metric names are unique");
         }

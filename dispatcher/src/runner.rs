@@ -16,6 +16,7 @@ use serde::Serialize;
 use crate::budget::Budgets;
 use crate::event::Event;
 use crate::handlers::http::HttpCaller;
+use crate::handlers::prompt::{PromptEvaluator, PromptMetadata};
 use crate::handlers::{HandlerResult, Outcome, command};
 use crate::hookset::{LoadedHook, open_headers};
 use crate::metrics::Metrics;
@@ -40,6 +41,10 @@ pub struct Engine {
     /// reserve before the call, settle after. Unconfigured (every reserve refused,
     /// `BudgetUnavailable`) until `main` sets the remote or local backend.
     pub budgets: Budgets,
+    /// The prompt handler: providers, decision cache, per-turn counts (CONTRACT §5
+    /// prompt). Unconfigured (every prompt hook blocks) until `main` loads a providers
+    /// file.
+    pub prompt: PromptEvaluator,
 }
 
 /// Chain budget of a blocking event (seed "Safeguards summary": 10 s, not overridable).
@@ -59,6 +64,7 @@ impl Engine {
             background: Arc::new(tokio::sync::Semaphore::new(BACKGROUND_SLOTS)),
             outbox: Arc::new(Outbox::default()),
             budgets: Budgets::unconfigured(),
+            prompt: PromptEvaluator::unconfigured(),
         }
     }
 }
@@ -79,6 +85,9 @@ pub struct HookRun {
     /// `updatedInput` was offered by a hook outside the master namespace and dropped.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub mutation_denied: bool,
+    /// A prompt run's model, tokens, `injectionDetected` and `cacheHit`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<PromptMetadata>,
     #[serde(skip)]
     pub result: Option<HandlerResult>,
 }
@@ -123,6 +132,7 @@ pub fn filters_match(
 pub async fn run_handler(
     engine: &Engine,
     hook: &LoadedHook,
+    event: &Event,
     event_json: &Bytes,
     timeout: Duration,
 ) -> HandlerResult {
@@ -156,10 +166,15 @@ pub async fn run_handler(
                     .call(&h.url, &headers, event_json.clone(), timeout)
                     .await
             }
-            HandlerType::Prompt => HandlerResult::error(
-                "prompt_unavailable",
-                "the prompt handler is not available in this dispatcher yet; failing closed",
-            ),
+            HandlerType::Prompt => {
+                let Some(p) = &hook.spec.handler.prompt else {
+                    return HandlerResult::error("bad_spec", "handler.prompt is missing");
+                };
+                engine
+                    .prompt
+                    .evaluate(hook, p, event, timeout, &engine.budgets, &engine.metrics)
+                    .await
+            }
         }
     };
     // A safety net over the handler's own timeout handling, and over panics.
@@ -183,7 +198,7 @@ pub async fn run_matched(
 ) -> HookRun {
     let started = Instant::now();
     let result = match filter {
-        Ok(()) => run_handler(engine, hook, event_json, timeout).await,
+        Ok(()) => run_handler(engine, hook, event, event_json, timeout).await,
         Err(e) => HandlerResult::error("cel_eval", e),
     };
     let elapsed = started.elapsed();
@@ -228,6 +243,7 @@ pub async fn run_matched(
         reason: result.reason.clone(),
         error_kind: result.error_kind,
         mutation_denied: false,
+        prompt: result.metadata.prompt.clone(),
         result: Some(result),
     }
 }

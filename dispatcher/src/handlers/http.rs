@@ -301,13 +301,15 @@ async fn attempt(client: &reqwest::Client, url: &Url, headers: &HeaderMap, body:
     )))
 }
 
-enum BodyError {
+/// Why a response body could not be read: over [`MAX_OUTPUT_BYTES`], or the connection failed.
+pub(crate) enum BodyError {
     TooLarge,
     Transport(String),
 }
 
-/// Reads the body chunk by chunk, stopping as soon as it passes [`MAX_OUTPUT_BYTES`].
-async fn read_body(mut resp: reqwest::Response) -> Result<Vec<u8>, BodyError> {
+/// Reads the body chunk by chunk, stopping as soon as it passes [`MAX_OUTPUT_BYTES`]
+/// (also used by the prompt handler's provider calls).
+pub(crate) async fn read_body(mut resp: reqwest::Response) -> Result<Vec<u8>, BodyError> {
     if resp
         .content_length()
         .is_some_and(|n| n > u64::try_from(MAX_OUTPUT_BYTES).unwrap_or(u64::MAX))
@@ -405,7 +407,7 @@ fn loggable_url(url: &str) -> String {
 }
 
 /// The error and its sources, e.g. "error sending request: connection refused".
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut s = e.to_string();
     let mut src = e.source();
     while let Some(inner) = src {

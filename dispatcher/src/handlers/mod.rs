@@ -4,10 +4,12 @@
 //! connection) and reports a [`HandlerResult`]. The chain (`crate::chain`) turns outcomes
 //! into the event's decision; handlers never see other hooks.
 //!
-//! Rules: CONTRACT.md §5; seed "Handler reference".
+//! Rules: CONTRACT.md §5; seed "Handler reference". Handlers: [`command`], [`http`]
+//! (with its SSRF guard, [`ssrf`]) and [`prompt`] (a model decides).
 
 pub mod command;
 pub mod http;
+pub mod prompt;
 pub mod ssrf;
 
 use serde_json::Value;
@@ -70,6 +72,8 @@ pub struct HandlerMetadata {
     pub stdout: Option<String>,
     /// Captured stderr (command), cut to [`MAX_REASON_BYTES`]; for dry runs only.
     pub stderr: Option<String>,
+    /// Model, tokens, `injection_detected` and cache hit of a prompt run.
+    pub prompt: Option<prompt::PromptMetadata>,
 }
 
 /// Longest reason or captured text kept in a [`HandlerResult`], in bytes (cut on a UTF-8

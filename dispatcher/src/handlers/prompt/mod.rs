@@ -1,0 +1,379 @@
+//! The `prompt` handler: a model decides, through one forced `decide` tool call
+//! (CONTRACT §5 prompt.1–6; seed "Handler reference / prompt"; issue 4).
+//!
+//! One run, in order:
+//! 1. Resolve the hook's `model` alias (or `defaultModel`) in the providers file
+//!    ([`config`]); none configured or an unknown alias → `block`.
+//! 2. Decision cache ([`cache`]): a hit answers at once, without a provider call, without
+//!    touching the budget or the per-turn cap.
+//! 3. Per-turn cap ([`turns`]): past `maxInvocationsPerTurn` for (hook, `turn_id`) →
+//!    `block`, reason `PerTurnCapReached`.
+//! 4. Build the request ([`request`]): preamble, template, fenced canonical JSON of
+//!    `tool_name` + `tool_input` (never `raw_input`), the one `decide` tool.
+//! 5. Budget: reserve estimate + [`request::MAX_OUTPUT_TOKENS`] of the event's tenant
+//!    through `engine.budgets`; a refusal → `block` with its reason (`BudgetExhausted`,
+//!    `BudgetNotFound`, `BudgetUnavailable`) and the turn's count is given back.
+//! 6. Call the provider ([`client`]) within the hook's timeout; read the answer
+//!    ([`response`]). Settled in the background with the tokens the provider reports
+//!    (input + output; the whole reservation when it reported none or may have counted
+//!    without answering), released when the call failed before any usage.
+//! 7. A valid `decide` → its decision (cached); anything else → `block`, logged on target
+//!    `security.hook.prompt_parse_error` with its kind, counted.
+//!
+//! Every failure is a `block` (never `error`/`timeout`, which `onTimeout: allow` could
+//! turn into an allow), with an `error_kind`: `prompt_unconfigured`,
+//! `prompt_model_unknown`, `per_turn_cap`, `budget_exhausted`, `budget_not_found`,
+//! `budget_unavailable`, `budget_invalid`, `fence_error`, a call failure kind
+//! ([`client::CallFailure::kind`]) or a parse failure kind
+//! ([`response::ParseFailure::kind`]). On a non-blocking event the chain answers `allow`
+//! whatever the hook says (CONTRACT §1.2).
+
+pub mod cache;
+pub mod canonical;
+pub mod client;
+pub mod config;
+pub mod request;
+pub mod response;
+pub mod turns;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agenthooks_crds::agenthook::PromptHandlerSpec;
+use bytes::Bytes;
+use serde::Serialize;
+use tokio::time::Instant;
+
+use crate::budget::{BudgetRefusal, Budgets, Reservation};
+use crate::event::Event;
+use crate::handlers::{HandlerResult, Outcome, cut};
+use crate::hookset::LoadedHook;
+use crate::metrics::Metrics;
+use cache::{CachedDecision, DecisionCache, cache_key};
+use client::ProviderClient;
+use config::{ProvidersConfig, ResolvedModel};
+use request::{MAX_OUTPUT_TOKENS, estimate_input_tokens, prompt_text, request_body};
+use turns::{DEFAULT_MAX_PER_TURN, PER_TURN_CAP_REACHED, TurnCaps};
+
+/// What a prompt run tells the audit row (CONTRACT §7.5: `prompt_model`,
+/// `prompt_tokens`, `injection_detected`) and the dispatch response (`hooks[].prompt`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PromptMetadata {
+    /// The provider's model name the alias resolved to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Tokens the provider reported for this run (input + output); 0 on a cache hit;
+    /// absent when no call was answered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<i64>,
+    /// The model's `injection_detected`, when it answered with a valid `decide`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub injection_detected: Option<bool>,
+    /// Answered from the decision cache.
+    pub cache_hit: bool,
+}
+
+/// The prompt handler of one dispatcher: providers, client, cache and turn counts.
+/// Cheap to clone.
+#[derive(Clone, Default)]
+pub struct PromptEvaluator {
+    inner: Arc<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// `None`: no providers file; every prompt hook blocks (`prompt_unconfigured`).
+    config: Option<ProvidersConfig>,
+    client: ProviderClient,
+    cache: DecisionCache,
+    turns: TurnCaps,
+}
+
+impl std::fmt::Debug for PromptEvaluator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PromptEvaluator")
+            .field(
+                "providers_file",
+                &self.inner.config.as_ref().map(|c| &c.file),
+            )
+            .finish()
+    }
+}
+
+impl PromptEvaluator {
+    /// No providers: every prompt hook fails closed.
+    pub fn unconfigured() -> PromptEvaluator {
+        PromptEvaluator::default()
+    }
+
+    /// The evaluator of a providers file, with the default cache and turn bounds.
+    pub fn new(config: ProvidersConfig) -> PromptEvaluator {
+        PromptEvaluator::with_parts(Some(config), DecisionCache::default(), TurnCaps::default())
+    }
+
+    /// Same with a cache and turn counter of one's own (tests shorten the TTL).
+    pub fn with_parts(
+        config: Option<ProvidersConfig>,
+        cache: DecisionCache,
+        turns: TurnCaps,
+    ) -> PromptEvaluator {
+        PromptEvaluator {
+            inner: Arc::new(Inner {
+                config,
+                client: ProviderClient::new(),
+                cache,
+                turns,
+            }),
+        }
+    }
+
+    /// The decision cache (inspection and tests).
+    pub fn cache(&self) -> &DecisionCache {
+        &self.inner.cache
+    }
+
+    /// Runs one prompt hook on `event` within `timeout` (see the module doc).
+    pub async fn evaluate(
+        &self,
+        hook: &LoadedHook,
+        spec: &PromptHandlerSpec,
+        event: &Event,
+        timeout: Duration,
+        budgets: &Budgets,
+        metrics: &Metrics,
+    ) -> HandlerResult {
+        let deadline = Instant::now() + timeout;
+        let Some(config) = &self.inner.config else {
+            return blocked(
+                "prompt_unconfigured",
+                "no providers file is configured on this dispatcher (--providers-file); failing closed".into(),
+                PromptMetadata::default(),
+            );
+        };
+        let resolved = match config.resolve(spec.model.as_deref()) {
+            Ok(r) => r,
+            Err("") => {
+                return blocked(
+                    "prompt_model_unknown",
+                    format!(
+                        "the hook names no model and {} sets no defaultModel; failing closed",
+                        config.file.display()
+                    ),
+                    PromptMetadata::default(),
+                );
+            }
+            Err(alias) => {
+                return blocked(
+                    "prompt_model_unknown",
+                    format!(
+                        "model alias {alias:?} is not under models in {}; failing closed",
+                        config.file.display()
+                    ),
+                    PromptMetadata::default(),
+                );
+            }
+        };
+        let mut meta = PromptMetadata {
+            model: Some(resolved.model.to_owned()),
+            ..PromptMetadata::default()
+        };
+        let tool_name = event.tool().unwrap_or("");
+        let key = cache_key(&hook.uid, hook.generation, tool_name, &event.tool_input);
+        if let Some(hit) = self.inner.cache.get(&key, std::time::Instant::now()) {
+            metrics.prompt_cache_hits.inc();
+            return from_cached(&hit);
+        }
+
+        // Per-turn cap: counts evaluator calls, so only after a cache miss.
+        let turn = event.turn_id.as_deref().filter(|t| !t.is_empty());
+        let max = spec
+            .max_invocations_per_turn
+            .unwrap_or(DEFAULT_MAX_PER_TURN);
+        if let Some(turn) = turn
+            && !self
+                .inner
+                .turns
+                .try_acquire(&hook.uid, turn, max, std::time::Instant::now())
+        {
+            tracing::info!(hook = %hook.key, turn_id = turn, max, "prompt hook over its per-turn cap");
+            return blocked("per_turn_cap", PER_TURN_CAP_REACHED.into(), meta);
+        }
+        let give_back_turn = || {
+            if let Some(turn) = turn {
+                self.inner.turns.undo(&hook.uid, turn);
+            }
+        };
+
+        let text = match prompt_text(&spec.prompt_template, tool_name, &event.tool_input) {
+            Ok(t) => t,
+            Err(e) => {
+                give_back_turn();
+                return blocked("fence_error", e.to_string(), meta);
+            }
+        };
+        let body = request_body(resolved.provider.kind, resolved.model, &text);
+        let body = match serde_json::to_vec(&body) {
+            Ok(b) => Bytes::from(b),
+            Err(e) => {
+                give_back_turn();
+                return blocked(
+                    "fence_error",
+                    format!("request not serializable: {e}"),
+                    meta,
+                );
+            }
+        };
+        let bound = estimate_input_tokens(body.len()).saturating_add(MAX_OUTPUT_TOKENS);
+        let reserve = budgets.reserve(&event.tenant_id, bound, Some(&hook.key));
+        let reservation = match tokio::time::timeout_at(deadline, reserve).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(refusal)) => {
+                give_back_turn();
+                tracing::debug!(hook = %hook.key, tenant = %event.tenant_id, tokens = bound, detail = %refusal, "prompt hook blocked by its budget");
+                return blocked(refusal_kind(&refusal), refusal.reason().into(), meta);
+            }
+            Err(_) => {
+                give_back_turn();
+                return blocked(
+                    "budget_unavailable",
+                    agenthooks_crds::report::REASON_BUDGET_UNAVAILABLE.into(),
+                    meta,
+                );
+            }
+        };
+
+        let provider = resolved.provider;
+        let answer = self.inner.client.call(provider, body, deadline).await;
+        let answer = match answer {
+            Ok(a) => a,
+            Err(f) => {
+                metrics
+                    .prompt_calls
+                    .with_label_values(&[&provider.name, f.kind])
+                    .inc();
+                settle_in_background(reservation, if f.may_have_cost { None } else { Some(0) });
+                parse_error_log(hook, &resolved, f.kind, &f.detail, metrics);
+                return blocked(
+                    f.kind,
+                    format!("evaluator call failed ({}): {}", f.kind, f.detail),
+                    meta,
+                );
+            }
+        };
+        metrics
+            .prompt_calls
+            .with_label_values(&[&provider.name, "ok"])
+            .inc();
+        let (parsed, usage) = response::parse(provider.kind, &answer.body);
+        if let Some(u) = usage {
+            let total = u.total();
+            meta.tokens = Some(total);
+            metrics
+                .prompt_tokens
+                .with_label_values(&[&provider.name])
+                .inc_by(u64::try_from(total).unwrap_or(0));
+        }
+        settle_in_background(reservation, usage.map(|u| u.total()));
+        let decided = match parsed {
+            Ok(d) => d,
+            Err(pf) => {
+                parse_error_log(hook, &resolved, pf.kind(), &pf.to_string(), metrics);
+                return blocked(
+                    pf.kind(),
+                    format!("evaluator answer unusable ({}): {pf}", pf.kind()),
+                    meta,
+                );
+            }
+        };
+        let cached = CachedDecision {
+            allow: decided.allow,
+            reason: decided.reason,
+            injection_detected: decided.injection_detected,
+            updated_input: decided.updated_input,
+            additional_context: decided.additional_context,
+            model: resolved.model.to_owned(),
+        };
+        if cached.injection_detected {
+            tracing::warn!(hook = %hook.key, event_id = %event.event_id, decision = if cached.allow { "allow" } else { "block" }, "prompt evaluator reports an injection attempt");
+        }
+        let mut result = decision_result(&cached);
+        result.metadata.prompt = Some(PromptMetadata {
+            injection_detected: Some(cached.injection_detected),
+            ..meta
+        });
+        self.inner
+            .cache
+            .insert(key, cached, std::time::Instant::now());
+        result
+    }
+}
+
+/// A `block` with a machine kind and the prompt metadata.
+fn blocked(kind: &'static str, reason: String, meta: PromptMetadata) -> HandlerResult {
+    let mut r = HandlerResult::block(reason);
+    r.error_kind = Some(kind);
+    r.metadata.prompt = Some(meta);
+    r
+}
+
+fn decision_result(d: &CachedDecision) -> HandlerResult {
+    let mut r = if d.allow {
+        let mut r = HandlerResult::allow();
+        r.reason = Some(cut(d.reason.clone()));
+        r
+    } else {
+        HandlerResult::block(d.reason.clone())
+    };
+    debug_assert!(matches!(r.outcome, Outcome::Allow | Outcome::Block));
+    r.updated_input = d.updated_input.clone();
+    r.additional_context = d.additional_context.clone();
+    r
+}
+
+fn from_cached(d: &CachedDecision) -> HandlerResult {
+    let mut r = decision_result(d);
+    r.metadata.prompt = Some(PromptMetadata {
+        model: Some(d.model.clone()),
+        tokens: Some(0),
+        injection_detected: Some(d.injection_detected),
+        cache_hit: true,
+    });
+    r
+}
+
+fn refusal_kind(r: &BudgetRefusal) -> &'static str {
+    match r {
+        BudgetRefusal::Exhausted { .. } => "budget_exhausted",
+        BudgetRefusal::NotFound { .. } => "budget_not_found",
+        BudgetRefusal::Unavailable { .. } => "budget_unavailable",
+        BudgetRefusal::InvalidTokens { .. } => "budget_invalid",
+    }
+}
+
+/// Settles off the decision path (a remote settle may retry for many seconds): with
+/// `tokens`, or the whole reservation when `None` (the provider may have counted
+/// tokens it did not report).
+fn settle_in_background(reservation: Reservation, tokens: Option<i64>) {
+    let tokens = tokens.unwrap_or(reservation.tokens());
+    tokio::spawn(async move {
+        // Failures are logged and counted by the budget module.
+        let _ = reservation.settle(tokens).await;
+    });
+}
+
+fn parse_error_log(
+    hook: &LoadedHook,
+    model: &ResolvedModel<'_>,
+    kind: &'static str,
+    detail: &str,
+    metrics: &Metrics,
+) {
+    metrics.prompt_parse_errors.with_label_values(&[kind]).inc();
+    tracing::warn!(
+        target: "security.hook.prompt_parse_error",
+        hook = %hook.key, uid = %hook.uid, generation = hook.generation, kind,
+        provider = %model.provider.name, model = model.model, detail = %cut(detail.to_owned()),
+        "security.hook.prompt_parse_error"
+    );
+}

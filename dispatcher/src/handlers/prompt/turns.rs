@@ -1,0 +1,172 @@
+//! The per-turn cap (CONTRACT §5 prompt.4): at most `maxInvocationsPerTurn` (default
+//! [`DEFAULT_MAX_PER_TURN`]) evaluator calls per (hook uid, `turn_id`); cache hits are
+//! not counted. Past it a blocking event gets `block`, reason `PerTurnCapReached`.
+//!
+//! Memory is bounded: a turn idle for [`TURN_IDLE_EXPIRY`] is forgotten, and at most
+//! [`TURN_CAPACITY`] turns are held (past it the oldest started go first; forgetting a
+//! turn early can only admit more calls, which the token budget still bounds).
+//!
+//! An event without `turn_id` is its own turn: nothing groups it with other calls, so
+//! the cap does not apply to it (the budget does). Runtimes that want the cap send
+//! `turn_id`. The count is per dispatcher replica.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Evaluator calls per turn when the hook sets none (seed: 5).
+pub const DEFAULT_MAX_PER_TURN: u32 = 5;
+/// A turn not seen for this long is forgotten.
+pub const TURN_IDLE_EXPIRY: Duration = Duration::from_secs(3600);
+/// Most turns held.
+pub const TURN_CAPACITY: usize = 100_000;
+
+/// The block reason past the cap.
+pub const PER_TURN_CAP_REACHED: &str = "PerTurnCapReached";
+
+type TurnKey = (String, String);
+
+struct Turn {
+    calls: u32,
+    last_seen: Instant,
+    seq: u64,
+}
+
+#[derive(Default)]
+struct State {
+    turns: HashMap<TurnKey, Turn>,
+    order: VecDeque<(TurnKey, u64)>,
+    seq: u64,
+}
+
+/// Counts evaluator calls per (hook, turn). `Send + Sync`.
+pub struct TurnCaps {
+    state: Mutex<State>,
+    idle: Duration,
+    capacity: usize,
+}
+
+impl Default for TurnCaps {
+    fn default() -> Self {
+        TurnCaps::new(TURN_IDLE_EXPIRY, TURN_CAPACITY)
+    }
+}
+
+impl TurnCaps {
+    /// Caps with their own idle expiry and capacity (at least 1).
+    pub fn new(idle: Duration, capacity: usize) -> TurnCaps {
+        TurnCaps {
+            state: Mutex::new(State::default()),
+            idle,
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// Counts one call of hook `uid` in `turn` if fewer than `max` were counted; `false`
+    /// when the cap is reached (nothing counted).
+    pub fn try_acquire(&self, uid: &str, turn: &str, max: u32, now: Instant) -> bool {
+        let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let state = &mut *guard;
+        let key = (uid.to_owned(), turn.to_owned());
+        if let Some(t) = state.turns.get_mut(&key) {
+            if now.saturating_duration_since(t.last_seen) < self.idle {
+                t.last_seen = now;
+                if t.calls >= max {
+                    return false;
+                }
+                t.calls += 1;
+                return true;
+            }
+            // Idle past the expiry: a new turn under the same id.
+            state.turns.remove(&key);
+        }
+        state.seq += 1;
+        let seq = state.seq;
+        state.order.push_back((key.clone(), seq));
+        state.turns.insert(
+            key,
+            Turn {
+                calls: 1,
+                last_seen: now,
+                seq,
+            },
+        );
+        while let Some((k, s)) = state.order.front() {
+            let live = state.turns.get(k).filter(|t| t.seq == *s);
+            match live {
+                None => {
+                    state.order.pop_front();
+                }
+                Some(t)
+                    if now.saturating_duration_since(t.last_seen) >= self.idle
+                        || state.turns.len() > self.capacity =>
+                {
+                    if let Some((k, _)) = state.order.pop_front() {
+                        state.turns.remove(&k);
+                    }
+                }
+                Some(_) => break,
+            }
+        }
+        max >= 1
+    }
+
+    /// Gives back a call counted by [`TurnCaps::try_acquire`] that never reached the
+    /// provider (the budget refused it).
+    pub fn undo(&self, uid: &str, turn: &str) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = state.turns.get_mut(&(uid.to_owned(), turn.to_owned())) {
+            t.calls = t.calls.saturating_sub(1);
+        }
+    }
+
+    /// Turns held.
+    pub fn len(&self) -> usize {
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .turns
+            .len()
+    }
+
+    /// No turn held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cap_counts_per_hook_and_turn() {
+        let c = TurnCaps::default();
+        let t = Instant::now();
+        for _ in 0..5 {
+            assert!(c.try_acquire("h1", "turn-1", 5, t));
+        }
+        assert!(!c.try_acquire("h1", "turn-1", 5, t));
+        assert!(!c.try_acquire("h1", "turn-1", 5, t));
+        assert!(c.try_acquire("h1", "turn-2", 5, t));
+        assert!(c.try_acquire("h2", "turn-1", 5, t));
+        c.undo("h1", "turn-1");
+        assert!(c.try_acquire("h1", "turn-1", 5, t));
+        assert!(!c.try_acquire("h1", "turn-1", 5, t));
+    }
+
+    #[test]
+    fn an_idle_turn_is_forgotten_and_memory_is_capped() {
+        let c = TurnCaps::new(Duration::from_secs(3600), 3);
+        let t0 = Instant::now();
+        assert!(c.try_acquire("h", "a", 1, t0));
+        assert!(!c.try_acquire("h", "a", 1, t0 + Duration::from_secs(3599)));
+        // Seen at 3599 s: idle again only an hour after that.
+        assert!(!c.try_acquire("h", "a", 1, t0 + Duration::from_secs(7000)));
+        assert!(c.try_acquire("h", "a", 1, t0 + Duration::from_secs(10_600)));
+        for i in 0..10 {
+            c.try_acquire("h", &format!("t{i}"), 1, t0 + Duration::from_secs(10_600));
+        }
+        assert_eq!(c.len(), 3);
+    }
+}
