@@ -756,3 +756,36 @@ async fn injection_attempts_stay_inside_the_fence_and_never_decide() {
         Some(true)
     );
 }
+
+#[test]
+fn the_prompt_samples_load() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/samples");
+    let loaded = agenthooks_dispatcher::manifests::load_all(
+        &root.join("prompt"),
+        MASTER,
+        Edition::Standard,
+        &SealKey::generate(),
+    )
+    .unwrap();
+    assert_eq!(loaded.hooks.len(), 1);
+    assert_eq!(loaded.budgets.len(), 1);
+    let judge = loaded.hooks.get("tenant-acme/judge-exec").unwrap();
+    assert_eq!(
+        judge.spec.handler.prompt.as_ref().unwrap().model.as_deref(),
+        Some("haiku")
+    );
+    let path = root.join("providers/providers.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let c = ProvidersConfig::parse(&text, &path, |_| Ok("sk-sample".into())).unwrap();
+    assert_eq!(c.providers.len(), 2);
+    let haiku = c.resolve(Some("haiku")).unwrap();
+    assert_eq!(
+        haiku.provider.endpoint(),
+        "https://api.anthropic.com/v1/messages"
+    );
+    assert_eq!(
+        c.resolve(Some("gpt-4o-mini")).unwrap().provider.endpoint(),
+        "https://api.openai.com/v1/chat/completions"
+    );
+    assert_eq!(c.resolve(None).unwrap().alias, "haiku");
+}
