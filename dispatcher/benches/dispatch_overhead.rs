@@ -14,6 +14,9 @@
 //! `AGENTHOOKS_BENCH_ONLY` (e.g. `3,5`: only these dispatcher scenarios; the baseline
 //! always runs), `AGENTHOOKS_BENCH_IN_PROCESS_SECS` (default 1).
 //!
+//! Last: issue 4's figure, a prompt hook answered from its decision cache vs one http
+//! hook's decision, in process, alternating rounds (`prompt_cache_hit`).
+//!
 //! Without `--bench` (e.g. `cargo test --all-targets`) it runs a few requests per
 //! scenario only, to check the wiring.
 
@@ -569,6 +572,7 @@ async fn run(full: bool) {
         "\nRatios: scenario ÷ baseline of the same table (1.00× = no overhead over a bare axum handler)."
     );
     bookkeeping(full);
+    prompt_cache_hit(full).await;
 }
 
 /// The per-run bookkeeping every hook run pays on top of its handler: the execution
@@ -622,6 +626,134 @@ fn bookkeeping(full: bool) {
     println!("| counters + breaker record, 1 thread | {single:.1} |");
     println!(
         "| counters + breaker record, {threads} threads on one hook (wall ÷ runs) | {contended:.1} |"
+    );
+}
+
+/// A stand-in for the Anthropic Messages API (`POST /v1/messages`): always one
+/// `decide` allow tool call. The bench calls it once, to fill the decision cache.
+async fn messages_standin(_body: Bytes) -> impl axum::response::IntoResponse {
+    axum::Json(serde_json::json!({
+        "id": "msg_bench", "type": "message", "role": "assistant", "model": "bench-model",
+        "content": [{"type": "tool_use", "id": "toolu_bench", "name": "decide", "input": {"decision": "allow", "reason": "bench"}}],
+        "stop_reason": "tool_use", "usage": {"input_tokens": 100, "output_tokens": 20}
+    }))
+}
+
+/// Issue 4's figure: a prompt hook answered from its decision cache, against a
+/// non-prompt hook's decision (one http hook on loopback), both `Event::parse` +
+/// `decide` + serialize in process, in alternating rounds of one run.
+async fn prompt_cache_hit(full: bool) {
+    use agenthooks_crds::TenantHookBudgetSpec;
+    use agenthooks_dispatcher::budget::Budgets;
+    use agenthooks_dispatcher::budget::local::{LocalBudget, LocalLedger};
+    use agenthooks_dispatcher::handlers::prompt::PromptEvaluator;
+    use agenthooks_dispatcher::handlers::prompt::config::ProvidersConfig;
+
+    let hits = Arc::new(AtomicUsize::new(0));
+    let hook_addr = serve(
+        Router::new()
+            .route("/hook", post(fast_hook))
+            .with_state(hits),
+    )
+    .await;
+    let provider_addr = serve(Router::new().route("/v1/messages", post(messages_standin))).await;
+    let http_set = hook_set(1, 1, &format!("http://{hook_addr}/hook"));
+    let http_engine = Engine::new(
+        HttpCaller::new(vec!["127.0.0.0/8".parse().expect("cidr")]),
+        Edition::Lite,
+        SealKey::generate(),
+    );
+
+    let yaml = "event: pre_tool_use\nmatcher: '^exec$'\nhandler: {type: prompt, prompt: {promptTemplate: 'Judge the command.', model: bench}}";
+    let mut prompt_source = source(0, "^exec$", "https://unused.example/");
+    prompt_source.spec = serde_norway::from_str(yaml).expect("prompt hook spec");
+    let (prompt_set, rejected) = HookSet::build(
+        vec![prompt_source],
+        MASTER_NAMESPACE,
+        Edition::Lite,
+        1,
+        None,
+    );
+    assert!(rejected.is_empty(), "{rejected:?}");
+    let providers = format!(
+        "providers: [{{name: an, kind: anthropic, baseUrl: 'http://{provider_addr}', apiKeyFile: k}}]\nmodels: {{bench: {{provider: an, model: bench-model}}}}\n"
+    );
+    let config = ProvidersConfig::parse(&providers, std::path::Path::new("bench"), |_| {
+        Ok("sk-bench".into())
+    })
+    .expect("providers");
+    let mut prompt_engine =
+        Engine::new(HttpCaller::new(vec![]), Edition::Lite, SealKey::generate());
+    prompt_engine.prompt = PromptEvaluator::new(config);
+    prompt_engine.budgets = Budgets::local(
+        LocalLedger::new(vec![LocalBudget {
+            namespace: "tenant-acme".into(),
+            name: "tokens".into(),
+            tenant: "acme".into(),
+            spec: TenantHookBudgetSpec {
+                tenant: None,
+                monthly_tokens: i64::MAX / 4,
+            },
+        }])
+        .expect("ledger"),
+        None,
+    );
+
+    async fn once(engine: &Engine, set: &HookSet) -> (u64, Value) {
+        let t = Instant::now();
+        let event = Event::parse(EVENT.as_bytes()).expect("event");
+        let d = decide(engine, set, event).await;
+        let body = serde_json::to_vec(&d).expect("decision serializes");
+        let ns = t.elapsed().as_nanos() as u64;
+        (ns, serde_json::from_slice(&body).expect("JSON"))
+    }
+    // The first prompt run calls the stand-in and fills the cache.
+    let (_, first) = once(&prompt_engine, &prompt_set).await;
+    assert_eq!(first["decision"], "allow", "{first}");
+    let (_, hit) = once(&prompt_engine, &prompt_set).await;
+    assert_eq!(hit["hooks"][0]["prompt"]["cacheHit"], true, "{hit}");
+    let (_, http) = once(&http_engine, &http_set).await;
+    assert_eq!(http["hooks"][0]["decision"], "allow", "{http}");
+
+    let (rounds, per_round) = if full { (10, 2_000) } else { (1, 20) };
+    let (mut http_lat, mut hit_lat) = (Vec::new(), Vec::new());
+    let (mut http_wall, mut hit_wall) = (Duration::ZERO, Duration::ZERO);
+    for _ in 0..rounds {
+        let t = Instant::now();
+        for _ in 0..per_round {
+            http_lat.push(once(&http_engine, &http_set).await.0);
+        }
+        http_wall += t.elapsed();
+        let t = Instant::now();
+        for _ in 0..per_round {
+            hit_lat.push(once(&prompt_engine, &prompt_set).await.0);
+        }
+        hit_wall += t.elapsed();
+    }
+    assert_eq!(
+        prompt_engine.metrics.prompt_cache_hits.get() as usize,
+        rounds * per_round + 1,
+        "every measured prompt run is a cache hit"
+    );
+    let (h, p) = (stats(http_lat, http_wall), stats(hit_lat, hit_wall));
+    println!("\n### Prompt hook answered from the decision cache vs a non-prompt hook (issue 4)\n");
+    println!(
+        "In process (`Event::parse` + `decide` + serialize), alternating rounds; the http hook calls a loopback hook, the cache hit calls nothing.\n"
+    );
+    println!("| scenario | n | p50 µs | p99 µs | mean µs | p50 ratio | mean ratio |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| 1 http hook (loopback) | {} | {:.2} | {:.2} | {:.2} | 1.00× | 1.00× |",
+        h.n, h.p50_us, h.p99_us, h.mean_us
+    );
+    println!(
+        "| 1 prompt hook, cache hit | {} | {:.2} | {:.2} | {:.2} | {} | {} |",
+        p.n,
+        p.p50_us,
+        p.p99_us,
+        p.mean_us,
+        ratio(p.p50_us, h.p50_us),
+        ratio(p.mean_us, h.mean_us)
     );
 }
 
