@@ -366,7 +366,9 @@ async fn every_unusable_answer_blocks_and_logs_a_parse_error() {
             };
             assert_eq!(d.decision, Verdict::Block, "{model} {what}");
             let run = only_run(&d);
-            assert_eq!(run.decision, Outcome::Block, "{model} {what}");
+            // The hook's own outcome is an error (the breaker does not count it); the
+            // event's decision is block (fail-closed).
+            assert_eq!(run.decision, Outcome::Error, "{model} {what}");
             assert_eq!(
                 run.error_kind,
                 Some(*kind),
@@ -396,6 +398,29 @@ async fn every_unusable_answer_blocks_and_logs_a_parse_error() {
                 1
             );
         }
+    }
+}
+
+/// Provider failures are errors to the circuit breaker (CONTRACT §6.1: errors neither
+/// count nor reset): a provider outage must not trip a prompt hook, which would drop it
+/// and let the next calls through unchecked. Six failing calls in a row all block, and
+/// the sixth still reaches the provider (the hook still runs).
+#[tokio::test]
+async fn a_provider_outage_blocks_every_call_and_never_trips_the_breaker() {
+    let s = ProviderStandIn::start().await;
+    let e = engine(&s, Some(1_000_000));
+    let hooks = set(vec![hook("tenant-acme", "judge", 1, ", model: mini", "")]);
+    for i in 0..6 {
+        s.script([Reply::Status(401)]);
+        let d = decide(
+            &e,
+            &hooks,
+            event(json!({"tool_input": {"cmd": format!("call {i}")}})),
+        )
+        .await;
+        assert_eq!(d.decision, Verdict::Block, "call {i}");
+        assert_eq!(only_run(&d).decision, Outcome::Error, "call {i}");
+        assert_eq!(s.count(), i + 1, "call {i} reached the provider");
     }
 }
 

@@ -309,10 +309,14 @@ impl PromptEvaluator {
     }
 }
 
-/// A `block` with a machine kind and the prompt metadata.
+/// The hook could not get (or was not allowed) a decision from the model: an `error`
+/// with a machine kind, the reason and the prompt metadata. A blocking event's chain
+/// answers `block` with this reason (fail-closed, CONTRACT §4; §5 prompt.2, .4, .5), and
+/// the circuit breaker does not count it (CONTRACT §6.1: errors neither count nor reset) —
+/// otherwise five provider failures, refused budgets or capped turns would trip the hook and
+/// let the next calls through unchecked.
 fn blocked(kind: &'static str, reason: String, meta: PromptMetadata) -> HandlerResult {
-    let mut r = HandlerResult::block(reason);
-    r.error_kind = Some(kind);
+    let mut r = HandlerResult::error(kind, reason);
     r.metadata.prompt = Some(meta);
     r
 }
