@@ -432,6 +432,8 @@ pub struct TenantFigures {
     pub tenant: String,
     /// Persisted remaining in the current period.
     pub remaining: i64,
+    /// The monthly total (`spec.monthlyTokens`).
+    pub total: i64,
     /// Tokens held by reservations in flight.
     pub reserved: i64,
     /// Tokens settled and counted, not yet written to `status.used`.
@@ -875,6 +877,7 @@ fn figures(b: &Book, period: &str) -> TenantFigures {
     TenantFigures {
         tenant: b.tenant.clone(),
         remaining: b.view(period).remaining,
+        total: b.total,
         reserved: b.reserved,
         unpersisted: b.unpersisted,
     }

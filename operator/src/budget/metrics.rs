@@ -12,6 +12,10 @@ pub struct BudgetMetrics {
     /// accepted budget in the current period (persisted figure; reservations in flight
     /// are in `agenthooks_budget_reserved_tokens`). Only the leader exports it.
     pub remaining_tokens: IntGaugeVec,
+    /// `agenthooks_budget_state{tenant, state}`: 1 for the budget's current state (`Ok`,
+    /// `Warning` below 20% remaining, `Exhausted` at 0; CONTRACT §5.5), 0 for the others,
+    /// so an alert can fire on `agenthooks_budget_state{state="Warning"} == 1`.
+    pub state: IntGaugeVec,
     /// `agenthooks_budget_reserved_tokens{tenant}`: tokens held by reservations in flight.
     pub reserved_tokens: IntGaugeVec,
     /// `agenthooks_budget_unwritten_tokens{tenant}`: tokens settled and counted against
@@ -88,6 +92,13 @@ impl BudgetMetrics {
             status_writes_total.with_label_values(&[c]);
         }
         Ok(BudgetMetrics {
+            state: IntGaugeVec::new(
+                Opts::new(
+                    "agenthooks_budget_state",
+                    "1 for each tenant budget's current state (Ok, Warning below 20% remaining, Exhausted at 0), 0 for the others.",
+                ),
+                &["tenant", "state"],
+            )?,
             remaining_tokens: IntGaugeVec::new(
                 Opts::new(
                     "agenthooks_budget_remaining_tokens",
@@ -140,6 +151,7 @@ impl BudgetMetrics {
     /// Errors: [`prometheus::Error`] when one is already registered there.
     pub fn register(&self, registry: &Registry) -> Result<(), prometheus::Error> {
         registry.register(Box::new(self.remaining_tokens.clone()))?;
+        registry.register(Box::new(self.state.clone()))?;
         registry.register(Box::new(self.reserved_tokens.clone()))?;
         registry.register(Box::new(self.reservations_total.clone()))?;
         registry.register(Box::new(self.settles_total.clone()))?;
@@ -158,6 +170,16 @@ impl BudgetMetrics {
         self.remaining_tokens
             .with_label_values(&[f.tenant.as_str()])
             .set(f.remaining);
+        let now = agenthooks_crds::budget::BudgetState::of(f.total, f.remaining);
+        for st in [
+            agenthooks_crds::budget::BudgetState::Ok,
+            agenthooks_crds::budget::BudgetState::Warning,
+            agenthooks_crds::budget::BudgetState::Exhausted,
+        ] {
+            self.state
+                .with_label_values(&[f.tenant.as_str(), st.as_str()])
+                .set(i64::from(st == now));
+        }
         self.reserved_tokens
             .with_label_values(&[f.tenant.as_str()])
             .set(f.reserved);
@@ -169,6 +191,7 @@ impl BudgetMetrics {
     /// Replaces the gauges with exactly `all` (tenants without a budget disappear).
     pub fn set_all(&self, all: &[TenantFigures]) {
         self.remaining_tokens.reset();
+        self.state.reset();
         self.reserved_tokens.reset();
         self.unwritten_tokens.reset();
         for f in all {
@@ -194,12 +217,14 @@ mod tests {
             TenantFigures {
                 tenant: "acme".into(),
                 remaining: 150,
+                total: 1000,
                 reserved: 100,
                 unpersisted: 7,
             },
             TenantFigures {
                 tenant: "gone".into(),
                 remaining: 1,
+                total: 1000,
                 reserved: 0,
                 unpersisted: 0,
             },
@@ -207,6 +232,7 @@ mod tests {
         m.set_all(&[TenantFigures {
             tenant: "acme".into(),
             remaining: 50,
+            total: 1000,
             reserved: 0,
             unpersisted: 30,
         }]);
@@ -216,6 +242,9 @@ mod tests {
             .unwrap();
         for line in [
             "agenthooks_budget_remaining_tokens{tenant=\"acme\"} 50",
+            "agenthooks_budget_state{state=\"Warning\",tenant=\"acme\"} 1",
+            "agenthooks_budget_state{state=\"Ok\",tenant=\"acme\"} 0",
+            "agenthooks_budget_state{state=\"Exhausted\",tenant=\"acme\"} 0",
             "agenthooks_budget_reserved_tokens{tenant=\"acme\"} 0",
             "agenthooks_budget_unwritten_tokens{tenant=\"acme\"} 30",
             "agenthooks_budget_settle_overage_tokens_total{cap=\"reservation\"} 0",
