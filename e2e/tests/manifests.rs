@@ -713,6 +713,9 @@ fn helm_values_schema_refuses_typos_and_bad_enums() {
         ("image.pullPolicy=Sometimes", "pullPolicy"),
         ("dispatcher.httpAllowCidrs={not-a-cidr}", "httpAllowCidrs"),
         ("operator.leaseDurationSeconds=1", "leaseDurationSeconds"),
+        ("dispatcher.prompt.providrs={}", "providrs"),
+        ("dispatcher.prompt.providers[0].kind=gemini", "kind"),
+        ("dispatcher.prompt.providers[0].baseUrl=ftp://x", "baseUrl"),
     ] {
         let out = helm_template(ns, &["--set", set]);
         let stderr = text(&out.stderr);
@@ -743,6 +746,252 @@ fn helm_values_schema_refuses_typos_and_bad_enums() {
             ],
         ),
         "helm template with valid values",
+    );
+}
+
+/// Chart values giving the dispatchers two model providers (issue 4 point 1).
+const PROMPT_VALUES: &str = "dispatcher:\n\
+  \x20 prompt:\n\
+  \x20   apiKeySecret: agenthooks-provider-keys\n\
+  \x20   providers:\n\
+  \x20     - {name: anthropic, kind: anthropic, baseUrl: \"https://api.anthropic.com\", apiKeySecretKey: anthropic-api-key}\n\
+  \x20     - {name: openai, kind: openai, baseUrl: \"https://api.openai.com/v1\", apiKeySecretKey: openai-api-key}\n\
+  \x20   models:\n\
+  \x20     haiku: {provider: anthropic, model: claude-3-5-haiku-latest}\n\
+  \x20     gpt-4o-mini: {provider: openai, model: gpt-4o-mini}\n\
+  \x20   defaultModel: haiku\n";
+
+/// Where the chart mounts `dispatcher.prompt.apiKeySecret`.
+const PROVIDER_KEYS_DIR: &str = "/var/run/secrets/agenthooks/providers";
+
+fn volume<'a>(pod: &'a Value, name: &str) -> Option<&'a Value> {
+    pod["volumes"]
+        .as_array()?
+        .iter()
+        .find(|v| v["name"] == name)
+}
+
+fn mount<'a>(pod: &'a Value, name: &str) -> Option<&'a Value> {
+    pod["containers"][0]["volumeMounts"]
+        .as_array()?
+        .iter()
+        .find(|m| m["name"] == name)
+}
+
+/// Runs `agenthooks-dispatcher check` with `--providers-file providers` (a prompt hook
+/// loaded, an event it does not match) → (exit code, stderr).
+fn dispatcher_loads_providers(dir: &Path, providers: &Path) -> (Option<i32>, String) {
+    let hooks = dir.join("hooks.yaml");
+    std::fs::write(
+        &hooks,
+        "apiVersion: agenthooks.io/v1alpha1\nkind: AgentHook\n\
+         metadata: {name: judge, namespace: tenant-acme}\n\
+         spec:\n  event: pre_tool_use\n  matcher: '^exec$'\n\
+         \x20 handler:\n    type: prompt\n    prompt: {model: gpt-4o-mini, promptTemplate: Judge it.}\n",
+    )
+    .unwrap();
+    let event = dir.join("event.json");
+    std::fs::write(&event, r#"{"event": "pre_tool_use", "tool_name": "ls"}"#).unwrap();
+    let out = Command::new(agenthooks_e2e::procs::bin("agenthooks-dispatcher"))
+        .args(["check", "--hooks"])
+        .arg(&hooks)
+        .arg("--event")
+        .arg(&event)
+        .arg("--providers-file")
+        .arg(providers)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run agenthooks-dispatcher check");
+    (out.status.code(), text(&out.stderr))
+}
+
+/// `dispatcher.prompt`: the providers land in a ConfigMap as providers.yaml with every
+/// `apiKeyFile` in the mounted key Secret, the dispatchers get `--providers-file` and both
+/// mounts (read-only), a checksum rolls them when the providers change, the API server
+/// accepts it all (server-side dry run), and the dispatcher itself loads the rendered file.
+/// Without providers nothing of it is rendered; inconsistent values fail the render,
+/// naming the value.
+#[test]
+fn helm_prompt_providers_render_mount_and_load_in_the_dispatcher() {
+    let cp = cp();
+    let ns = unique_name("ah-helm-prompt");
+    cp.create_namespace(&ns, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let values = dir.path().join("prompt-values.yaml");
+    std::fs::write(&values, PROMPT_VALUES).unwrap();
+    let values = path_str(&values);
+
+    // Defaults: no providers file, no prompt ConfigMap, no prompt mounts.
+    let items = server_dry_run(
+        cp,
+        &ok(helm_template(&ns, &[]), "helm template (defaults)"),
+        "helm template (defaults)",
+    );
+    let dispatcher = find(&items, "Deployment", "agenthooks-dispatcher");
+    assert!(
+        !args_of(dispatcher)
+            .iter()
+            .any(|a| a.starts_with("--providers-file")),
+        "{:?}",
+        args_of(dispatcher)
+    );
+    assert_eq!(count(&items, "ConfigMap"), 0);
+    let pod = &dispatcher["spec"]["template"]["spec"];
+    assert!(volume(pod, "prompt-providers").is_none() && volume(pod, "provider-keys").is_none());
+
+    // With providers.
+    ok(
+        run_helm(&["lint", "--strict", chart().as_str(), "-f", &values]),
+        "helm lint -f prompt-values.yaml",
+    );
+    let rendered = ok(
+        helm_template(&ns, &["-f", &values]),
+        "helm template -f prompt-values.yaml",
+    );
+    let items = server_dry_run(cp, &rendered, "helm template -f prompt-values.yaml");
+    check_wiring(
+        &items,
+        "agenthooks-operator",
+        "agenthooks-dispatcher",
+        "lite",
+        "agenthooks-seal-key",
+    );
+    let dispatcher = find(&items, "Deployment", "agenthooks-dispatcher");
+    assert!(
+        has_arg(
+            &args_of(dispatcher),
+            "--providers-file=/etc/agenthooks/prompt/providers.yaml"
+        ),
+        "{:?}",
+        args_of(dispatcher)
+    );
+    let pod = &dispatcher["spec"]["template"]["spec"];
+    assert_eq!(
+        volume(pod, "prompt-providers").map(|v| &v["configMap"]["name"]),
+        Some(&json!("agenthooks-dispatcher-prompt"))
+    );
+    let keys = volume(pod, "provider-keys").expect("provider-keys volume");
+    assert_eq!(keys["secret"]["secretName"], "agenthooks-provider-keys");
+    for (name, path) in [
+        ("prompt-providers", "/etc/agenthooks/prompt"),
+        ("provider-keys", PROVIDER_KEYS_DIR),
+    ] {
+        let m = mount(pod, name).unwrap_or_else(|| panic!("no {name} mount"));
+        assert_eq!(m["mountPath"], path, "{m}");
+        assert_eq!(m["readOnly"], true, "{m}");
+    }
+    let checksum =
+        dispatcher["spec"]["template"]["metadata"]["annotations"]["checksum/prompt-providers"]
+            .as_str()
+            .expect("checksum/prompt-providers annotation")
+            .to_string();
+    assert_eq!(checksum.len(), 64, "{checksum}");
+    let cm = find(&items, "ConfigMap", "agenthooks-dispatcher-prompt");
+    assert_eq!(cm["metadata"]["namespace"], ns.as_str());
+    let file = cm["data"]["providers.yaml"]
+        .as_str()
+        .expect("providers.yaml in the ConfigMap");
+    for want in [
+        "apiKeyFile: /var/run/secrets/agenthooks/providers/anthropic-api-key",
+        "apiKeyFile: /var/run/secrets/agenthooks/providers/openai-api-key",
+        "defaultModel: haiku",
+    ] {
+        assert!(
+            file.contains(want),
+            "providers.yaml lacks {want:?}:\n{file}"
+        );
+    }
+    assert!(!file.contains("apiKeySecretKey"), "{file}");
+
+    // The dispatcher loads the rendered file, with the Secret's keys where the mount puts
+    // them (here a temp dir standing in for the mount).
+    let key_dir = dir.path().join("keys");
+    std::fs::create_dir_all(&key_dir).unwrap();
+    for k in ["anthropic-api-key", "openai-api-key"] {
+        std::fs::write(key_dir.join(k), "sk-test\n").unwrap();
+    }
+    let local = dir.path().join("providers.yaml");
+    std::fs::write(&local, file.replace(PROVIDER_KEYS_DIR, &path_str(&key_dir))).unwrap();
+    let (code, stderr) = dispatcher_loads_providers(dir.path(), &local);
+    assert_eq!(
+        code,
+        Some(0),
+        "the dispatcher refused the chart's providers file: {stderr}"
+    );
+    // ... and would refuse it without the keys (so the check above did load it).
+    std::fs::remove_file(key_dir.join("openai-api-key")).unwrap();
+    let (code, stderr) = dispatcher_loads_providers(dir.path(), &local);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("providers[1].apiKeyFile"), "{stderr}");
+
+    // Another default model: another checksum (the pods roll).
+    let other = ok(
+        helm_template(
+            &ns,
+            &[
+                "-f",
+                &values,
+                "--set",
+                "dispatcher.prompt.defaultModel=gpt-4o-mini",
+            ],
+        ),
+        "helm template (other defaultModel)",
+    );
+    let items = to_json(cp, &other);
+    let other_sum = &find(&items, "Deployment", "agenthooks-dispatcher")["spec"]["template"]["metadata"]
+        ["annotations"]["checksum/prompt-providers"];
+    assert!(
+        other_sum.is_string() && *other_sum != checksum.as_str(),
+        "{other_sum}"
+    );
+
+    // Inconsistent values fail the render, naming the value.
+    for (set, needle) in [
+        (
+            "dispatcher.prompt.apiKeySecret=",
+            "dispatcher.prompt.apiKeySecret",
+        ),
+        (
+            "dispatcher.prompt.defaultModel=sonnet",
+            "dispatcher.prompt.defaultModel",
+        ),
+        (
+            "dispatcher.prompt.models.mini.provider=opnai,dispatcher.prompt.models.mini.model=m",
+            "dispatcher.prompt.models.mini.provider",
+        ),
+    ] {
+        let out = helm_template(&ns, &["-f", &values, "--set", set]);
+        assert!(!out.status.success(), "--set {set} was accepted");
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains(needle), "--set {set}: {stderr}");
+    }
+    // (--set replaces a list, so a duplicate name comes from a values file.)
+    let dup = dir.path().join("dup-values.yaml");
+    std::fs::write(
+        &dup,
+        PROMPT_VALUES.replace("name: openai", "name: anthropic"),
+    )
+    .unwrap();
+    let out = helm_template(&ns, &["-f", &path_str(&dup)]);
+    assert!(
+        !out.status.success(),
+        "a provider defined twice was accepted"
+    );
+    assert!(
+        text(&out.stderr).contains("dispatcher.prompt.providers[1].name"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = helm_template(&ns, &["--set", "dispatcher.prompt.defaultModel=haiku"]);
+    assert!(
+        !out.status.success(),
+        "a defaultModel without providers was accepted"
+    );
+    assert!(
+        text(&out.stderr).contains("dispatcher.prompt.providers is empty"),
+        "{}",
+        text(&out.stderr)
     );
 }
 

@@ -81,3 +81,58 @@ runAsNonRoot: true
 capabilities:
   drop: ["ALL"]
 {{- end }}
+
+{{/* Directory where the dispatchers see the Secret dispatcher.prompt.apiKeySecret. */}}
+{{- define "agenthooks.providerKeysDir" -}}
+/var/run/secrets/agenthooks/providers
+{{- end }}
+
+{{/* Name of the ConfigMap holding the dispatchers' providers.yaml. */}}
+{{- define "agenthooks.promptConfigMap" -}}
+{{- printf "%s-prompt" (include "agenthooks.dispatcherName" .) }}
+{{- end }}
+
+{{/* Whether dispatcher.prompt.providers is set ("true" or ""). */}}
+{{- define "agenthooks.promptEnabled" -}}
+{{- $p := .Values.dispatcher.prompt | default dict }}
+{{- if gt (len ($p.providers | default list)) 0 }}true{{ end }}
+{{- end }}
+
+{{/*
+The dispatchers' providers file (--providers-file; dispatcher handlers/prompt/config.rs):
+providers with apiKeyFile pointing into the mounted key Secret, models, defaultModel.
+Fails on what the dispatcher would refuse at start-up, naming the value.
+*/}}
+{{- define "agenthooks.providersFile" -}}
+{{- $p := .Values.dispatcher.prompt | default dict }}
+{{- $providers := $p.providers | default list }}
+{{- $models := $p.models | default dict }}
+{{- if and (not $providers) (or $models $p.defaultModel) }}
+{{- fail "dispatcher.prompt.models/defaultModel are set but dispatcher.prompt.providers is empty" }}
+{{- end }}
+{{- if and $providers (not $p.apiKeySecret) }}
+{{- fail "dispatcher.prompt.apiKeySecret: required when dispatcher.prompt.providers is set (an existing Secret with the providers' API keys)" }}
+{{- end }}
+{{- $names := list }}
+{{- $out := list }}
+{{- range $i, $pr := $providers }}
+{{- if has $pr.name $names }}
+{{- fail (printf "dispatcher.prompt.providers[%d].name: provider %q is defined twice" $i $pr.name) }}
+{{- end }}
+{{- $names = append $names $pr.name }}
+{{- $out = append $out (dict "name" $pr.name "kind" $pr.kind "baseUrl" $pr.baseUrl "apiKeyFile" (printf "%s/%s" (include "agenthooks.providerKeysDir" $) $pr.apiKeySecretKey)) }}
+{{- end }}
+{{- range $alias, $m := $models }}
+{{- if not (has $m.provider $names) }}
+{{- fail (printf "dispatcher.prompt.models.%s.provider: unknown provider %q" $alias $m.provider) }}
+{{- end }}
+{{- end }}
+{{- if and $p.defaultModel (not (hasKey $models $p.defaultModel)) }}
+{{- fail (printf "dispatcher.prompt.defaultModel: %q is not an alias under dispatcher.prompt.models" $p.defaultModel) }}
+{{- end }}
+{{- $file := dict "providers" $out "models" $models }}
+{{- with $p.defaultModel }}
+{{- $_ := set $file "defaultModel" . }}
+{{- end }}
+{{- toYaml $file }}
+{{- end }}
