@@ -20,6 +20,7 @@ use agenthooks_dispatcher::handlers::http::HttpCaller;
 use agenthooks_dispatcher::handlers::prompt::PromptEvaluator;
 use agenthooks_dispatcher::handlers::prompt::canonical::canonical_json;
 use agenthooks_dispatcher::handlers::prompt::config::ProvidersConfig;
+use agenthooks_dispatcher::handlers::prompt::request::ascii_escaped;
 use agenthooks_dispatcher::handlers::prompt::request::{decide_schema, preamble};
 use agenthooks_dispatcher::hookset::HookSet;
 use agenthooks_dispatcher::runner::Engine;
@@ -566,6 +567,61 @@ async fn the_cache_answers_the_same_input_and_an_edited_spec_misses() {
     assert_eq!(used(&e).await, 360);
 }
 
+/// Review findings: a turn belongs to one tenant's session (another tenant or session
+/// reusing a `turn_id` never spends its cap); a cached decision is never served to
+/// another tenant; absurd reported usage is charged at most the reservation; the
+/// provider's own error text never reaches the agent.
+#[tokio::test]
+async fn turns_and_cache_are_per_tenant_usage_is_bounded_and_provider_text_stays_out() {
+    let s = ProviderStandIn::start().await;
+    let e = engine(&s, Some(1_000_000));
+    let hooks = set(vec![hook(
+        "agenthooks-system",
+        "global-judge",
+        1,
+        ", maxInvocationsPerTurn: 1",
+        "scope: global",
+    )]);
+    let ev = |tenant: &str, session: &str, cmd: &str| {
+        event(
+            json!({"tenant_id": tenant, "session_id": session, "turn_id": "1", "tool_input": {"cmd": cmd}}),
+        )
+    };
+    s.set_usage(i64::MAX / 4, 1);
+    assert_eq!(
+        decide(&e, &hooks, ev("acme", "s1", "a")).await.decision,
+        Verdict::Allow
+    );
+    let charged = used(&e).await;
+    assert!(
+        charged > 0 && charged < 10_000,
+        "charged {charged}: at most the reservation"
+    );
+    let d = decide(&e, &hooks, ev("acme", "s1", "b")).await;
+    assert_eq!(d.reason.as_deref(), Some("PerTurnCapReached"));
+    // Same turn id, another session of acme: its own cap.
+    s.set_usage(10, 1);
+    assert_eq!(
+        decide(&e, &hooks, ev("acme", "s2", "b")).await.decision,
+        Verdict::Allow
+    );
+    // Same turn id and input, another tenant: not capped by acme, not served acme's
+    // cached decision (beta has no budget here, so it is refused before any call).
+    let calls = s.count();
+    let d = decide(&e, &hooks, ev("beta", "s1", "a")).await;
+    assert_eq!(d.decision, Verdict::Block);
+    let run = only_run(&d);
+    assert_eq!(run.error_kind, Some("budget_not_found"), "{:?}", run.reason);
+    assert_eq!(s.count(), calls, "no call without a budget");
+    // A provider error's body stays in the log, out of the answer.
+    s.script([Reply::Status(401)]);
+    let d = decide(&e, &hooks, ev("acme", "s3", "c")).await;
+    assert_eq!(
+        d.reason.as_deref(),
+        Some("evaluator call failed (provider_4xx, HTTP 401); failing closed")
+    );
+}
+
 #[tokio::test]
 async fn the_per_turn_cap_counts_calls_not_cache_hits() {
     let s = ProviderStandIn::start().await;
@@ -755,7 +811,9 @@ async fn injection_attempts_stay_inside_the_fence_and_never_decide() {
                 json!({"tool_input": input, "tool_name": "exec"}),
                 "input {i}"
             );
-            assert_eq!(line, canonical_json(&inside));
+            // Canonical JSON, with every non-ASCII character escaped (\uXXXX).
+            assert_eq!(line, ascii_escaped(&canonical_json(&inside)));
+            assert!(line.is_ascii(), "input {i}: {line}");
             // Nothing of the input reaches the system text.
             let system = match model {
                 "haiku" => r.body["system"].as_str().unwrap().to_owned(),

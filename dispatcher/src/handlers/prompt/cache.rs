@@ -26,12 +26,23 @@ pub const CACHE_CAPACITY: usize = 10_000;
 /// A cache key: 32 bytes of SHA-256.
 pub type CacheKey = [u8; 32];
 
-/// The key of one (hook version, tool call).
-pub fn cache_key(uid: &str, generation: i64, tool_name: &str, tool_input: &Value) -> CacheKey {
+/// The key of one (hook version, tenant, tool call): CONTRACT §5 prompt.3's
+/// sha256(hook uid, version, tool_name, canonical tool_input), with the event's tenant
+/// added so a global hook's decision (and the tokens it cost) is never served to another
+/// tenant.
+pub fn cache_key(
+    uid: &str,
+    generation: i64,
+    tenant: &str,
+    tool_name: &str,
+    tool_input: &Value,
+) -> CacheKey {
     let mut h = Sha256::new();
     h.update(uid.as_bytes());
     h.update([0]);
     h.update(generation.to_be_bytes());
+    h.update([0]);
+    h.update(tenant.as_bytes());
     h.update([0]);
     h.update(tool_name.as_bytes());
     h.update([0]);
@@ -160,24 +171,42 @@ mod tests {
 
     #[test]
     fn the_key_changes_with_generation_tool_and_input_not_with_key_order() {
-        let a = cache_key("u1", 1, "exec", &json!({"a": 1, "b": 2}));
+        let a = cache_key("u1", 1, "acme", "exec", &json!({"a": 1, "b": 2}));
         assert_eq!(
             a,
             cache_key(
                 "u1",
                 1,
+                "acme",
                 "exec",
                 &serde_json::from_str(r#"{"b":2,"a":1}"#).unwrap()
             )
         );
-        assert_ne!(a, cache_key("u1", 2, "exec", &json!({"a": 1, "b": 2})));
-        assert_ne!(a, cache_key("u2", 1, "exec", &json!({"a": 1, "b": 2})));
-        assert_ne!(a, cache_key("u1", 1, "shell", &json!({"a": 1, "b": 2})));
-        assert_ne!(a, cache_key("u1", 1, "exec", &json!({"a": 1, "b": 3})));
+        assert_ne!(
+            a,
+            cache_key("u1", 2, "acme", "exec", &json!({"a": 1, "b": 2}))
+        );
+        assert_ne!(
+            a,
+            cache_key("u2", 1, "acme", "exec", &json!({"a": 1, "b": 2}))
+        );
+        assert_ne!(
+            a,
+            cache_key("u1", 1, "acme", "shell", &json!({"a": 1, "b": 2}))
+        );
+        assert_ne!(
+            a,
+            cache_key("u1", 1, "acme", "exec", &json!({"a": 1, "b": 3}))
+        );
+        assert_ne!(
+            a,
+            cache_key("u1", 1, "beta", "exec", &json!({"a": 1, "b": 2})),
+            "another tenant never shares a decision"
+        );
         // The separators keep ("u1", "exec") apart from ("u1e", "xec").
         assert_ne!(
-            cache_key("u1", 1, "exec", &json!({})),
-            cache_key("u1e", 1, "xec", &json!({}))
+            cache_key("u1", 1, "acme", "exec", &json!({})),
+            cache_key("u1e", 1, "acme", "xec", &json!({}))
         );
     }
 

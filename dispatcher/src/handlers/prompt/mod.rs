@@ -156,10 +156,7 @@ impl PromptEvaluator {
             Err("") => {
                 return blocked(
                     "prompt_model_unknown",
-                    format!(
-                        "the hook names no model and {} sets no defaultModel; failing closed",
-                        config.file.display()
-                    ),
+                    "the hook names no model and the providers file sets no defaultModel; failing closed".to_string(),
                     PromptMetadata::default(),
                 );
             }
@@ -167,8 +164,7 @@ impl PromptEvaluator {
                 return blocked(
                     "prompt_model_unknown",
                     format!(
-                        "model alias {alias:?} is not under models in {}; failing closed",
-                        config.file.display()
+                        "model alias {alias:?} is not under models in the providers file; failing closed"
                     ),
                     PromptMetadata::default(),
                 );
@@ -179,7 +175,13 @@ impl PromptEvaluator {
             ..PromptMetadata::default()
         };
         let tool_name = event.tool().unwrap_or("");
-        let key = cache_key(&hook.uid, hook.generation, tool_name, &event.tool_input);
+        let key = cache_key(
+            &hook.uid,
+            hook.generation,
+            &event.tenant_id,
+            tool_name,
+            &event.tool_input,
+        );
         if let Some(hit) = self.inner.cache.get(&key, std::time::Instant::now()) {
             metrics.prompt_cache_hits.inc();
             return from_cached(&hit);
@@ -190,11 +192,14 @@ impl PromptEvaluator {
         let max = spec
             .max_invocations_per_turn
             .unwrap_or(DEFAULT_MAX_PER_TURN);
-        if let Some(turn) = turn
+        // A turn belongs to one tenant's session: another tenant or session reusing the
+        // same `turn_id` never spends this one's cap.
+        let turn_key = turn.map(|t| format!("{}\0{}\0{t}", event.tenant_id, event.session_id));
+        if let Some(turn_key) = turn_key.as_deref()
             && !self
                 .inner
                 .turns
-                .try_acquire(&hook.uid, turn, max, std::time::Instant::now())
+                .try_acquire(&hook.uid, turn_key, max, std::time::Instant::now())
         {
             tracing::info!(hook = %hook.key, turn_id = turn, max, "prompt hook over its per-turn cap");
             return blocked("per_turn_cap", PER_TURN_CAP_REACHED.into(), meta);
@@ -254,9 +259,12 @@ impl PromptEvaluator {
                     .inc();
                 settle_in_background(reservation, if f.may_have_cost { None } else { Some(0) });
                 parse_error_log(hook, &resolved, f.kind, &f.detail, metrics);
+                // The provider's own words (which may echo keys or addresses) go to
+                // the log line above, not to the agent.
+                let status = f.status.map(|s| format!(", HTTP {s}")).unwrap_or_default();
                 return blocked(
                     f.kind,
-                    format!("evaluator call failed ({}): {}", f.kind, f.detail),
+                    format!("evaluator call failed ({}{status}); failing closed", f.kind),
                     meta,
                 );
             }
@@ -281,7 +289,7 @@ impl PromptEvaluator {
                 parse_error_log(hook, &resolved, pf.kind(), &pf.to_string(), metrics);
                 return blocked(
                     pf.kind(),
-                    format!("evaluator answer unusable ({}): {pf}", pf.kind()),
+                    format!("evaluator answer unusable ({}); failing closed", pf.kind()),
                     meta,
                 );
             }
@@ -358,8 +366,20 @@ fn refusal_kind(r: &BudgetRefusal) -> &'static str {
 /// Settles off the decision path (a remote settle may retry for many seconds): with
 /// `tokens`, or the whole reservation when `None` (the provider may have counted
 /// tokens it did not report).
+///
+/// The charge is at most the reservation (the call's bound, CONTRACT §5.5), as the
+/// operator also enforces: a provider reporting absurd usage cannot empty the month.
 fn settle_in_background(reservation: Reservation, tokens: Option<i64>) {
-    let tokens = tokens.unwrap_or(reservation.tokens());
+    let bound = reservation.tokens();
+    let reported = tokens.unwrap_or(bound);
+    if reported > bound {
+        tracing::warn!(
+            reported,
+            charged = bound,
+            "provider reported more tokens than the call's reservation; charging the reservation"
+        );
+    }
+    let tokens = reported.min(bound);
     tokio::spawn(async move {
         // Failures are logged and counted by the budget module.
         let _ = reservation.settle(tokens).await;

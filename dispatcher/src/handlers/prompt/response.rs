@@ -103,15 +103,23 @@ pub fn parse(kind: ProviderKind, body: &[u8]) -> (Result<Decided, ParseFailure>,
     }
 }
 
+/// The usage block, when it is usable: each field absent or a non-negative integer, and
+/// at least one present. A field that is present but not such a number makes the whole
+/// block unusable (`None`), so the caller charges the full reservation rather than
+/// trusting half of it.
 fn usage(v: &Value, input: &str, output: &str) -> Option<Usage> {
     let u = v.get("usage")?;
-    let n = |k: &str| u.get(k).and_then(Value::as_i64).filter(|n| *n >= 0);
-    match (n(input), n(output)) {
-        (None, None) => None,
-        (i, o) => Some(Usage {
+    let field = |k: &str| match u.get(k) {
+        None => Ok(None),
+        Some(x) => x.as_i64().filter(|n| *n >= 0).map(Some).ok_or(()),
+    };
+    match (field(input), field(output)) {
+        (Ok(None), Ok(None)) => None,
+        (Ok(i), Ok(o)) => Some(Usage {
             input: i.unwrap_or(0),
             output: o.unwrap_or(0),
         }),
+        _ => None,
     }
 }
 

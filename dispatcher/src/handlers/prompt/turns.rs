@@ -1,6 +1,7 @@
 //! The per-turn cap (CONTRACT §5 prompt.4): at most `maxInvocationsPerTurn` (default
-//! [`DEFAULT_MAX_PER_TURN`]) evaluator calls per (hook uid, `turn_id`); cache hits are
-//! not counted. Past it a blocking event gets `block`, reason `PerTurnCapReached`.
+//! [`DEFAULT_MAX_PER_TURN`]) evaluator calls per (hook uid, turn); cache hits are not
+//! counted. The handler names a turn by (`tenant_id`, `session_id`, `turn_id`), so a
+//! tenant or session reusing a predictable `turn_id` never spends another's cap. Past it a blocking event gets `block`, reason `PerTurnCapReached`.
 //!
 //! Memory is bounded: a turn idle for [`TURN_IDLE_EXPIRY`] is forgotten, and at most
 //! [`TURN_CAPACITY`] turns are held (past it the oldest started go first; forgetting a
