@@ -13,7 +13,9 @@
 //! - [`operator_urls`]: the operator URLs and the failover between them.
 //! - [`report`]: breaker trips and execution counts sent to the operator (issue 3).
 //! - [`budget`]: token budget accounting for handlers: reserve, settle (CONTRACT §5.5).
+//! - [`audit`]: audit rows' pure parts: input hash, redaction, sealed error detail (CONTRACT §7).
 
+pub mod audit;
 pub mod breaker;
 pub mod budget;
 pub mod chain;
