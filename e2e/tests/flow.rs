@@ -2,7 +2,6 @@
 //! schema, Accepted/Ready conditions from the operator, two dispatchers synced from it,
 //! edits and deletes reaching both, and the time from apply to both answering.
 
-use std::path::Path;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -20,31 +19,11 @@ struct Stack {
     _procs: std::sync::Mutex<Vec<Proc>>,
 }
 
-/// Installs the CRDs the way the README and the issue say: `kubectl apply -f config/crd/`.
-fn crds(cp: &ControlPlane) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let dir = root.join("config/crd/");
-    let out = cp.kubectl(&[
-        "apply",
-        "--server-side",
-        "--force-conflicts",
-        "-f",
-        dir.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "kubectl apply -f config/crd/: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    cp.wait_for_crd("agenthooks.agenthooks.io", Duration::from_secs(30));
-    cp.wait_for_crd("tenanthookbudgets.agenthooks.io", Duration::from_secs(30));
-}
-
 fn stack() -> &'static Stack {
     static STACK: OnceLock<Stack> = OnceLock::new();
     STACK.get_or_init(|| {
         let cp = ControlPlane::shared();
-        crds(cp);
+        agenthooks_e2e::stack::install_crds(cp);
         let master = unique_name("ah-system");
         let tenant_ns = unique_name("tenant-acme");
         cp.create_namespace(&master, &[]);

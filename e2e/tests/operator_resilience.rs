@@ -19,6 +19,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use agenthooks_e2e::procs::{Proc, bin, free_port};
+use agenthooks_e2e::stack::{http_get, metric};
 use agenthooks_e2e::{ControlPlane, unique_name, wait_for};
 use serde_json::{Value, json};
 
@@ -189,31 +190,7 @@ const WATCHES: f64 = 4.0;
 
 // ---- HTTP and metrics ------------------------------------------------------------------
 
-/// `GET url` → (status, body); status 0 when nothing answered.
-fn http_get(url: &str) -> (u16, String) {
-    let out = Command::new("curl")
-        .args(["-s", "--max-time", "5", "-w", "\n%{http_code}", url])
-        .output()
-        .expect("run curl");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
-    (code.trim().parse().unwrap_or(0), body.to_string())
-}
-
-/// Sum of the samples of `name` whose labels contain `labels` (`""`: every sample).
-fn metric(text: &str, name: &str, labels: &str) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            let (n, rest) = match series.split_once('{') {
-                Some((n, rest)) => (n, rest),
-                None => (series, ""),
-            };
-            (n == name && rest.contains(labels)).then(|| value.parse::<f64>().ok())?
-        })
-        .sum()
-}
+// `http_get` and `metric` are the shared ones of `agenthooks_e2e::stack`.
 
 // ---- processes -------------------------------------------------------------------------
 
