@@ -126,13 +126,11 @@ impl Default for BreakerWindows {
 }
 
 fn parse(hook: &str, field: &'static str, v: &str) -> Result<DateTime<Utc>, ObservationError> {
-    DateTime::parse_from_rfc3339(v)
-        .map(|t| t.with_timezone(&Utc))
-        .map_err(|_| ObservationError::BadTime {
-            hook: hook.to_string(),
-            field,
-            value: v.to_string(),
-        })
+    crate::report::times::parse_utc(v).map_err(|_| ObservationError::BadTime {
+        hook: hook.to_string(),
+        field,
+        value: v.to_string(),
+    })
 }
 
 impl BreakerWindows {

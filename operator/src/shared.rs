@@ -30,6 +30,13 @@ impl Serving {
     pub fn ok(self) -> bool {
         self.leader && self.synced
     }
+
+    /// The JSON body a sync-port call answers when it cannot be served here (503 on a
+    /// replica that is not the synced leader; see `agenthooks_crds::report`):
+    /// `{"error": why, "leader": bool, "synced": bool}`.
+    pub fn error_body(self, why: &str) -> serde_json::Value {
+        serde_json::json!({ "error": why, "leader": self.leader, "synced": self.synced })
+    }
 }
 
 /// Locks a mutex, taking the data even if another thread panicked while holding it (the
@@ -291,5 +298,17 @@ pub(crate) mod tests {
         assert!(shared.serving().ok());
         shared.set_leader(false);
         assert_eq!(shared.serving(), Serving::default());
+    }
+
+    #[test]
+    fn error_body_names_why_leader_and_synced() {
+        let serving = Serving {
+            leader: true,
+            synced: false,
+        };
+        assert_eq!(
+            serving.error_body("not synced yet"),
+            serde_json::json!({ "error": "not synced yet", "leader": true, "synced": false })
+        );
     }
 }

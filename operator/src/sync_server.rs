@@ -130,11 +130,7 @@ fn unavailable(state: &SyncState, serving: Serving, why: &str) -> Response {
         .inc();
     (
         StatusCode::SERVICE_UNAVAILABLE,
-        axum::Json(serde_json::json!({
-            "error": why,
-            "leader": serving.leader,
-            "synced": serving.synced,
-        })),
+        axum::Json(serving.error_body(why)),
     )
         .into_response()
 }

@@ -89,10 +89,7 @@ fn bad_request(field: &str, message: String) -> Answer {
 }
 
 fn unavailable(serving: Serving, why: &str) -> Answer {
-    json(
-        StatusCode::SERVICE_UNAVAILABLE,
-        serde_json::json!({ "error": why, "leader": serving.leader, "synced": serving.synced }),
-    )
+    json(StatusCode::SERVICE_UNAVAILABLE, serving.error_body(why))
 }
 
 /// The body as `T`, or the answer refusing it (413, or 400 naming the field).

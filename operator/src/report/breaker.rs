@@ -58,8 +58,8 @@ pub fn cut(s: &str, max: usize) -> &str {
 /// UTC; a time that does not parse is kept as sent), reason (cut to
 /// [`MAX_REASON_BYTES`]), generation and reset token.
 pub fn open_breaker(trip: &TripReport, dispatcher: &str) -> BreakerStatus {
-    let tripped_at = chrono::DateTime::parse_from_rfc3339(&trip.tripped_at)
-        .map(|t| format_time(t.with_timezone(&chrono::Utc)))
+    let tripped_at = super::times::parse_utc(&trip.tripped_at)
+        .map(format_time)
         .unwrap_or_else(|_| trip.tripped_at.clone());
     BreakerStatus {
         state: Some(BREAKER_OPEN.to_string()),

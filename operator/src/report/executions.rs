@@ -92,7 +92,7 @@ impl Counts {
         let last_time = match &d.last_execution_time {
             None => None,
             Some(t) => Some(times::clamp(
-                parse_time(t).map_err(|e| {
+                super::times::parse_utc(t).map_err(|e| {
                     format!("{at}.lastExecutionTime: {t:?} is not an RFC 3339 time ({e})")
                 })?,
                 received,
@@ -167,11 +167,6 @@ pub fn later_wins(
     }
 }
 
-/// Parses an RFC 3339 time into UTC.
-fn parse_time(t: &str) -> Result<DateTime<Utc>, chrono::ParseError> {
-    DateTime::parse_from_rfc3339(t).map(|d| d.with_timezone(&Utc))
-}
-
 /// An RFC 3339 UTC time as written to status (`Z`, fractional seconds only when set).
 pub fn format_time(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
@@ -191,7 +186,7 @@ pub fn merge(
     let cur_time = cur
         .last_execution_time
         .as_deref()
-        .and_then(|t| parse_time(t).ok())
+        .and_then(|t| super::times::parse_utc(t).ok())
         .filter(|t| !times::is_future(*t, now));
     let (last_execution_time, last_decision) =
         if later_wins(cur_time, add.last_time, add.last_decision.is_some()) {
@@ -471,7 +466,7 @@ mod tests {
     use super::*;
 
     fn at(s: &str) -> Option<DateTime<Utc>> {
-        Some(parse_time(s).unwrap())
+        Some(super::times::parse_utc(s).unwrap())
     }
 
     /// "now" of the tests: after every time they use.

@@ -268,15 +268,7 @@ fn not_persisted(serving: Serving, why: &str) -> Response {
 }
 
 fn answer(status: StatusCode, serving: Serving, why: &str) -> Response {
-    (
-        status,
-        axum::Json(serde_json::json!({
-            "error": why,
-            "leader": serving.leader,
-            "synced": serving.synced,
-        })),
-    )
-        .into_response()
+    (status, axum::Json(serving.error_body(why))).into_response()
 }
 
 async fn post_report(

@@ -24,6 +24,13 @@ pub fn earliest() -> DateTime<Utc> {
         .unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
 
+/// A reported RFC 3339 time (any offset) in UTC.
+///
+/// Errors: the [`chrono::ParseError`] of a value that is not RFC 3339.
+pub fn parse_utc(value: &str) -> Result<DateTime<Utc>, chrono::ParseError> {
+    DateTime::parse_from_rfc3339(value).map(|t| t.with_timezone(&Utc))
+}
+
 /// `t`, or `received` when `t` is later than `received` + [`MAX_SKEW`].
 pub fn clamp_future(t: DateTime<Utc>, received: DateTime<Utc>) -> DateTime<Utc> {
     if t > received + MAX_SKEW { received } else { t }
@@ -52,6 +59,16 @@ mod tests {
 
     fn at(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    #[test]
+    fn parse_utc_takes_any_offset_to_utc_and_refuses_non_rfc3339() {
+        assert_eq!(
+            parse_utc("2025-03-01T12:00:00+02:00").unwrap(),
+            Utc.with_ymd_and_hms(2025, 3, 1, 10, 0, 0).unwrap()
+        );
+        assert!(parse_utc("2025-03-01 10:00:00").is_err());
+        assert!(parse_utc("").is_err());
     }
 
     #[test]

@@ -133,9 +133,7 @@ fn check_trip(at: &str, t: &mut TripReport, received: DateTime<Utc>) -> Result<(
 }
 
 fn check_time(field: &str, value: &str) -> Result<DateTime<Utc>, String> {
-    chrono::DateTime::parse_from_rfc3339(value)
-        .map(|t| t.with_timezone(&Utc))
-        .map_err(|e| format!("{field}: {value:?} is not an RFC 3339 time ({e})"))
+    times::parse_utc(value).map_err(|e| format!("{field}: {value:?} is not an RFC 3339 time ({e})"))
 }
 
 fn check_observation(at: &str, o: &BreakerObservation) -> Result<(), String> {
