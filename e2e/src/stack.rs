@@ -106,25 +106,12 @@ pub fn seal_key_path(logs: &Path) -> PathBuf {
 
 /// `GET url` → (status, body); status 0 when nothing answered within 5 s.
 pub fn http_get(url: &str) -> (u16, String) {
-    curl(&["-s", "--max-time", "5", "-w", "\n%{http_code}", url])
+    http_get_with(url, &[])
 }
 
 /// `POST url` with a JSON body → (status, body); status 0 when nothing answered in 15 s.
 pub fn http_post(url: &str, body: &Value) -> (u16, String) {
-    curl(&[
-        "-s",
-        "--max-time",
-        "15",
-        "-H",
-        "content-type: application/json",
-        "-X",
-        "POST",
-        "-d",
-        &body.to_string(),
-        "-w",
-        "\n%{http_code}",
-        url,
-    ])
+    http_post_with(url, body, &[])
 }
 
 fn curl(args: &[&str]) -> (u16, String) {
