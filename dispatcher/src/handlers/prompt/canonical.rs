@@ -25,7 +25,7 @@ fn write(v: &Value, out: &mut String) {
                 if i > 0 {
                     out.push(',');
                 }
-                write_scalar(&Value::String(k.clone()), out);
+                write_scalar(k.as_str(), out);
                 out.push(':');
                 write(v, out);
             }
@@ -45,7 +45,7 @@ fn write(v: &Value, out: &mut String) {
     }
 }
 
-fn write_scalar(v: &Value, out: &mut String) {
+fn write_scalar<T: serde::Serialize + ?Sized>(v: &T, out: &mut String) {
     // A scalar always serializes; the fallback keeps this path free of unwraps.
     out.push_str(&serde_json::to_string(v).unwrap_or_else(|_| "null".into()));
 }
@@ -62,6 +62,12 @@ mod tests {
             canonical_json(&v),
             r#"{"a":"line\n\"q\" \\ \u0007","b":{"a":[{"x":null,"y":true}],"z":1},"é":1.5}"#
         );
+    }
+
+    #[test]
+    fn keys_are_escaped_like_strings() {
+        let v = json!({"q\"k\n": 1, "\\": 2});
+        assert_eq!(canonical_json(&v), r#"{"\\":2,"q\"k\n":1}"#);
     }
 
     #[test]

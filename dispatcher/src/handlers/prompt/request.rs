@@ -15,6 +15,8 @@
 //! - exactly one tool, `decide` ([`decide_schema`]), tool choice forced to it,
 //!   temperature 0, at most [`MAX_OUTPUT_TOKENS`] output tokens, the resolved model.
 
+use std::fmt::Write as _;
+
 use serde_json::{Value, json};
 
 use super::canonical::canonical_json;
@@ -102,7 +104,8 @@ pub fn ascii_escaped(json: &str) -> String {
         } else {
             let mut units = [0u16; 2];
             for u in c.encode_utf16(&mut units) {
-                out.push_str(&format!("\\u{:04x}", u));
+                // Writing into a String cannot fail.
+                let _ = write!(out, "\\u{:04x}", u);
             }
         }
     }
