@@ -416,7 +416,14 @@ mod tests {
             (45, false),
             (60, false),
         ];
-        assert!(w.observe("d1", &obs(None, &run), t(61)).unwrap().is_some());
+        let trip = w
+            .observe("d1", &obs(None, &run), t(61))
+            .unwrap()
+            .expect("five within exactly 60 s trip");
+        assert_eq!(
+            (trip.tripped_at, trip.over_seconds, trip.blocks),
+            (t(60), 60.0, 5)
+        );
         let mut w = BreakerWindows::new();
         let run = [
             (0, false),
