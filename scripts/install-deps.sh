@@ -6,6 +6,7 @@ command -v openssl >/dev/null || need+=(openssl)
 command -v setsid >/dev/null || need+=(util-linux)
 command -v curl >/dev/null || need+=(curl)
 command -v lua5.1 >/dev/null || command -v lua5.4 >/dev/null || need+=(lua5.1)  # runs the Argo CD health checks
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)  # the e2e harness starts a private server
 if [ ${#need[@]} -gt 0 ]; then
   echo "[deps] installing: ${need[*]}" >&2
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
