@@ -33,6 +33,7 @@ kubectl apply --server-side -f "$ROOT/config/crd/agenthooks.yaml" >/dev/null
 kubectl wait --for=condition=Established crd/agenthooks.agenthooks.io crd/tenanthookbudgets.agenthooks.io --timeout=60s >/dev/null
 kubectl create namespace agenthooks-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 [[ -f "$DIR/seal.key" ]] || head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$DIR/seal.key"
+[[ -f "$DIR/admin.token" ]] || (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$DIR/admin.token")
 mkdir -p "$DIR/logs"
 bin="${CARGO_TARGET_DIR:-$ROOT/target}/debug"
 start() { # name, args...
@@ -44,6 +45,7 @@ start operator "$bin/agenthooks-operator" --sync-addr 127.0.0.1:9090 --metrics-a
 for i in 1 2; do
   start "dispatcher-$i" "$bin/agenthooks-dispatcher" --operator-url http://127.0.0.1:9090 --listen "127.0.0.1:808$i" \
     --dispatcher-id "dispatcher-$i" --seal-key-file "$DIR/seal.key" \
+    --audit-db "sqlite://$DIR/audit-$i.db" --admin-token-file "$DIR/admin.token" \
     --http-allow-cidr 127.0.0.1/32
 done
 for _ in $(seq 1 60); do

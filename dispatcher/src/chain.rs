@@ -13,6 +13,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::audit::sink::RunRecord;
 use crate::event::{Event, MAX_LOOP_DEPTH};
 use crate::handlers::Outcome;
 use crate::hookset::HookSet;
@@ -132,6 +133,19 @@ pub async fn decide(engine: &Engine, set: &HookSet, mut event: Event) -> Decisio
                 prompt: None,
                 result: None,
             });
+            // And it gets its audit row (decision `timeout`), as the response lists it.
+            if engine.audit.is_enabled() {
+                let json = event_json.get_or_insert_with(|| {
+                    Bytes::from(serde_json::to_vec(&event).expect("an event serializes"))
+                });
+                engine.audit.record(RunRecord::not_run(
+                    hook,
+                    &event,
+                    json,
+                    Outcome::Timeout,
+                    "ChainBudgetExceeded: the chain budget was spent before this hook could run",
+                ));
+            }
             break;
         }
         let own = Duration::from_millis(hook.compiled.timeout_ms);

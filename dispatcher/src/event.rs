@@ -48,6 +48,11 @@ pub struct Event {
     pub depth: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn_id: Option<String>,
+    /// The caller's span, from the request's W3C `traceparent`/`tracestate` headers
+    /// when tracing is enabled (CONTRACT §8.1). Never read from or written to the JSON:
+    /// handlers see the same body, and a `trace_parent` key stays an unknown field.
+    #[serde(skip)]
+    pub trace_parent: Option<opentelemetry::trace::SpanContext>,
 }
 
 fn empty_object() -> Value {

@@ -6,6 +6,7 @@
 //! - [`breaker`]: the per-hook circuit breaker (CONTRACT §6.1).
 //! - [`chain`]: the blocking chain and the non-blocking path (CONTRACT §4).
 //! - [`runner`]: one hook run: filters, then its handler, under its timeout.
+//! - [`dry_run`]: one hook on a sample event, leaving nothing behind (`POST /v1/test`).
 //! - [`handlers`]: command, http and prompt handlers, SSRF guard (CONTRACT §5).
 //! - [`server`]: the HTTP API (DESIGN "Dispatch API").
 //! - [`sync`]: the long-poll client that follows the operator's snapshots.
@@ -13,12 +14,14 @@
 //! - [`operator_urls`]: the operator URLs and the failover between them.
 //! - [`report`]: breaker trips and execution counts sent to the operator (issue 3).
 //! - [`budget`]: token budget accounting for handlers: reserve, settle (CONTRACT §5.5).
+//! - [`telemetry`]: a span per hook run, W3C trace context, OTLP/HTTP export (CONTRACT §8.1).
 //! - [`audit`]: audit rows' pure parts: input hash, redaction, sealed error detail (CONTRACT §7).
 
 pub mod audit;
 pub mod breaker;
 pub mod budget;
 pub mod chain;
+pub mod dry_run;
 pub mod event;
 pub mod handlers;
 pub mod hookset;
@@ -29,3 +32,4 @@ pub mod report;
 pub mod runner;
 pub mod server;
 pub mod sync;
+pub mod telemetry;

@@ -15,6 +15,7 @@ use agenthooks_crds::{DEFAULT_MASTER_NAMESPACE, Edition};
 use std::sync::Arc;
 use std::time::Duration;
 
+use agenthooks_dispatcher::audit::sink::AuditSink;
 use agenthooks_dispatcher::budget::local::LocalLedger;
 use agenthooks_dispatcher::budget::remote::{RemoteBudgets, RemoteConfig};
 use agenthooks_dispatcher::budget::{Budgets, load};
@@ -23,11 +24,13 @@ use agenthooks_dispatcher::event::Event;
 use agenthooks_dispatcher::handlers::http::HttpCaller;
 use agenthooks_dispatcher::handlers::prompt::PromptEvaluator;
 use agenthooks_dispatcher::handlers::prompt::config::ProvidersConfig;
+use agenthooks_dispatcher::metrics::Metrics;
 use agenthooks_dispatcher::operator_urls::OperatorUrls;
 use agenthooks_dispatcher::report::sender::{self, ReporterConfig};
 use agenthooks_dispatcher::runner::Engine;
+use agenthooks_dispatcher::server::admin::AdminToken;
 use agenthooks_dispatcher::server::{AppState, router};
-use agenthooks_dispatcher::{manifests, sync};
+use agenthooks_dispatcher::{audit, manifests, sync, telemetry};
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
@@ -146,8 +149,88 @@ struct ServeArgs {
     /// Stable id reported to the operator (default: hostname-pid).
     #[arg(long)]
     dispatcher_id: Option<String>,
+    /// File holding the admin bearer token (at least 16 printable characters): needed
+    /// by `POST /v1/test` (dry runs) and `GET /v1/executions/{id}?errorDetail=true`,
+    /// which are refused (403) without it.
+    #[arg(long, value_name = "PATH", env = "AGENTHOOKS_ADMIN_TOKEN_FILE")]
+    admin_token_file: Option<PathBuf>,
     #[command(flatten)]
     common: Common,
+    #[command(flatten)]
+    audit: AuditArgs,
+}
+
+/// The audit trail: one `hook_executions` row per hook run (CONTRACT §7; issue 5).
+#[derive(Args)]
+struct AuditArgs {
+    /// Audit database: `sqlite://PATH` (the default is a file in the working directory),
+    /// `postgres://USER:PASSWORD@HOST:PORT/DB`, or `off` (no rows at all).
+    #[arg(long, value_name = "URL", env = "AGENTHOOKS_AUDIT_DB", hide_env_values = true,
+          default_value = audit::flags::DEFAULT_AUDIT_DB)]
+    audit_db: String,
+    /// AES-256-GCM key for `error_detail` (32 raw bytes or 64 hex characters), as
+    /// `[ID=]PATH` (ID defaults to the file's name). Repeatable: the first seals new
+    /// rows, the others only open old ones (rotation). Without any, no error detail is
+    /// stored.
+    #[arg(
+        long = "audit-key-file",
+        value_name = "[ID=]PATH",
+        env = "AGENTHOOKS_AUDIT_KEY_FILES",
+        value_delimiter = ','
+    )]
+    audit_key_file: Vec<String>,
+    /// Where rows wait on disk while the database is unreachable (default: next to a
+    /// SQLite file, `NAME.spool/`; else `agenthooks-audit.spool/` in the working directory).
+    #[arg(long, value_name = "PATH", env = "AGENTHOOKS_AUDIT_SPOOL_DIR")]
+    audit_spool_dir: Option<PathBuf>,
+    /// Bound of the spool: bytes, or with a suffix Ki, Mi, Gi (at least 64Ki). Past it,
+    /// rows are dropped, counted and logged, and /readyz says degraded.
+    #[arg(long, value_name = "BYTES", default_value = "256Mi",
+          value_parser = audit::flags::parse_byte_size)]
+    audit_spool_max_bytes: u64,
+}
+
+/// Most time the shutdown gives the audit writer to flush its queue (to the database,
+/// or to the spool when it does not answer).
+const AUDIT_FLUSH_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The audit sink of the flags: connects (or, for PostgreSQL that does not answer,
+/// spools and keeps trying) and starts the writer; disabled for `--audit-db off`.
+async fn start_audit(args: &AuditArgs, metrics: &Metrics) -> anyhow::Result<AuditSink> {
+    if args
+        .audit_db
+        .trim()
+        .eq_ignore_ascii_case(audit::flags::AUDIT_OFF)
+    {
+        if !args.audit_key_file.is_empty() {
+            tracing::warn!("--audit-key-file is ignored: the audit trail is off");
+        }
+        tracing::warn!("audit trail off (--audit-db off): hook runs leave no hook_executions rows");
+        return Ok(AuditSink::disabled());
+    }
+    let keys = audit::flags::load_keys(&args.audit_key_file)?;
+    match &keys {
+        Some(k) => tracing::info!(
+            current_key = k.current().id(),
+            keys = args.audit_key_file.len(),
+            "audit: error_detail sealed with AES-256-GCM"
+        ),
+        None => tracing::info!(
+            "audit: no --audit-key-file, so no error_detail is stored (the error column keeps the redacted summary)"
+        ),
+    }
+    let spool_dir = args
+        .audit_spool_dir
+        .clone()
+        .unwrap_or_else(|| audit::flags::default_spool_dir(&args.audit_db));
+    let config = audit::writer::AuditConfig {
+        url: args.audit_db.trim().to_owned(),
+        keys,
+        spool_dir,
+        spool_max_bytes: args.audit_spool_max_bytes,
+        writer: audit::writer::WriterConfig::default(),
+    };
+    Ok(audit::writer::start(config, metrics).await?)
 }
 
 #[derive(Args)]
@@ -275,6 +358,17 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         key.clone(),
     );
     engine.prompt = prompt_evaluator(&args.common)?;
+    // A span per hook run, exported over OTLP/HTTP, only when OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT
+    // is set (CONTRACT §8.1); otherwise no exporter and no spans.
+    let tracer_provider = telemetry::export::install_from_env().context("OpenTelemetry")?;
+    if let Some(p) = &tracer_provider {
+        use opentelemetry::trace::TracerProvider as _;
+        engine.telemetry = telemetry::Telemetry::new(p.tracer(telemetry::SCOPE_NAME));
+        tracing::info!("tracing: a span per hook run, exported over OTLP/HTTP");
+    }
+    engine.audit = start_audit(&args.audit, &engine.metrics).await?;
+    let audit = engine.audit.clone();
+    let background = Arc::clone(&engine.background);
     let cancel = CancellationToken::new();
     // Stopped after the server drained, so the last runs are in the final report.
     let stop_reporter = CancellationToken::new();
@@ -288,10 +382,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 &key,
             )?;
             let budgets = loaded.budgets.len();
+            let tenants = loaded.budgets.iter().map(|b| b.tenant.clone()).collect();
             engine.budgets = Budgets::local(
                 LocalLedger::new(loaded.budgets)?,
                 Some(engine.metrics.clone()),
             );
+            // agenthooks_budget_remaining_tokens{tenant}: the operator's series, ours here.
+            engine.metrics.registry.register(Box::new(
+                telemetry::budget_remaining::BudgetRemaining::new(engine.budgets.clone(), tenants),
+            ))?;
             tracing::info!(hooks = loaded.hooks.len(), budgets, path = %path.display(), edition = %args.common.edition, "standalone: hooks loaded; nothing is reported to an operator");
             let state = AppState::new(engine);
             state.set_hooks(loaded.hooks);
@@ -337,6 +436,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             "give --hooks PATH (standalone) or --operator-url URL[,URL...] (synced), not both"
         ),
     };
+    match &args.admin_token_file {
+        Some(p) => {
+            state.set_admin_token(AdminToken::from_file(p)?);
+            tracing::info!(file = %p.display(), "admin token loaded: POST /v1/test and error detail reads need it");
+        }
+        None => tracing::info!(
+            "no --admin-token-file: POST /v1/test and error detail reads are refused"
+        ),
+    }
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listen on {}", args.listen))?;
@@ -350,6 +458,29 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(reporter) = reporter {
         stop_reporter.cancel();
         let _ = reporter.await;
+    }
+    if audit.is_enabled() {
+        // Background (non-blocking) runs still going record their rows first.
+        let slots = agenthooks_dispatcher::runner::BACKGROUND_SLOTS as u32;
+        let _ = tokio::time::timeout(Duration::from_secs(5), background.acquire_many(slots)).await;
+        let report = audit.shutdown(AUDIT_FLUSH_DEADLINE).await;
+        if report.timed_out {
+            tracing::error!(target: "security.hook.audit_write_failed", deadline_s = AUDIT_FLUSH_DEADLINE.as_secs(), "audit queue not flushed within the deadline: rows still queued are lost");
+        } else {
+            tracing::info!(
+                written = report.written,
+                spooled = report.spooled,
+                dropped = report.dropped,
+                "audit queue flushed"
+            );
+        }
+    }
+    if let Some(p) = tracer_provider {
+        // The last spans, once the server drained; off the runtime's workers, whose
+        // runtime carries the export.
+        if let Ok(Err(e)) = tokio::task::spawn_blocking(move || p.shutdown()).await {
+            tracing::warn!(error = %e, "tracing: the last spans were not exported");
+        }
     }
     Ok(())
 }

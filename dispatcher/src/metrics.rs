@@ -65,6 +65,22 @@ pub struct Metrics {
     pub prompt_parse_errors: IntCounterVec,
     /// Tokens the providers reported (input + output), by `provider`.
     pub prompt_tokens: IntCounterVec,
+    /// Hook runs waiting in memory for the audit writer (CONTRACT §8.2 "audit queue depth").
+    pub audit_queue_depth: IntGauge,
+    /// `hook_executions` rows inserted (replays of rows already stored are not counted).
+    pub audit_rows_written: IntCounter,
+    /// Failed audit writes: database unreachable, timed out or refusing rows (seed
+    /// `security.hook.audit_write_failed`).
+    pub audit_write_failures: IntCounter,
+    /// Bytes in the audit spool (rows waiting for the database on disk).
+    pub audit_spool_bytes: IntGauge,
+    /// Rows in the audit spool.
+    pub audit_spool_rows: IntGauge,
+    /// Audit rows lost: the spool was full (or unwritable) while the database was down,
+    /// the in-memory queue was full, or the database refused a row.
+    pub audit_rows_dropped: IntCounter,
+    /// Seconds per successful audit batch insert.
+    pub audit_batch_seconds: Histogram,
     /// The hot series, resolved once: `executions` by [outcome][handler][event],
     /// `hook_duration` by [handler], `decision_duration` by [event].
     hot: Arc<HotSeries>,
@@ -262,6 +278,46 @@ impl Metrics {
                 &["provider"],
             )
             .unwrap(),
+            audit_queue_depth: IntGauge::new(
+                "agenthooks_audit_queue_depth",
+                "Hook runs waiting in memory for the audit writer",
+            )
+            .unwrap(),
+            audit_rows_written: IntCounter::new(
+                "agenthooks_audit_rows_written_total",
+                "hook_executions rows inserted",
+            )
+            .unwrap(),
+            audit_write_failures: IntCounter::new(
+                "agenthooks_audit_write_failures_total",
+                "Failed audit writes (security.hook.audit_write_failed)",
+            )
+            .unwrap(),
+            audit_spool_bytes: IntGauge::new(
+                "agenthooks_audit_spool_bytes",
+                "Bytes of audit rows waiting in the on-disk spool",
+            )
+            .unwrap(),
+            audit_spool_rows: IntGauge::new(
+                "agenthooks_audit_spool_rows",
+                "Audit rows waiting in the on-disk spool",
+            )
+            .unwrap(),
+            audit_rows_dropped: IntCounter::new(
+                "agenthooks_audit_rows_dropped_total",
+                "Audit rows lost: spool full while the database was down, queue full, or refused by the database",
+            )
+            .unwrap(),
+            audit_batch_seconds: Histogram::with_opts(
+                HistogramOpts::new(
+                    "agenthooks_audit_batch_seconds",
+                    "Duration of one successful audit batch insert",
+                )
+                .buckets(vec![
+                    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                ]),
+            )
+            .unwrap(),
             registry,
         };
         for c in [
@@ -288,6 +344,13 @@ impl Metrics {
             Box::new(m.prompt_calls.clone()),
             Box::new(m.prompt_parse_errors.clone()),
             Box::new(m.prompt_tokens.clone()),
+            Box::new(m.audit_queue_depth.clone()),
+            Box::new(m.audit_rows_written.clone()),
+            Box::new(m.audit_write_failures.clone()),
+            Box::new(m.audit_spool_bytes.clone()),
+            Box::new(m.audit_spool_rows.clone()),
+            Box::new(m.audit_rows_dropped.clone()),
+            Box::new(m.audit_batch_seconds.clone()),
         ] {
             m.registry.register(c).expect("metric names are unique");
         }

@@ -13,6 +13,7 @@ use bytes::Bytes;
 use futures::FutureExt;
 use serde::Serialize;
 
+use crate::audit::sink::{AuditSink, RunRecord};
 use crate::budget::Budgets;
 use crate::event::Event;
 use crate::handlers::http::HttpCaller;
@@ -22,6 +23,7 @@ use crate::hookset::{LoadedHook, open_headers};
 use crate::metrics::Metrics;
 use crate::report::counters::unix_ms_now;
 use crate::report::outbox::Outbox;
+use crate::telemetry::Telemetry;
 
 /// What every hook run needs from the process: one per dispatcher.
 #[derive(Clone)]
@@ -45,6 +47,12 @@ pub struct Engine {
     /// prompt). Unconfigured (every prompt hook blocks) until `main` loads a providers
     /// file.
     pub prompt: PromptEvaluator,
+    /// A span per hook run (CONTRACT §8.1). Disabled (no span, one branch per run)
+    /// unless `main` installed an OTLP exporter.
+    pub telemetry: Telemetry,
+    /// The audit trail: one `hook_executions` row per hook run, written off the decision
+    /// path (CONTRACT §7). Disabled (nothing recorded) unless `main` started a writer.
+    pub audit: AuditSink,
 }
 
 /// Chain budget of a blocking event (seed "Safeguards summary": 10 s, not overridable).
@@ -65,6 +73,8 @@ impl Engine {
             outbox: Arc::new(Outbox::default()),
             budgets: Budgets::unconfigured(),
             prompt: PromptEvaluator::unconfigured(),
+            telemetry: Telemetry::disabled(),
+            audit: AuditSink::disabled(),
         }
     }
 }
@@ -190,13 +200,16 @@ pub async fn run_handler(
 /// the hook's outcome without running it) and records metrics.
 pub async fn run_matched(
     engine: &Engine,
-    hook: &LoadedHook,
+    hook: &Arc<LoadedHook>,
     event: &Event,
     event_json: &Bytes,
     timeout: Duration,
     filter: Result<(), String>,
 ) -> HookRun {
+    // `hook.<handler>.<event>`, child of the caller's span (CONTRACT §8.1).
+    let span = engine.telemetry.hook_span(hook, event);
     let started = Instant::now();
+    let cel_failed = filter.is_err();
     let result = match filter {
         Ok(()) => run_handler(engine, hook, event, event_json, timeout).await,
         Err(e) => HandlerResult::error("cel_eval", e),
@@ -235,6 +248,16 @@ pub async fn run_matched(
         hook = %hook.key, handler = handler.as_str(), event = %event.event, decision = result.outcome.as_str(),
         duration_ms = elapsed.as_secs_f64() * 1000.0, "hook.{}.{}", handler.as_str(), event.event
     );
+    // For the audit row's `metadata.trace_id` (CONTRACT §7.5): `RunRecord.trace_id`.
+    let trace_id = span.trace_id_hex();
+    span.end(result.outcome, elapsed, result.error_kind);
+    if engine.audit.is_enabled() {
+        // Moves and refcounts only; the row is built by the audit writer.
+        engine.audit.record(RunRecord {
+            trace_id,
+            ..RunRecord::of_run(hook, event, event_json, &result, elapsed, cel_failed)
+        });
+    }
     HookRun {
         hook: hook.key.clone(),
         handler: handler.as_str(),
@@ -251,7 +274,7 @@ pub async fn run_matched(
 /// Filters, then (when they select the event) [`run_matched`]. `None` when skipped.
 pub async fn run_hook(
     engine: &Engine,
-    hook: &LoadedHook,
+    hook: &Arc<LoadedHook>,
     event: &Event,
     event_json: &Bytes,
     scope: &mut LazyScope,

@@ -4,7 +4,11 @@
 //!   input, 413 over a cap (both `{"error", "field"}`), 503 before any hooks are
 //!   loaded (the caller must treat it as `block`).
 //! - `GET /v1/hooks`: the hooks served and the version of their source.
-//! - `GET /healthz`, `GET /readyz` (200 once a snapshot or hooks file is loaded, else
+//! - `GET /v1/executions`, `GET /v1/executions/{id}`: audit history ([`executions`]).
+//! - `POST /v1/test`: dry run of one hook on a sample event ([`dry_run`]; admin token,
+//!   [`admin`]).
+//! - `GET /healthz`, `GET /readyz` (200 once a snapshot or hooks file is loaded — with
+//!   the audit trail's state in `audit`, `degraded` when its spool is full — else
 //!   503), `GET /metrics`.
 
 use std::sync::{Arc, RwLock};
@@ -26,6 +30,8 @@ use crate::runner::Engine;
 pub struct AppState {
     pub engine: Engine,
     hooks: RwLock<Option<Arc<HookSet>>>,
+    /// `--admin-token-file`: what `POST /v1/test` and error detail reads ask for.
+    admin_token: std::sync::OnceLock<admin::AdminToken>,
 }
 
 impl AppState {
@@ -34,12 +40,23 @@ impl AppState {
         Arc::new(AppState {
             engine,
             hooks: RwLock::new(None),
+            admin_token: std::sync::OnceLock::new(),
         })
     }
 
     /// The hook set served now, if any. The lock is held only to clone an `Arc`.
     pub fn hooks(&self) -> Option<Arc<HookSet>> {
         self.hooks.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Sets the admin token (once, at start; a second call is ignored).
+    pub fn set_admin_token(&self, token: admin::AdminToken) {
+        let _ = self.admin_token.set(token);
+    }
+
+    /// The admin token, `None` when none is configured.
+    pub fn admin_token(&self) -> Option<&admin::AdminToken> {
+        self.admin_token.get()
     }
 
     /// Replaces the hook set served (atomically for readers). The outbox keeps the new
@@ -115,6 +132,9 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/dispatch", post(dispatch))
         .route("/v1/hooks", get(list_hooks))
+        .route("/v1/executions", get(executions::list))
+        .route("/v1/executions/{id}", get(executions::get_one))
+        .route("/v1/test", post(dry_run::test))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -130,18 +150,21 @@ fn error(status: StatusCode, field: &str, message: String) -> Response {
         .into_response()
 }
 
-async fn dispatch(State(state): State<Arc<AppState>>, body: axum::body::Body) -> Response {
-    let body = match tokio::time::timeout(
+/// Reads a request body of at most [`MAX_BODY_BYTES`] within [`BODY_READ_TIMEOUT`].
+/// Errors are the answer to send: 413 over the cap, 408 too slow, 400 otherwise (all
+/// `{"error", "field": "body"}`).
+async fn read_body(body: axum::body::Body) -> Result<bytes::Bytes, Response> {
+    match tokio::time::timeout(
         BODY_READ_TIMEOUT,
         axum::body::to_bytes(body, MAX_BODY_BYTES),
     )
     .await
     {
-        Ok(Ok(b)) => b,
+        Ok(Ok(b)) => Ok(b),
         Ok(Err(e)) => {
             // axum reports the size cap as a `LengthLimitError` ("length limit exceeded").
             let too_large = e.to_string().contains("length limit");
-            return if too_large {
+            Err(if too_large {
                 error(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     "body",
@@ -149,18 +172,26 @@ async fn dispatch(State(state): State<Arc<AppState>>, body: axum::body::Body) ->
                 )
             } else {
                 error(StatusCode::BAD_REQUEST, "body", format!("body: {e}"))
-            };
+            })
         }
-        Err(_) => {
-            return error(
-                StatusCode::REQUEST_TIMEOUT,
-                "body",
-                format!(
-                    "body: not received within {} s",
-                    BODY_READ_TIMEOUT.as_secs()
-                ),
-            );
-        }
+        Err(_) => Err(error(
+            StatusCode::REQUEST_TIMEOUT,
+            "body",
+            format!(
+                "body: not received within {} s",
+                BODY_READ_TIMEOUT.as_secs()
+            ),
+        )),
+    }
+}
+
+async fn dispatch(State(state): State<Arc<AppState>>, request: axum::extract::Request) -> Response {
+    let (parts, body) = request.into_parts();
+    // The caller's span (W3C `traceparent`), read only when tracing is on (CONTRACT §8.1).
+    let trace_parent = state.engine.telemetry.extract(&parts.headers);
+    let body = match read_body(body).await {
+        Ok(b) => b,
+        Err(refused) => return refused,
     };
     let Some(set) = state.hooks() else {
         return error(
@@ -170,7 +201,7 @@ async fn dispatch(State(state): State<Arc<AppState>>, body: axum::body::Body) ->
         );
     };
     let event = match Event::parse(&body) {
-        Ok(e) => e,
+        Ok(e) => Event { trace_parent, ..e },
         Err(e) => {
             let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST);
             let field = match &e {
@@ -206,10 +237,20 @@ async fn list_hooks(State(state): State<Arc<AppState>>) -> Response {
     }
 }
 
+/// Ready once hooks are loaded. The audit trail's state is in the body (`audit.state`:
+/// `ok`, `spooling`, or `degraded` when the spool is full or rows were dropped) but never
+/// makes the dispatcher unready: every replica shares the database, so a 503 would take
+/// all of them out of service during a database outage and turn a gap in the audit trail
+/// into agents without decisions. The gap is loud instead (metric, log, this body).
 async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     match state.hooks() {
-        Some(set) => axum::Json(json!({"ready": true, "version": set.version, "hooks": set.len()}))
-            .into_response(),
+        Some(set) => {
+            let mut body = json!({"ready": true, "version": set.version, "hooks": set.len()});
+            if let Some(audit) = state.engine.audit.status() {
+                body["audit"] = json!(audit);
+            }
+            axum::Json(body).into_response()
+        }
         None => (
             StatusCode::SERVICE_UNAVAILABLE,
             axum::Json(json!({"ready": false})),
@@ -226,5 +267,8 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         .into_response()
 }
 
+pub mod admin;
+mod dry_run;
+mod executions;
 #[cfg(test)]
 mod tests;

@@ -99,7 +99,12 @@ impl Proc {
         std::fs::create_dir_all(log_dir).unwrap();
         let log = log_dir.join(format!("{name}.log"));
         let out = std::fs::File::create(&log).unwrap();
+        // A working directory of its own: a dispatcher keeps its default audit database
+        // and spool (locked by one process) there.
+        let cwd = log_dir.join(format!("{name}.cwd"));
+        std::fs::create_dir_all(&cwd).unwrap();
         let child = Command::new(bin)
+            .current_dir(&cwd)
             .args(args)
             .envs(env.iter().copied())
             .env(

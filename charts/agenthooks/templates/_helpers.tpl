@@ -136,3 +136,19 @@ Fails on what the dispatcher would refuse at start-up, naming the value.
 {{- end }}
 {{- toYaml $file }}
 {{- end }}
+
+{{/*
+The audit values the dispatcher would refuse or could not use, failing with the value's name.
+*/}}
+{{- define "agenthooks.checkAudit" -}}
+{{- $a := .Values.dispatcher.audit }}
+{{- if and (eq $a.backend "postgres") (not $a.databaseUrlSecret.name) }}
+{{- fail "dispatcher.audit.databaseUrlSecret.name: required when dispatcher.audit.backend is postgres (an existing Secret holding the database URL)" }}
+{{- end }}
+{{- if and $a.keys (not $a.keySecret) }}
+{{- fail "dispatcher.audit.keySecret: required when dispatcher.audit.keys is set (an existing Secret holding the keys)" }}
+{{- end }}
+{{- if and $a.keySecret (not $a.keys) }}
+{{- fail "dispatcher.audit.keys: name the keys of dispatcher.audit.keySecret to use, current first" }}
+{{- end }}
+{{- end }}

@@ -7,11 +7,22 @@
 //!   (CONTRACT §7.4; issue 5 "key id stored per row so keys can rotate").
 //! - [`row`]: [`row::AuditRow`], one row per hook run, and its `dedup_key`
 //!   (CONTRACT §7.1, §7.2, §7.5).
-//!
-//! Not wired into the request path yet: the queue, spool and database writers come later
-//! (issue 5).
+//! - [`store`]: [`store::AuditStore`], the `hook_executions` table in SQLite or PostgreSQL
+//!   (versioned migrations, deduplicated batch inserts, history pages; issue 5 points 1–2).
+//! - [`sink`]: [`sink::AuditSink::record`], the decision path's non-blocking hand-over of
+//!   a [`sink::RunRecord`] per hook run (CONTRACT §7.6).
+//! - [`flags`]: the `--audit-*` flags, parsed.
+//! - [`build`]: a run record → its row (hash, redaction, sealing), in the writer.
+//! - [`writer`]: the batching task; database down → [`spool`], the bounded on-disk
+//!   spool, replayed when it answers; flushed on shutdown (issue 5 "Durability").
 
+pub mod build;
 pub mod error_detail;
+pub mod flags;
 pub mod input_hash;
 pub mod redact;
 pub mod row;
+pub mod sink;
+pub mod spool;
+pub mod store;
+pub mod writer;

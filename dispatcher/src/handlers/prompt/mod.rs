@@ -74,6 +74,29 @@ pub struct PromptMetadata {
     pub cache_hit: bool,
 }
 
+/// How a prompt run treats the dispatcher's shared state.
+#[derive(Clone, Copy)]
+enum Mode<'a> {
+    /// A real run: decision cache, per-turn cap, tenant budget, metrics.
+    Live {
+        budgets: &'a Budgets,
+        metrics: &'a Metrics,
+    },
+    /// A dry run (`POST /v1/test`, issue 5 point 3): the provider is called, but the
+    /// decision cache is neither read nor filled, no turn is counted, no budget is
+    /// reserved or settled, no metric is counted and no security log line is written.
+    DryRun,
+}
+
+impl<'a> Mode<'a> {
+    fn metrics(self) -> Option<&'a Metrics> {
+        match self {
+            Mode::Live { metrics, .. } => Some(metrics),
+            Mode::DryRun => None,
+        }
+    }
+}
+
 /// The prompt handler of one dispatcher: providers, client, cache and turn counts.
 /// Cheap to clone.
 #[derive(Clone, Default)]
@@ -143,6 +166,33 @@ impl PromptEvaluator {
         budgets: &Budgets,
         metrics: &Metrics,
     ) -> HandlerResult {
+        self.run(hook, spec, event, timeout, Mode::Live { budgets, metrics })
+            .await
+    }
+
+    /// A dry run of one prompt hook (`POST /v1/test`, issue 5 point 3): the same steps
+    /// and answers as [`PromptEvaluator::evaluate`], except that it never reads or fills
+    /// the decision cache (`cacheHit` is always false), never counts a per-turn call,
+    /// reserves and settles no tenant budget (the provider's tokens are reported in the
+    /// metadata, charged to nobody), and counts no metric.
+    pub async fn evaluate_dry_run(
+        &self,
+        hook: &LoadedHook,
+        spec: &PromptHandlerSpec,
+        event: &Event,
+        timeout: Duration,
+    ) -> HandlerResult {
+        self.run(hook, spec, event, timeout, Mode::DryRun).await
+    }
+
+    async fn run(
+        &self,
+        hook: &LoadedHook,
+        spec: &PromptHandlerSpec,
+        event: &Event,
+        timeout: Duration,
+        mode: Mode<'_>,
+    ) -> HandlerResult {
         let deadline = Instant::now() + timeout;
         let Some(config) = &self.inner.config else {
             return blocked(
@@ -182,7 +232,9 @@ impl PromptEvaluator {
             tool_name,
             &event.tool_input,
         );
-        if let Some(hit) = self.inner.cache.get(&key, std::time::Instant::now()) {
+        if let Mode::Live { metrics, .. } = mode
+            && let Some(hit) = self.inner.cache.get(&key, std::time::Instant::now())
+        {
             metrics.prompt_cache_hits.inc();
             return from_cached(&hit);
         }
@@ -194,7 +246,12 @@ impl PromptEvaluator {
             .unwrap_or(DEFAULT_MAX_PER_TURN);
         // A turn belongs to one tenant's session: another tenant or session reusing the
         // same `turn_id` never spends this one's cap.
-        let turn_key = turn.map(|t| format!("{}\0{}\0{t}", event.tenant_id, event.session_id));
+        let turn_key = match mode {
+            Mode::Live { .. } => {
+                turn.map(|t| format!("{}\0{}\0{t}", event.tenant_id, event.session_id))
+            }
+            Mode::DryRun => None,
+        };
         if let Some(turn_key) = turn_key.as_deref()
             && !self
                 .inner
@@ -204,9 +261,10 @@ impl PromptEvaluator {
             tracing::info!(hook = %hook.key, turn_id = turn, max, "prompt hook over its per-turn cap");
             return blocked("per_turn_cap", PER_TURN_CAP_REACHED.into(), meta);
         }
+        // Under the key it was counted with (tenant, session, turn).
         let give_back_turn = || {
-            if let Some(turn) = turn {
-                self.inner.turns.undo(&hook.uid, turn);
+            if let Some(turn_key) = turn_key.as_deref() {
+                self.inner.turns.undo(&hook.uid, turn_key);
             }
         };
 
@@ -230,21 +288,27 @@ impl PromptEvaluator {
             }
         };
         let bound = estimate_input_tokens(body.len()).saturating_add(MAX_OUTPUT_TOKENS);
-        let reserve = budgets.reserve(&event.tenant_id, bound, Some(&hook.key));
-        let reservation = match tokio::time::timeout_at(deadline, reserve).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(refusal)) => {
-                give_back_turn();
-                tracing::debug!(hook = %hook.key, tenant = %event.tenant_id, tokens = bound, detail = %refusal, "prompt hook blocked by its budget");
-                return blocked(refusal_kind(&refusal), refusal.reason().into(), meta);
-            }
-            Err(_) => {
-                give_back_turn();
-                return blocked(
-                    "budget_unavailable",
-                    agenthooks_crds::report::REASON_BUDGET_UNAVAILABLE.into(),
-                    meta,
-                );
+        // A dry run charges nobody: no reservation, nothing to settle.
+        let reservation = match mode {
+            Mode::DryRun => None,
+            Mode::Live { budgets, .. } => {
+                let reserve = budgets.reserve(&event.tenant_id, bound, Some(&hook.key));
+                match tokio::time::timeout_at(deadline, reserve).await {
+                    Ok(Ok(r)) => Some(r),
+                    Ok(Err(refusal)) => {
+                        give_back_turn();
+                        tracing::debug!(hook = %hook.key, tenant = %event.tenant_id, tokens = bound, detail = %refusal, "prompt hook blocked by its budget");
+                        return blocked(refusal_kind(&refusal), refusal.reason().into(), meta);
+                    }
+                    Err(_) => {
+                        give_back_turn();
+                        return blocked(
+                            "budget_unavailable",
+                            agenthooks_crds::report::REASON_BUDGET_UNAVAILABLE.into(),
+                            meta,
+                        );
+                    }
+                }
             }
         };
 
@@ -253,12 +317,16 @@ impl PromptEvaluator {
         let answer = match answer {
             Ok(a) => a,
             Err(f) => {
-                metrics
-                    .prompt_calls
-                    .with_label_values(&[&provider.name, f.kind])
-                    .inc();
-                settle_in_background(reservation, if f.may_have_cost { None } else { Some(0) });
-                parse_error_log(hook, &resolved, f.kind, &f.detail, metrics);
+                if let Some(metrics) = mode.metrics() {
+                    metrics
+                        .prompt_calls
+                        .with_label_values(&[&provider.name, f.kind])
+                        .inc();
+                }
+                if let Some(r) = reservation {
+                    settle_in_background(r, if f.may_have_cost { None } else { Some(0) });
+                }
+                parse_error_log(hook, &resolved, f.kind, &f.detail, mode);
                 // The provider's own words (which may echo keys or addresses) go to
                 // the log line above, not to the agent.
                 let status = f.status.map(|s| format!(", HTTP {s}")).unwrap_or_default();
@@ -269,24 +337,30 @@ impl PromptEvaluator {
                 );
             }
         };
-        metrics
-            .prompt_calls
-            .with_label_values(&[&provider.name, "ok"])
-            .inc();
+        if let Some(metrics) = mode.metrics() {
+            metrics
+                .prompt_calls
+                .with_label_values(&[&provider.name, "ok"])
+                .inc();
+        }
         let (parsed, usage) = response::parse(provider.kind, &answer.body);
         if let Some(u) = usage {
             let total = u.total();
             meta.tokens = Some(total);
-            metrics
-                .prompt_tokens
-                .with_label_values(&[&provider.name])
-                .inc_by(u64::try_from(total).unwrap_or(0));
+            if let Some(metrics) = mode.metrics() {
+                metrics
+                    .prompt_tokens
+                    .with_label_values(&[&provider.name])
+                    .inc_by(u64::try_from(total).unwrap_or(0));
+            }
         }
-        settle_in_background(reservation, usage.map(|u| u.total()));
+        if let Some(r) = reservation {
+            settle_in_background(r, usage.map(|u| u.total()));
+        }
         let decided = match parsed {
             Ok(d) => d,
             Err(pf) => {
-                parse_error_log(hook, &resolved, pf.kind(), &pf.to_string(), metrics);
+                parse_error_log(hook, &resolved, pf.kind(), &pf.to_string(), mode);
                 return blocked(
                     pf.kind(),
                     format!("evaluator answer unusable ({}); failing closed", pf.kind()),
@@ -302,7 +376,7 @@ impl PromptEvaluator {
             additional_context: decided.additional_context,
             model: resolved.model.to_owned(),
         };
-        if cached.injection_detected {
+        if cached.injection_detected && mode.metrics().is_some() {
             tracing::warn!(hook = %hook.key, event_id = %event.event_id, decision = if cached.allow { "allow" } else { "block" }, "prompt evaluator reports an injection attempt");
         }
         let mut result = decision_result(&cached);
@@ -310,9 +384,11 @@ impl PromptEvaluator {
             injection_detected: Some(cached.injection_detected),
             ..meta
         });
-        self.inner
-            .cache
-            .insert(key, cached, std::time::Instant::now());
+        if let Mode::Live { .. } = mode {
+            self.inner
+                .cache
+                .insert(key, cached, std::time::Instant::now());
+        }
         result
     }
 }
@@ -386,13 +462,22 @@ fn settle_in_background(reservation: Reservation, tokens: Option<i64>) {
     });
 }
 
+/// Live runs count the failure and log it on the security target; a dry run logs it at
+/// debug level only (its caller sees the kind in the answer).
 fn parse_error_log(
     hook: &LoadedHook,
     model: &ResolvedModel<'_>,
     kind: &'static str,
     detail: &str,
-    metrics: &Metrics,
+    mode: Mode<'_>,
 ) {
+    let Some(metrics) = mode.metrics() else {
+        tracing::debug!(
+            hook = %hook.key, kind, provider = %model.provider.name, model = model.model,
+            detail = %cut(detail.to_owned()), "prompt dry run: evaluator call or answer failed"
+        );
+        return;
+    };
     metrics.prompt_parse_errors.with_label_values(&[kind]).inc();
     tracing::warn!(
         target: "security.hook.prompt_parse_error",

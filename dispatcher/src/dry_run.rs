@@ -1,0 +1,481 @@
+//! Dry run of one hook on a sample event (DESIGN "Dispatch API" `POST /v1/test`; issue 5
+//! point 3): what the hook would decide, with everything a person needs to see why.
+//!
+//! A dry run goes through the same steps as a real run of that hook — event kind and
+//! scope, `matcher`, `ifExpr`, then the handler under the hook's own timeout, the SSRF
+//! guard and the edition rules — but it leaves nothing behind: no audit row, no span, no
+//! breaker record, no execution counter or metric, nothing sent to the operator, no
+//! tenant budget reserved or settled, no per-turn count and no decision-cache read or
+//! write (prompt hooks run through [`PromptEvaluator::evaluate_dry_run`]). It never calls
+//! [`crate::runner::run_matched`], which is where those are recorded.
+//!
+//! A hook comes from the served set ([`crate::hookset::HookSet::get`]) or from an inline
+//! AgentHook manifest ([`inline_hook`]), validated by the one validation function of the
+//! operator and the hooks files (`agenthooks_crds::validation::validate`, through
+//! [`HookSet::build`]).
+//!
+//! [`PromptEvaluator::evaluate_dry_run`]: crate::handlers::prompt::PromptEvaluator::evaluate_dry_run
+
+use std::panic::AssertUnwindSafe;
+use std::time::{Duration, Instant};
+
+use agenthooks_crds::agenthook::{AgentHookSpec, HandlerType, HookScope, OnTimeout};
+use agenthooks_crds::expr::EvalScope;
+use agenthooks_crds::sealed::SealKey;
+use agenthooks_crds::snapshot::{SealedHeader, SnapshotHook};
+use agenthooks_crds::tenancy::namespace_tenant;
+use agenthooks_crds::{Edition, GROUP, VERSION};
+use bytes::Bytes;
+use futures::FutureExt;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::chain::{LOOP_DEPTH_EXCEEDED, Verdict};
+use crate::event::{Event, MAX_LOOP_DEPTH};
+use crate::handlers::prompt::PromptMetadata;
+use crate::handlers::{HandlerResult, Outcome};
+use crate::hookset::{HookSet, LoadedHook};
+use crate::runner::{Engine, run_handler};
+
+/// Options of one dry run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DryRunOptions {
+    /// Run the handler even when the event kind, scope, depth, `matcher` or `ifExpr`
+    /// would skip the hook (to try a handler on an event it would not select). The
+    /// filters' results are reported either way.
+    pub force: bool,
+}
+
+/// What a dry run found (the body of `POST /v1/test`, camelCase like `/v1/dispatch`).
+/// Every key is always present; `null` where it does not apply.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DryRunReport {
+    /// `namespace/name` of the hook.
+    pub hook: String,
+    /// Its uid (`dry-run:<namespace>/<name>` for an inline spec without one).
+    pub uid: String,
+    /// `command`, `http` or `prompt`.
+    pub handler: &'static str,
+    /// Whether the handler ran.
+    pub ran: bool,
+    /// Why the hook would not run on this event (and, without `force`, did not), e.g.
+    /// `matcher "^Bash$" does not match tool_name "Read"`; `null` when it would run.
+    pub skipped: Option<String>,
+    /// The hook's outcome (`allow|block|error|timeout`, as in audit rows); `null` when it
+    /// did not run. A CEL evaluation error is `error` (kind `cel_eval`) without a run, as
+    /// in a real chain.
+    pub decision: Option<Outcome>,
+    /// What the chain would answer if this were the only hook (CONTRACT §4): `block`
+    /// for a block, an error, a blocking timeout (`onTimeout`), an over-cap rewrite or a
+    /// depth over 3; always `allow` on a non-blocking event (CONTRACT §1.2).
+    pub verdict: Verdict,
+    /// The hook's reason (a block's or an error's), or the chain's.
+    pub reason: Option<String>,
+    /// Wall time of the handler run in milliseconds (0 when it did not run).
+    pub duration_ms: f64,
+    /// The hook is for the sample's event kind.
+    pub event_matched: bool,
+    /// The hook is enabled and applies to the sample's tenant and agent (CONTRACT §3.1).
+    pub scope_matched: bool,
+    /// `matcher` matches `tool_name` (`true` when the hook has no matcher).
+    pub matcher_matched: bool,
+    /// `ifExpr`'s value; `null` when the hook has no `ifExpr` or it failed to evaluate.
+    pub cel_matched: Option<bool>,
+    /// This hook's breaker is open on this dispatcher: a real event would skip it (a
+    /// dry run still runs it and never records into the breaker).
+    pub breaker_open: bool,
+    /// Command: captured stdout, cut to 1024 bytes.
+    pub stdout: Option<String>,
+    /// Command: captured stderr, cut to 1024 bytes.
+    pub stderr: Option<String>,
+    /// HTTP: status code of the hook's answer.
+    pub status_code: Option<u16>,
+    /// `additionalContext` of an allowing hook.
+    pub additional_context: Option<String>,
+    /// `updatedInput` the hook proposed (shown even when the chain would drop it).
+    pub updated_input: Option<Value>,
+    /// RFC 6902 JSON Patch from the sample's `tool_input` to `updatedInput`.
+    pub diff: Option<Value>,
+    /// `updatedInput` came from a hook outside the master namespace: a real chain drops
+    /// it (CONTRACT §4.5).
+    pub mutation_denied: bool,
+    /// The error of an `error` or `timeout` outcome (the hook's reason).
+    pub error: Option<String>,
+    /// Its machine kind (`exit_status`, `ssrf_blocked`, `http_4xx`, `cel_eval`, ...).
+    pub error_kind: Option<&'static str>,
+    /// Prompt: model, tokens reported by the provider (charged to no budget),
+    /// `injectionDetected`; `cacheHit` is always false (the cache is not used).
+    pub prompt: Option<PromptMetadata>,
+}
+
+/// Runs `hook` on `event` as a dry run (see the module docs).
+pub async fn dry_run(
+    engine: &Engine,
+    hook: &LoadedHook,
+    event: &Event,
+    options: DryRunOptions,
+) -> DryRunReport {
+    let spec = &hook.spec;
+    let blocking = event.event.is_blocking();
+    let event_matched = spec.event == event.event;
+    let scope_matched = spec.enabled
+        && match spec.scope {
+            HookScope::Global => true,
+            HookScope::Tenant => hook.compiled.tenant == event.tenant_id,
+            HookScope::Agent => {
+                hook.compiled.tenant == event.tenant_id && spec.agent_ids.contains(&event.agent_id)
+            }
+        };
+    let matcher_matched = match &hook.compiled.matcher {
+        None => true,
+        Some(re) => event.tool().is_some_and(|t| re.is_match(t)),
+    };
+    let cel = hook.compiled.if_expr.as_ref().map(|expr| {
+        expr.evaluate(&EvalScope::new(
+            event.tool().unwrap_or(""),
+            &event.tool_input,
+            event.depth,
+        ))
+    });
+    let cel_matched = match &cel {
+        Some(Ok(b)) => Some(*b),
+        _ => None,
+    };
+    let depth_exceeded = event.depth > MAX_LOOP_DEPTH;
+    let skipped = if depth_exceeded {
+        Some(format!(
+            "{LOOP_DEPTH_EXCEEDED}: depth {} is over {MAX_LOOP_DEPTH}; no hook runs",
+            event.depth
+        ))
+    } else if !event_matched {
+        Some(format!(
+            "the hook is for event {}, not {}",
+            spec.event, event.event
+        ))
+    } else if !scope_matched {
+        Some(scope_miss(hook, event))
+    } else if !matcher_matched {
+        Some(format!(
+            "matcher {:?} does not match tool_name {:?}",
+            spec.matcher,
+            event.tool().unwrap_or("")
+        ))
+    } else if cel_matched == Some(false) {
+        Some(format!("ifExpr {:?} is false for this event", spec.if_expr))
+    } else {
+        None
+    };
+
+    let mut report = DryRunReport {
+        hook: hook.key.clone(),
+        uid: hook.uid.clone(),
+        handler: spec.handler.type_.as_str(),
+        ran: false,
+        skipped: skipped.clone(),
+        decision: None,
+        verdict: Verdict::Allow,
+        reason: None,
+        duration_ms: 0.0,
+        event_matched,
+        scope_matched,
+        matcher_matched,
+        cel_matched,
+        breaker_open: hook.breaker.is_open(),
+        stdout: None,
+        stderr: None,
+        status_code: None,
+        additional_context: None,
+        updated_input: None,
+        diff: None,
+        mutation_denied: false,
+        error: None,
+        error_kind: None,
+        prompt: None,
+    };
+    if skipped.is_some() && !options.force {
+        if depth_exceeded && blocking {
+            report.verdict = Verdict::Block;
+            report.reason = Some(LOOP_DEPTH_EXCEEDED.into());
+        }
+        return report;
+    }
+    // A filter error is the hook's outcome without a run (as `run_matched` does), unless
+    // forced.
+    let cel_error = match cel {
+        Some(Err(e)) if !options.force => Some(e),
+        _ => None,
+    };
+    let started = Instant::now();
+    let result = match cel_error {
+        Some(e) => HandlerResult::error("cel_eval", e),
+        None => {
+            let json = Bytes::from(serde_json::to_vec(event).expect("an event serializes"));
+            let timeout = Duration::from_millis(hook.compiled.timeout_ms);
+            let r = run_handler_dry(engine, hook, event, &json, timeout).await;
+            report.ran = true;
+            r
+        }
+    };
+    report.duration_ms = (started.elapsed().as_secs_f64() * 1_000_000.0).round() / 1000.0;
+    fill_result(&mut report, hook, event, result, blocking);
+    report
+}
+
+/// Why the scope rules skip `hook` for `event` (only called when they do).
+fn scope_miss(hook: &LoadedHook, event: &Event) -> String {
+    let spec = &hook.spec;
+    if !spec.enabled {
+        return "the hook is disabled (spec.enabled: false)".into();
+    }
+    if hook.compiled.tenant != event.tenant_id {
+        return format!(
+            "the hook applies to tenant {:?}, not tenant_id {:?}",
+            hook.compiled.tenant, event.tenant_id
+        );
+    }
+    format!(
+        "the hook applies to agents {:?}, not agent_id {:?}",
+        spec.agent_ids, event.agent_id
+    )
+}
+
+/// The handler alone, as [`run_handler`] runs it, except that a prompt hook goes through
+/// the evaluator's dry-run mode. Command and http handlers record nothing themselves.
+async fn run_handler_dry(
+    engine: &Engine,
+    hook: &LoadedHook,
+    event: &Event,
+    event_json: &Bytes,
+    timeout: Duration,
+) -> HandlerResult {
+    let prompt = match (hook.spec.handler.type_, &hook.spec.handler.prompt) {
+        (HandlerType::Prompt, Some(p)) => p,
+        _ => return run_handler(engine, hook, event, event_json, timeout).await,
+    };
+    let fut = engine.prompt.evaluate_dry_run(hook, prompt, event, timeout);
+    // The same safety net as `run_handler`: over the handler's own timeout, and panics.
+    let guarded = AssertUnwindSafe(fut).catch_unwind();
+    match tokio::time::timeout(timeout + Duration::from_millis(250), guarded).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(_)) => HandlerResult::error("panic", "the handler panicked"),
+        Err(_) => HandlerResult::timeout(timeout.as_millis() as u64),
+    }
+}
+
+/// Copies the handler's result into the report and applies the chain's rules for one
+/// hook (CONTRACT §4.4–4.5).
+fn fill_result(
+    report: &mut DryRunReport,
+    hook: &LoadedHook,
+    event: &Event,
+    result: HandlerResult,
+    blocking: bool,
+) {
+    let stops = match result.outcome {
+        Outcome::Allow => false,
+        Outcome::Block | Outcome::Error => true,
+        Outcome::Timeout => hook.compiled.on_timeout == OnTimeout::Block,
+    };
+    report.decision = Some(result.outcome);
+    report.reason = result.reason.clone();
+    report.error_kind = result.error_kind;
+    if matches!(result.outcome, Outcome::Error | Outcome::Timeout) {
+        report.error = result.reason.clone();
+    }
+    report.stdout = result.metadata.stdout;
+    report.stderr = result.metadata.stderr;
+    report.status_code = result.metadata.http_status;
+    report.prompt = result.metadata.prompt;
+    report.additional_context = result.additional_context;
+    let mut verdict = if stops {
+        Verdict::Block
+    } else {
+        Verdict::Allow
+    };
+    if let Some(new_input) = result.updated_input {
+        report.diff = Some(
+            serde_json::to_value(json_patch::diff(&event.tool_input, &new_input))
+                .unwrap_or(Value::Null),
+        );
+        if result.outcome == Outcome::Allow {
+            if !hook.compiled.master {
+                report.mutation_denied = true;
+            } else if new_input.is_object() {
+                // A rewrite over the caps is refused like any oversized input.
+                let mut rewritten = event.clone();
+                rewritten.tool_input = new_input.clone();
+                if let Err(e) = rewritten.check() {
+                    verdict = Verdict::Block;
+                    report.reason = Some(format!("updatedInput refused: {e}"));
+                }
+            }
+        }
+        report.updated_input = Some(new_input);
+    }
+    if verdict == Verdict::Block && report.reason.is_none() {
+        report.reason = Some(format!("blocked by {}", hook.key));
+    }
+    report.verdict = if blocking { verdict } else { Verdict::Allow };
+}
+
+/// Where an inline spec is validated: this dispatcher's master namespace and edition,
+/// its seal key (literal header values are sealed like a hooks file's), and the hooks it
+/// serves (which tell a namespace's tenant).
+#[derive(Clone, Copy)]
+pub struct InlineContext<'a> {
+    pub master_namespace: &'a str,
+    pub edition: Edition,
+    pub seal_key: &'a SealKey,
+    pub served: Option<&'a HookSet>,
+}
+
+/// One broken rule of an inline manifest. `field` is the path inside the manifest
+/// (`spec.timeoutMs`, `metadata.name`, `apiVersion`); `reason` is the validation
+/// reason (`InvalidTimeout`, `EditionForbidsCommand`, ...) or `InvalidField` for shape
+/// errors.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SpecFieldError {
+    pub field: String,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// Why an inline manifest cannot be dry-run: every broken rule (never empty).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{}", .0.iter().map(|e| format!("{}: {}", e.field, e.message)).collect::<Vec<_>>().join("; "))]
+pub struct InlineSpecError(pub Vec<SpecFieldError>);
+
+impl InlineSpecError {
+    fn one(field: impl Into<String>, message: impl Into<String>) -> InlineSpecError {
+        InlineSpecError(vec![SpecFieldError {
+            field: field.into(),
+            reason: "InvalidField",
+            message: message.into(),
+        }])
+    }
+}
+
+/// Builds a servable hook from an inline AgentHook manifest (`apiVersion`
+/// `agenthooks.io/v1alpha1`, `kind: AgentHook`, `metadata.name`, optional
+/// `metadata.namespace` (default `default`), `uid`, `generation`, and `spec`).
+///
+/// The spec is read like a hooks file's (unknown fields refused, errors naming the
+/// field) and validated by `agenthooks_crds::validation::validate` with `ctx` — so a
+/// Standard dispatcher refuses a command spec (`EditionForbidsCommand`) like any other.
+/// The namespace's tenant is the one the served hooks of that namespace have, else the
+/// namespace's name. `valueFrom.secretKeyRef` headers are refused (no Secret to read
+/// here): give `value`, or dry-run the served hook by name.
+pub fn inline_hook(
+    manifest: &Value,
+    ctx: &InlineContext<'_>,
+) -> Result<std::sync::Arc<LoadedHook>, InlineSpecError> {
+    let Some(doc) = manifest.as_object() else {
+        return Err(InlineSpecError::one(
+            "",
+            "must be an AgentHook manifest object",
+        ));
+    };
+    let want = format!("{GROUP}/{VERSION}");
+    let text = |k: &str| doc.get(k).and_then(Value::as_str).unwrap_or("");
+    if text("apiVersion") != want {
+        return Err(InlineSpecError::one(
+            "apiVersion",
+            format!("{:?} is not {want}", text("apiVersion")),
+        ));
+    }
+    if text("kind") != "AgentHook" {
+        return Err(InlineSpecError::one(
+            "kind",
+            format!("{:?} is not AgentHook", text("kind")),
+        ));
+    }
+    let meta = doc.get("metadata").and_then(Value::as_object);
+    let meta_str = |k: &str| meta.and_then(|m| m.get(k)).and_then(Value::as_str);
+    let name = meta_str("name").unwrap_or("");
+    if name.is_empty() {
+        return Err(InlineSpecError::one("metadata.name", "required"));
+    }
+    let namespace = meta_str("namespace").unwrap_or("default");
+    let generation = meta
+        .and_then(|m| m.get("generation"))
+        .and_then(Value::as_i64)
+        .unwrap_or(1);
+    let Some(spec_value) = doc.get("spec") else {
+        return Err(InlineSpecError::one("spec", "required"));
+    };
+    let spec: AgentHookSpec = serde_path_to_error::deserialize(spec_value).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.into_inner().to_string();
+        // A missing field is reported on the map that lacks it: name the field itself.
+        let missing = message
+            .strip_prefix("missing field `")
+            .and_then(|m| m.strip_suffix('`'));
+        let field = match (missing, path.as_str()) {
+            (Some(f), ".") => format!("spec.{f}"),
+            (Some(f), p) => format!("spec.{p}.{f}"),
+            (None, ".") => "spec".to_owned(),
+            (None, p) => format!("spec.{p}"),
+        };
+        InlineSpecError::one(field, message)
+    })?;
+    let mut headers = Vec::new();
+    if let Some(http) = &spec.handler.http {
+        for (i, h) in http.headers.iter().enumerate() {
+            let value = match (&h.value, &h.value_from) {
+                (Some(v), _) => v.as_bytes(),
+                (None, Some(_)) => {
+                    return Err(InlineSpecError::one(
+                        format!("spec.handler.http.headers[{i}].valueFrom"),
+                        "a dry run cannot read Secrets: give the header a literal value, or dry-run the served hook by name",
+                    ));
+                }
+                (None, None) => b"".as_slice(), // refused by validation below
+            };
+            headers.push(SealedHeader {
+                name: h.name.clone(),
+                sealed: ctx.seal_key.seal(value),
+            });
+        }
+    }
+    let tenant = ctx
+        .served
+        .and_then(|s| s.iter().find(|h| h.namespace == namespace))
+        .map(|h| h.namespace_tenant.clone())
+        .unwrap_or_else(|| namespace_tenant(namespace, None).to_owned());
+    let source = SnapshotHook {
+        uid: meta_str("uid")
+            .map(str::to_owned)
+            .unwrap_or_else(|| format!("dry-run:{namespace}/{name}")),
+        generation,
+        created_at: String::new(),
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        namespace_tenant: tenant,
+        spec,
+        sealed_headers: headers,
+        reset_token: None,
+    };
+    let (set, rejected) = HookSet::build(vec![source], ctx.master_namespace, ctx.edition, 0, None);
+    if let Some(r) = rejected.into_iter().next() {
+        return Err(InlineSpecError(
+            r.errors
+                .0
+                .into_iter()
+                .map(|e| SpecFieldError {
+                    field: e.field.to_owned(),
+                    reason: e.reason.as_str(),
+                    message: e.message,
+                })
+                .collect(),
+        ));
+    }
+    Ok(set
+        .iter()
+        .next()
+        .cloned()
+        .expect("a hook that validated is in its set"))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,340 @@
+//! Dry runs with real command hooks (`sh -c`), no network.
+
+use super::*;
+use crate::handlers::http::HttpCaller;
+use serde_json::json;
+
+const MASTER: &str = "agenthooks-system";
+
+fn engine(edition: Edition) -> Engine {
+    Engine::new(HttpCaller::new(vec![]), edition, SealKey::generate())
+}
+
+/// A manifest of a command hook in `ns`, with extra spec keys.
+fn manifest(ns: &str, command: &str, extra: Value) -> Value {
+    let mut spec = json!({"event": "pre_tool_use", "handler": {"type": "command", "command": {"command": command}}});
+    spec.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    json!({"apiVersion": "agenthooks.io/v1alpha1", "kind": "AgentHook",
+           "metadata": {"name": "h", "namespace": ns}, "spec": spec})
+}
+
+fn build(m: &Value, edition: Edition) -> Result<std::sync::Arc<LoadedHook>, InlineSpecError> {
+    let key = SealKey::generate();
+    inline_hook(
+        m,
+        &InlineContext {
+            master_namespace: MASTER,
+            edition,
+            seal_key: &key,
+            served: None,
+        },
+    )
+}
+
+fn event(v: Value) -> Event {
+    let mut base = json!({"event": "pre_tool_use", "tenant_id": "tenant-a", "agent_id": "a1", "tool_name": "Bash", "tool_input": {"command": "rm -rf /tmp/x"}});
+    base.as_object_mut()
+        .unwrap()
+        .extend(v.as_object().unwrap().clone());
+    Event::parse(&serde_json::to_vec(&base).unwrap()).unwrap()
+}
+
+const REWRITE: &str = r#"echo '{"updatedInput": {"command": "ls /tmp/x", "dryRun": true}}'"#;
+
+#[tokio::test]
+async fn a_master_rewrite_shows_updated_input_and_its_json_patch() {
+    let e = engine(Edition::Lite);
+    let h = build(
+        &manifest(MASTER, REWRITE, json!({"scope": "global"})),
+        Edition::Lite,
+    )
+    .unwrap();
+    let r = dry_run(&e, &h, &event(json!({})), DryRunOptions::default()).await;
+    assert!(r.ran && r.skipped.is_none(), "{r:?}");
+    assert_eq!(r.decision, Some(Outcome::Allow));
+    assert_eq!(r.verdict, Verdict::Allow);
+    assert_eq!(r.hook, "agenthooks-system/h");
+    assert_eq!(r.uid, "dry-run:agenthooks-system/h");
+    assert_eq!(
+        r.updated_input,
+        Some(json!({"command": "ls /tmp/x", "dryRun": true}))
+    );
+    assert_eq!(
+        r.diff,
+        Some(json!([
+            {"op": "replace", "path": "/command", "value": "ls /tmp/x"},
+            {"op": "add", "path": "/dryRun", "value": true}
+        ]))
+    );
+    assert!(!r.mutation_denied);
+    assert_eq!(
+        r.stdout.as_deref().map(str::trim),
+        Some(REWRITE[6..REWRITE.len() - 1].trim())
+    );
+    assert_eq!(r.stderr.as_deref(), Some(""));
+    assert_eq!(
+        (r.status_code, r.error.as_deref(), r.error_kind),
+        (None, None, None)
+    );
+    assert!(r.duration_ms > 0.0);
+    // Nothing recorded anywhere.
+    assert_eq!(h.counters.take().total(), 0);
+}
+
+#[tokio::test]
+async fn a_tenant_rewrite_is_shown_but_marked_denied() {
+    let e = engine(Edition::Lite);
+    let h = build(&manifest("tenant-a", REWRITE, json!({})), Edition::Lite).unwrap();
+    let r = dry_run(&e, &h, &event(json!({})), DryRunOptions::default()).await;
+    assert_eq!(r.decision, Some(Outcome::Allow));
+    assert!(r.mutation_denied);
+    assert!(r.diff.is_some());
+}
+
+#[tokio::test]
+async fn filters_that_do_not_match_skip_the_handler_unless_forced() {
+    let e = engine(Edition::Lite);
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let cmd = format!("touch {}; exit 2", marker.display());
+    let h = build(
+        &manifest(
+            "tenant-a",
+            &cmd,
+            json!({"matcher": "^Bash$", "ifExpr": "tool_input.command.startsWith('rm')"}),
+        ),
+        Edition::Lite,
+    )
+    .unwrap();
+
+    // CEL false: not run.
+    let r = dry_run(
+        &e,
+        &h,
+        &event(json!({"tool_input": {"command": "ls"}})),
+        DryRunOptions::default(),
+    )
+    .await;
+    assert!(!r.ran);
+    assert_eq!((r.matcher_matched, r.cel_matched), (true, Some(false)));
+    assert_eq!(r.decision, None);
+    assert_eq!(r.verdict, Verdict::Allow);
+    assert!(
+        r.skipped.as_deref().unwrap().starts_with("ifExpr "),
+        "{r:?}"
+    );
+    assert!(!marker.exists(), "the handler did not run");
+
+    // Matcher miss: not run; CEL still reported.
+    let r = dry_run(
+        &e,
+        &h,
+        &event(json!({"tool_name": "Read"})),
+        DryRunOptions::default(),
+    )
+    .await;
+    assert!(!r.ran);
+    assert_eq!((r.matcher_matched, r.cel_matched), (false, Some(true)));
+    assert_eq!(
+        r.skipped.as_deref(),
+        Some(r#"matcher "^Bash$" does not match tool_name "Read""#)
+    );
+
+    // Another tenant, another event kind.
+    let r = dry_run(
+        &e,
+        &h,
+        &event(json!({"tenant_id": "tenant-b"})),
+        DryRunOptions::default(),
+    )
+    .await;
+    assert!(!r.ran && !r.scope_matched);
+    let r = dry_run(
+        &e,
+        &h,
+        &event(json!({"event": "post_tool_use"})),
+        DryRunOptions::default(),
+    )
+    .await;
+    assert!(!r.ran && !r.event_matched);
+    assert!(!marker.exists());
+
+    // Forced: runs anyway and reports the filters.
+    let r = dry_run(
+        &e,
+        &h,
+        &event(json!({"tool_input": {"command": "ls"}})),
+        DryRunOptions { force: true },
+    )
+    .await;
+    assert!(r.ran);
+    assert_eq!(r.cel_matched, Some(false));
+    assert_eq!(
+        (r.decision, r.verdict),
+        (Some(Outcome::Block), Verdict::Block)
+    );
+    assert!(marker.exists());
+
+    // Everything matches: it runs and blocks.
+    let r = dry_run(&e, &h, &event(json!({})), DryRunOptions::default()).await;
+    assert!(r.ran);
+    assert_eq!(
+        (r.decision, r.verdict),
+        (Some(Outcome::Block), Verdict::Block)
+    );
+    assert_eq!(
+        r.reason.as_deref(),
+        Some("blocked by command hook (exit 2)")
+    );
+}
+
+#[tokio::test]
+async fn no_if_expr_is_null_and_a_non_blocking_event_never_blocks() {
+    let e = engine(Edition::Lite);
+    let mut m = manifest("tenant-a", "exit 2", json!({}));
+    m["spec"]["event"] = json!("post_tool_use");
+    let h = build(&m, Edition::Lite).unwrap();
+    let r = dry_run(
+        &e,
+        &h,
+        &event(json!({"event": "post_tool_use"})),
+        DryRunOptions::default(),
+    )
+    .await;
+    assert_eq!(r.cel_matched, None);
+    assert_eq!(
+        (r.decision, r.verdict),
+        (Some(Outcome::Block), Verdict::Allow)
+    );
+}
+
+#[tokio::test]
+async fn a_depth_over_three_runs_nothing_and_blocks() {
+    let e = engine(Edition::Lite);
+    let h = build(&manifest("tenant-a", "exit 0", json!({})), Edition::Lite).unwrap();
+    let r = dry_run(
+        &e,
+        &h,
+        &event(json!({"depth": 4})),
+        DryRunOptions::default(),
+    )
+    .await;
+    assert!(!r.ran);
+    assert_eq!(r.verdict, Verdict::Block);
+    assert_eq!(r.reason.as_deref(), Some(LOOP_DEPTH_EXCEEDED));
+}
+
+#[tokio::test]
+async fn blocking_dry_runs_never_touch_the_breaker_counters_or_metrics() {
+    let e = engine(Edition::Lite);
+    let h = build(&manifest("tenant-a", "exit 2", json!({})), Edition::Lite).unwrap();
+    let before = e.metrics.render();
+    for _ in 0..6 {
+        let r = dry_run(&e, &h, &event(json!({})), DryRunOptions::default()).await;
+        assert_eq!(r.decision, Some(Outcome::Block));
+        assert!(!r.breaker_open);
+    }
+    assert!(!h.breaker.is_open());
+    assert_eq!(h.counters.take().total(), 0);
+    assert_eq!(e.metrics.render(), before);
+}
+
+#[tokio::test]
+async fn a_cel_error_is_an_error_outcome_without_a_run() {
+    let e = engine(Edition::Lite);
+    let h = build(
+        &manifest(
+            "tenant-a",
+            "exit 0",
+            json!({"ifExpr": "tool_input.missing.field == 1"}),
+        ),
+        Edition::Lite,
+    )
+    .unwrap();
+    let r = dry_run(&e, &h, &event(json!({})), DryRunOptions::default()).await;
+    assert!(!r.ran);
+    assert_eq!(r.cel_matched, None);
+    assert_eq!(
+        (r.decision, r.error_kind),
+        (Some(Outcome::Error), Some("cel_eval"))
+    );
+    assert_eq!(r.verdict, Verdict::Block);
+    assert!(r.error.is_some());
+}
+
+#[test]
+fn invalid_inline_specs_name_the_field_and_rule() {
+    let bad_timeout = manifest("tenant-a", "exit 0", json!({"timeoutMs": 60_000}));
+    let e = build(&bad_timeout, Edition::Lite).unwrap_err();
+    assert_eq!(e.0[0].field, "spec.timeoutMs");
+    assert_eq!(e.0[0].reason, "InvalidTimeout");
+
+    let e = build(
+        &manifest("tenant-a", "exit 0", json!({})),
+        Edition::Standard,
+    )
+    .unwrap_err();
+    assert_eq!(e.0[0].reason, "EditionForbidsCommand");
+
+    let e = build(
+        &manifest("tenant-a", "exit 0", json!({"bogus": 1})),
+        Edition::Lite,
+    )
+    .unwrap_err();
+    assert_eq!(e.0[0].field, "spec.bogus");
+    assert!(e.0[0].message.contains("unknown field `bogus`"), "{e}");
+
+    let mut m = manifest("tenant-a", "exit 0", json!({}));
+    m["spec"]["handler"].as_object_mut().unwrap().remove("type");
+    let e = build(&m, Edition::Lite).unwrap_err();
+    assert_eq!(e.0[0].field, "spec.handler.type");
+
+    let mut m = manifest("tenant-a", "exit 0", json!({}));
+    m["kind"] = json!("Pod");
+    assert_eq!(build(&m, Edition::Lite).unwrap_err().0[0].field, "kind");
+    m["kind"] = json!("AgentHook");
+    m["metadata"]["name"] = json!("");
+    assert_eq!(
+        build(&m, Edition::Lite).unwrap_err().0[0].field,
+        "metadata.name"
+    );
+    assert_eq!(
+        build(&json!([1]), Edition::Lite).unwrap_err().0[0].field,
+        ""
+    );
+
+    let m = json!({"apiVersion": "agenthooks.io/v1alpha1", "kind": "AgentHook", "metadata": {"name": "h", "namespace": "tenant-a"},
+        "spec": {"event": "pre_tool_use", "handler": {"type": "http", "http": {"url": "https://hooks.example/x",
+        "headers": [{"name": "X-Key", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}}}});
+    let e = build(&m, Edition::Lite).unwrap_err();
+    assert_eq!(e.0[0].field, "spec.handler.http.headers[0].valueFrom");
+}
+
+#[test]
+fn the_namespace_tenant_comes_from_the_served_hooks() {
+    let served = SnapshotHook {
+        uid: "u".into(),
+        namespace: "team-a".into(),
+        name: "other".into(),
+        generation: 1,
+        created_at: String::new(),
+        namespace_tenant: "acme".into(),
+        spec: serde_json::from_value(json!({"event": "stop", "handler": {"type": "command", "command": {"command": "true"}}})).unwrap(),
+        sealed_headers: vec![],
+        reset_token: None,
+    };
+    let (set, _) = HookSet::build(vec![served], MASTER, Edition::Lite, 1, None);
+    let key = SealKey::generate();
+    let ctx = InlineContext {
+        master_namespace: MASTER,
+        edition: Edition::Lite,
+        seal_key: &key,
+        served: Some(&set),
+    };
+    let h = inline_hook(&manifest("team-a", "true", json!({"tenant": "acme"})), &ctx).unwrap();
+    assert_eq!(h.compiled.tenant, "acme");
+    let e = inline_hook(&manifest("team-b", "true", json!({"tenant": "acme"})), &ctx).unwrap_err();
+    assert_eq!(e.0[0].reason, "TenantMismatch");
+}

@@ -1,0 +1,388 @@
+//! Issue 5's audit figures, release binaries, a real PostgreSQL (Debian's package, started
+//! by `agenthooks_e2e::postgres::PgServer`) and two standalone dispatchers side by side on
+//! the same hooks file (one global http hook that allows at once, served on loopback):
+//!
+//! - **on**: `--audit-db postgres://...` — every run leaves a `hook_executions` row;
+//! - **off**: `--audit-db off`.
+//!
+//! Four concurrent clients send `pre_tool_use` events in alternating rounds (off, on, off,
+//! on; `AGENTHOOKS_BENCH_SECS` per mode, default 10, split over the two rounds) so both
+//! modes see the same machine: first as fast as they are answered (saturation), then paced
+//! at a steady 2,000 decisions/s. Printed:
+//!
+//! 1. **Sustained audit rows/s into PostgreSQL while decisions run**: the `on` dispatcher's
+//!    `agenthooks_audit_rows_written_total` over its saturation rounds, next to its
+//!    decisions/s; then every run's row is checked in the table exactly once.
+//! 2. **Decision latency with audit on vs off**, for each load: client side (HTTP
+//!    included) p50, p90, p99 and mean, and the server-side mean of
+//!    `agenthooks_decision_duration_seconds`, with their ratios (goal: under 1.1). On a
+//!    small machine PostgreSQL competes with the dispatcher for the same cores: under
+//!    saturation that shows in the ratio; the paced load shows the decision path's own
+//!    cost.
+//!
+//! Run: `make bench`, or `cargo build --release --bins && cargo bench -p agenthooks-e2e --bench audit`.
+//! Without `--bench` (e.g. `cargo test --all-targets`) it does nothing.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agenthooks_dispatcher::audit::store::AuditStore;
+use agenthooks_e2e::postgres::PgServer;
+use agenthooks_e2e::procs::{Proc, bin, free_port};
+use agenthooks_e2e::stack::{hook_server, metric};
+use serde_json::json;
+
+const CLIENTS: usize = 4;
+
+struct Dispatcher {
+    proc: Proc,
+    url: String,
+}
+
+fn start(name: &str, hooks: &std::path::Path, audit_db: &str, dir: &std::path::Path) -> Dispatcher {
+    let port = free_port();
+    let args: Vec<String> = [
+        "--hooks",
+        hooks.to_str().unwrap(),
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--http-allow-cidr",
+        "127.0.0.0/8",
+        "--audit-db",
+        audit_db,
+        "--audit-spool-dir",
+        dir.join(format!("{name}.spool")).to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let proc = Proc::start(name, &bin("agenthooks-dispatcher"), &args, &[], dir);
+    Dispatcher {
+        proc,
+        url: format!("http://127.0.0.1:{port}"),
+    }
+}
+
+async fn get(client: &reqwest::Client, url: &str) -> Option<String> {
+    let r = client.get(url).send().await.ok()?;
+    (r.status() == 200).then_some(())?;
+    r.text().await.ok()
+}
+
+async fn rows_written(client: &reqwest::Client, d: &Dispatcher) -> f64 {
+    let text = get(client, &format!("{}/metrics", d.url)).await.unwrap();
+    metric(&text, "agenthooks_audit_rows_written_total", "")
+}
+
+/// `CLIENTS` loops sending events to `d` for `secs`, each as fast as answered (`rate`
+/// `None`) or paced to `rate / CLIENTS` per second; every answer must be an allow.
+/// Returns the latencies.
+async fn round(
+    client: &reqwest::Client,
+    d: &Dispatcher,
+    tag: &str,
+    secs: f64,
+    rate: Option<f64>,
+) -> Vec<Duration> {
+    let until = Instant::now() + Duration::from_secs_f64(secs);
+    let mut tasks = Vec::new();
+    for w in 0..CLIENTS {
+        let (client, url, tag) = (
+            client.clone(),
+            format!("{}/v1/dispatch", d.url),
+            tag.to_owned(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::with_capacity(50_000);
+            let mut i = 0u64;
+            let mut tick = rate.map(|r| {
+                let mut t = tokio::time::interval(Duration::from_secs_f64(CLIENTS as f64 / r));
+                t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                t
+            });
+            while Instant::now() < until {
+                if let Some(t) = tick.as_mut() {
+                    t.tick().await;
+                }
+                let body = json!({"event": "pre_tool_use", "event_id": format!("{tag}-{w}-{i}"),
+                    "session_id": "s-1", "tenant_id": "acme", "agent_id": "a1",
+                    "tool_name": "Bash", "tool_input": {"command": "ls -la", "i": i}})
+                .to_string();
+                let t = Instant::now();
+                let r = client
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .send()
+                    .await
+                    .expect("dispatch");
+                let ok = r.status() == 200;
+                let answer = r.bytes().await.expect("dispatch body");
+                lat.push(t.elapsed());
+                assert!(
+                    ok && answer.starts_with(b"{") && memchr(&answer, b"\"decision\":\"allow\""),
+                    "{}",
+                    String::from_utf8_lossy(&answer)
+                );
+                i += 1;
+            }
+            lat
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all
+}
+
+fn memchr(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+struct Stats {
+    n: usize,
+    p50: f64,
+    p90: f64,
+    p99: f64,
+    mean: f64,
+}
+
+/// Milliseconds.
+fn stats(mut lat: Vec<Duration>) -> Stats {
+    lat.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let at = |q: f64| ms(lat[((lat.len() as f64 * q) as usize).min(lat.len() - 1)]);
+    Stats {
+        n: lat.len(),
+        p50: at(0.50),
+        p90: at(0.90),
+        p99: at(0.99),
+        mean: lat.iter().map(|d| ms(*d)).sum::<f64>() / lat.len() as f64,
+    }
+}
+
+/// Decisions/s of the paced load.
+const PACED_RATE: f64 = 2_000.0;
+
+/// One mode's latencies (client side) and server-side decision time.
+#[derive(Default)]
+struct Mode {
+    lat: Vec<Duration>,
+    secs: f64,
+    /// `agenthooks_decision_duration_seconds` sum and count over the rounds.
+    server_sum: f64,
+    server_count: f64,
+}
+
+impl Mode {
+    async fn run(
+        &mut self,
+        client: &reqwest::Client,
+        d: &Dispatcher,
+        tag: &str,
+        secs: f64,
+        rate: Option<f64>,
+    ) -> usize {
+        let (s0, c0) = server_time(client, d).await;
+        let t = Instant::now();
+        let lat = round(client, d, tag, secs, rate).await;
+        self.secs += t.elapsed().as_secs_f64();
+        let (s1, c1) = server_time(client, d).await;
+        self.server_sum += s1 - s0;
+        self.server_count += c1 - c0;
+        let n = lat.len();
+        self.lat.extend(lat);
+        n
+    }
+}
+
+async fn server_time(client: &reqwest::Client, d: &Dispatcher) -> (f64, f64) {
+    let text = get(client, &format!("{}/metrics", d.url)).await.unwrap();
+    (
+        metric(&text, "agenthooks_decision_duration_seconds_sum", ""),
+        metric(&text, "agenthooks_decision_duration_seconds_count", ""),
+    )
+}
+
+#[derive(Default)]
+struct Compare {
+    off: Mode,
+    on: Mode,
+}
+
+impl Compare {
+    fn print(&self, load: &str) {
+        println!(
+            "decision latency, {load} (ms)          n   dec/s     p50     p90     p99    mean  server-mean"
+        );
+        let off = stats(self.off.lat.clone());
+        let on = stats(self.on.lat.clone());
+        let srv = |m: &Mode| m.server_sum / m.server_count.max(1.0) * 1000.0;
+        for (name, s, m) in [("audit off", &off, &self.off), ("audit on ", &on, &self.on)] {
+            println!(
+                "  {name}                        {:>8} {:>7.0} {:>7.3} {:>7.3} {:>7.3} {:>7.3}  {:>7.3}",
+                s.n,
+                s.n as f64 / m.secs,
+                s.p50,
+                s.p90,
+                s.p99,
+                s.mean,
+                srv(m)
+            );
+        }
+        println!(
+            "  ratio on/off                                     {:>7.3} {:>7.3} {:>7.3} {:>7.3}  {:>7.3}   (goal < 1.1)",
+            on.p50 / off.p50,
+            on.p90 / off.p90,
+            on.p99 / off.p99,
+            on.mean / off.mean,
+            srv(&self.on) / srv(&self.off)
+        );
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        eprintln!("audit bench: run with `cargo bench` (make bench); nothing to do here");
+        return;
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let secs: f64 = std::env::var("AGENTHOOKS_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10.0);
+    let dir = tempfile::tempdir().unwrap();
+    let pg = Arc::new(
+        tokio::task::spawn_blocking(|| PgServer::new().expect("PostgreSQL"))
+            .await
+            .unwrap(),
+    );
+    let url = pg.url();
+    let (hook_url, _) = hook_server(json!({"decision": "allow"}));
+    let hooks = dir.path().join("hooks.yaml");
+    std::fs::write(
+        &hooks,
+        format!(
+            "apiVersion: agenthooks.io/v1alpha1\nkind: AgentHook\nmetadata: {{name: bench-allow, namespace: agenthooks-system}}\nspec:\n  event: pre_tool_use\n  scope: global\n  matcher: '^Bash$'\n  handler:\n    type: http\n    http: {{url: '{hook_url}'}}\n"
+        ),
+    )
+    .unwrap();
+    let on = start("audit-on", &hooks, &url, dir.path());
+    let off = start("audit-off", &hooks, "off", dir.path());
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(CLIENTS * 2)
+        .build()
+        .unwrap();
+    for d in [&on, &off] {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while get(&client, &format!("{}/readyz", d.url)).await.is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "{} not ready:\n{}",
+                d.proc.name,
+                d.proc.log_tail(20)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    // Warm-up: connections, the hook server's threads, PostgreSQL's caches.
+    round(&client, &off, "warm-off", 1.0, None).await;
+    let mut runs_on = round(&client, &on, "warm-on", 1.0, None).await.len() as f64;
+
+    let half = secs / 2.0;
+    // 1. Saturation: the clients as fast as answered.
+    let mut sat = Compare::default();
+    let mut on_time = Duration::ZERO;
+    let mut rows_in_rounds = 0.0;
+    let mut sat_on_decisions = 0;
+    for r in 0..2 {
+        sat.off
+            .run(&client, &off, &format!("off{r}"), half, None)
+            .await;
+        let before = rows_written(&client, &on).await;
+        let t = Instant::now();
+        let n = sat
+            .on
+            .run(&client, &on, &format!("on{r}"), half, None)
+            .await;
+        on_time += t.elapsed();
+        rows_in_rounds += rows_written(&client, &on).await - before;
+        sat_on_decisions += n;
+    }
+    runs_on += sat_on_decisions as f64;
+    // 2. Paced: a steady PACED_RATE decisions/s, the machine not saturated.
+    let mut paced = Compare::default();
+    for r in 0..2 {
+        paced
+            .off
+            .run(&client, &off, &format!("poff{r}"), half, Some(PACED_RATE))
+            .await;
+        let n = paced
+            .on
+            .run(&client, &on, &format!("pon{r}"), half, Some(PACED_RATE))
+            .await;
+        runs_on += n as f64;
+    }
+
+    // Every run of the `on` dispatcher has its row, once.
+    let drained_at = Instant::now();
+    let deadline = drained_at + Duration::from_secs(60);
+    while rows_written(&client, &on).await < runs_on {
+        assert!(
+            Instant::now() < deadline,
+            "rows missing after 60 s:\n{}",
+            on.proc.log_tail(20)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let drain = drained_at.elapsed();
+    let store = AuditStore::connect(&url).await.unwrap();
+    let (rows, keys): (i64, i64) = match &store {
+        AuditStore::Postgres(pool) => {
+            sqlx::query_as("SELECT count(*), count(DISTINCT dedup_key) FROM hook_executions")
+                .fetch_one(pool)
+                .await
+                .unwrap()
+        }
+        AuditStore::Sqlite(_) => unreachable!("postgres"),
+    };
+    store.close().await;
+    let metrics_on = get(&client, &format!("{}/metrics", on.url)).await.unwrap();
+
+    let on_secs = on_time.as_secs_f64();
+    println!();
+    println!(
+        "== audit bench: {CLIENTS} clients, {secs:.0} s per mode and load (2 alternating rounds), release binaries, PostgreSQL on 127.0.0.1:{} ==",
+        pg.port()
+    );
+    println!(
+        "audit rows into PostgreSQL while decisions run: {:>8.0} rows/s  ({:.0} decisions/s with audit on, clients unpaced; {rows_in_rounds:.0} rows in {on_secs:.1} s)",
+        rows_in_rounds / on_secs,
+        sat_on_decisions as f64 / on_secs
+    );
+    println!(
+        "  after the load: every row in the table within {:.0} ms; {rows} rows, {keys} distinct dedup keys, {runs_on:.0} runs; dropped {}, write failures {}",
+        drain.as_secs_f64() * 1000.0,
+        metric(&metrics_on, "agenthooks_audit_rows_dropped_total", ""),
+        metric(&metrics_on, "agenthooks_audit_write_failures_total", "")
+    );
+    let batches = metric(&metrics_on, "agenthooks_audit_batch_seconds_count", "");
+    let batch_sum = metric(&metrics_on, "agenthooks_audit_batch_seconds_sum", "");
+    println!(
+        "  batches: {batches:.0}, mean {:.1} rows and {:.2} ms per insert_batch",
+        rows as f64 / batches.max(1.0),
+        batch_sum / batches.max(1.0) * 1000.0
+    );
+    sat.print("unpaced (saturation)");
+    paced.print(&format!("paced at {PACED_RATE:.0} decisions/s"));
+    assert_eq!(
+        (rows, keys),
+        (runs_on as i64, runs_on as i64),
+        "every run's row exactly once"
+    );
+    drop(on);
+    drop(off);
+    let _ = tokio::task::spawn_blocking(move || drop(pg)).await;
+}
