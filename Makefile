@@ -7,8 +7,10 @@ CLUSTER_DIR ?= $(CURDIR)/.cluster
 .PHONY: run test deps build crds lint bench cluster cluster-down controlplane
 
 ## run: the dispatcher in standalone mode on the sample hooks, on $(LISTEN)
+## (history and dry runs need the admin token: made once into .agenthooks-admin-token)
 run:
-	$(CARGO) run -p agenthooks-dispatcher -- --hooks config/samples --listen $(LISTEN)
+	@test -s .agenthooks-admin-token || (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > .agenthooks-admin-token)
+	$(CARGO) run -p agenthooks-dispatcher -- --hooks config/samples --listen $(LISTEN) --admin-token-file .agenthooks-admin-token
 
 ## deps: install what a fresh Debian machine lacks for the tests
 deps:
@@ -34,12 +36,14 @@ lint:
 
 ## bench: dispatch overhead against a bare axum handler, side by side in one run; then
 ## issue 3's figures on a real control plane (status writes per hook under 2,000
-## decisions/s, breaker trip -> hook gone from every dispatcher vs apply -> served)
+## decisions/s, breaker trip -> hook gone from every dispatcher vs apply -> served); then
+## issue 5's: audit rows/s into PostgreSQL while decisions run, latency audit on vs off
 bench: deps
 	bash e2e/controlplane/build.sh >/dev/null
 	$(CARGO) build --release -p agenthooks-operator -p agenthooks-dispatcher --bins
 	$(CARGO) bench -p agenthooks-dispatcher --bench dispatch_overhead
 	$(CARGO) bench -p agenthooks-e2e --bench safeguards
+	$(CARGO) bench -p agenthooks-e2e --bench audit
 
 controlplane:
 	bash e2e/controlplane/build.sh

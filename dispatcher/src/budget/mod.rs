@@ -209,7 +209,14 @@ impl Budgets {
             Err(refusal) => {
                 // Counted by reason in agenthooks_budget_refusals_total; a log line per
                 // refusal would flood the logs of an exhausted tenant.
-                tracing::debug!(tenant, tokens, hook = hook.unwrap_or(""), reason = refusal.reason(), detail = %refusal, "budget reservation refused");
+                if matches!(refusal, BudgetRefusal::Unavailable { .. }) {
+                    // The budget store did not answer: the call is refused (fail-closed)
+                    // and the seed's key says so (seed "Metrics":
+                    // `security.hook.budget_precheck_failed`).
+                    tracing::warn!(target: "security.hook.budget_precheck_failed", tenant, tokens, hook = hook.unwrap_or(""), detail = %refusal, "security.hook.budget_precheck_failed");
+                } else {
+                    tracing::debug!(tenant, tokens, hook = hook.unwrap_or(""), reason = refusal.reason(), detail = %refusal, "budget reservation refused");
+                }
                 Err(refusal)
             }
         }
@@ -238,7 +245,8 @@ impl Budgets {
             if let Some(m) = &self.metrics {
                 m.budget_settle_failures.inc();
             }
-            tracing::error!(tenant, reservation_id, tokens, error = %e, "budget settle failed");
+            // Seed "Metrics": `security.hook.budget_deduct_failed`.
+            tracing::error!(target: "security.hook.budget_deduct_failed", tenant, reservation_id, tokens, error = %e, "security.hook.budget_deduct_failed");
         }
         result
     }
