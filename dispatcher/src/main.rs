@@ -150,8 +150,8 @@ struct ServeArgs {
     #[arg(long)]
     dispatcher_id: Option<String>,
     /// File holding the admin bearer token (at least 16 printable characters): needed
-    /// by `POST /v1/test` (dry runs) and `GET /v1/executions/{id}?errorDetail=true`,
-    /// which are refused (403) without it.
+    /// by `POST /v1/test` (dry runs) and `GET /v1/executions[/{id}]` (audit history and
+    /// decrypted error detail), which are refused (403) without it.
     #[arg(long, value_name = "PATH", env = "AGENTHOOKS_ADMIN_TOKEN_FILE")]
     admin_token_file: Option<PathBuf>,
     #[command(flatten)]
@@ -439,10 +439,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     match &args.admin_token_file {
         Some(p) => {
             state.set_admin_token(AdminToken::from_file(p)?);
-            tracing::info!(file = %p.display(), "admin token loaded: POST /v1/test and error detail reads need it");
+            tracing::info!(file = %p.display(), "admin token loaded: POST /v1/test and audit history reads need it");
         }
         None => tracing::info!(
-            "no --admin-token-file: POST /v1/test and error detail reads are refused"
+            "no --admin-token-file: POST /v1/test and audit history reads are refused"
         ),
     }
     let listener = tokio::net::TcpListener::bind(args.listen)

@@ -491,6 +491,12 @@ fn helm_chart_lints_renders_and_passes_a_server_side_dry_run() {
     );
     assert_eq!(count(&items, "CustomResourceDefinition"), 2);
     assert_eq!(count(&items, "ValidatingAdmissionPolicy"), 0);
+    // No admin token by default: history and dry runs answer 403.
+    assert!(
+        !args_of(find(&items, "Deployment", "agenthooks-dispatcher"))
+            .iter()
+            .any(|a| a.starts_with("--admin-token-file"))
+    );
     let secret = find(&items, "Secret", "agenthooks-seal-key");
     let key = secret["data"]["seal.key"].as_str().expect("seal.key");
     assert_eq!(key.len(), 44, "32 bytes in base64: {key}");
@@ -541,6 +547,8 @@ fn helm_chart_lints_renders_and_passes_a_server_side_dry_run() {
                 "dispatcher.replicaCount=3",
                 "--set",
                 "dispatcher.httpAllowCidrs={10.20.0.0/16,fd00::/8}",
+                "--set",
+                "dispatcher.adminTokenSecret.name=agenthooks-admin",
             ],
         ),
         "helm template (standard)",
@@ -555,6 +563,17 @@ fn helm_chart_lints_renders_and_passes_a_server_side_dry_run() {
     );
     let dispatcher = find(&items, "Deployment", "agenthooks-dispatcher");
     assert_eq!(dispatcher["spec"]["replicas"], 3);
+    // The admin token (history and dry runs) from its Secret, mounted read-only.
+    assert!(has_arg(
+        &args_of(dispatcher),
+        "--admin-token-file=/etc/agenthooks/admin/token"
+    ));
+    let pod = &dispatcher["spec"]["template"]["spec"];
+    assert_eq!(
+        volume(pod, "admin-token").unwrap()["secret"]["secretName"],
+        "agenthooks-admin"
+    );
+    assert_eq!(mount(pod, "admin-token").unwrap()["readOnly"], true);
     let cidrs: Vec<String> = args_of(dispatcher)
         .into_iter()
         .filter(|a| a.starts_with("--http-allow-cidr="))
@@ -714,6 +733,7 @@ fn helm_values_schema_refuses_typos_and_bad_enums() {
         ("dispatcher.httpAllowCidrs={not-a-cidr}", "httpAllowCidrs"),
         ("operator.leaseDurationSeconds=1", "leaseDurationSeconds"),
         ("dispatcher.prompt.providrs={}", "providrs"),
+        ("dispatcher.adminTokenSecret.nme=x", "nme"),
         ("dispatcher.prompt.providers[0].kind=gemini", "kind"),
         ("dispatcher.prompt.providers[0].baseUrl=ftp://x", "baseUrl"),
     ] {

@@ -1,6 +1,7 @@
-//! The admin bearer token (issue 5 points 2 and 3): what `GET /v1/executions/{id}?errorDetail=true`
-//! (decrypted error detail) and `POST /v1/test` (a dry run may run an inline command or
-//! call any URL the SSRF guard allows) ask of their caller.
+//! The admin bearer token (issue 5 points 2 and 3): what `GET /v1/executions[/{id}]`
+//! (every tenant's audit rows, and with `errorDetail=true` the decrypted error detail)
+//! and `POST /v1/test` (a dry run may run an inline command or call any URL the SSRF
+//! guard allows) ask of their caller.
 //!
 //! The token comes from `--admin-token-file` (env `AGENTHOOKS_ADMIN_TOKEN_FILE`), e.g. a
 //! mounted Secret; the caller sends `Authorization: Bearer <token>`. Without a token file
