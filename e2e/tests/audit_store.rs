@@ -219,6 +219,64 @@ async fn the_same_dedup_key_is_one_row(db: Db) {
     assert_eq!(kept.created_at, at(0, 0));
 }
 
+/// A reused `event_id` (same hook, another tenant/session/input) is not a retry: its run
+/// is kept under `<dedup_key>#<16 hex>`, and replays of it are still skipped.
+async fn a_reused_event_id_from_another_event_still_leaves_its_row(db: Db) {
+    use agenthooks_dispatcher::audit::store::reused_event_key;
+    let s = &db.store;
+    let first = row("u1", "ns", "h", "dup-1", Outcome::Allow, at(0, 0));
+    let mut other_tenant = first.clone();
+    other_tenant.tenant = "other".into();
+    other_tenant.session_id = "evil".into();
+    other_tenant.input_hash = "cd".repeat(32);
+    other_tenant.decision = Outcome::Block;
+    let mut other_input = first.clone();
+    other_input.input_hash = "ef".repeat(32);
+    // A true retry of `first` (decision differs: still the same event).
+    let mut retry = first.clone();
+    retry.decision = Outcome::Timeout;
+
+    // In one batch: the first, a retry of it, and two different events with its key.
+    let batch = [
+        first.clone(),
+        retry.clone(),
+        other_tenant.clone(),
+        other_input.clone(),
+    ];
+    assert_eq!(s.insert_batch(&batch).await.unwrap(), 3);
+    // Replaying the whole batch (a spool replay) writes nothing more.
+    assert_eq!(s.insert_batch(&batch).await.unwrap(), 0);
+    // Across batches too.
+    let mut later = first.clone();
+    later.session_id = "sess-2".into();
+    assert_eq!(s.insert_batch(&[later.clone()]).await.unwrap(), 1);
+    assert_eq!(s.insert_batch(&[later.clone()]).await.unwrap(), 0);
+    assert_eq!(s.count().await.unwrap(), 4);
+
+    let page = s.list(&query(|q| q.hook = hook("ns/h"))).await.unwrap();
+    let mut keys: Vec<(String, String, &str)> = page
+        .rows
+        .iter()
+        .map(|r| (r.dedup_key.clone(), r.tenant.clone(), r.decision.as_str()))
+        .collect();
+    keys.sort();
+    let key_of = |r: &AuditRow| reused_event_key(r);
+    let mut want = vec![
+        ("u1:dup-1".to_string(), "acme".to_string(), "allow"),
+        (key_of(&other_tenant), "other".into(), "block"),
+        (key_of(&other_input), "acme".into(), "allow"),
+        (key_of(&later), "acme".into(), "allow"),
+    ];
+    want.sort();
+    assert_eq!(keys, want);
+    let k = key_of(&other_tenant);
+    assert!(
+        k.starts_with("u1:dup-1#") && k.len() == "u1:dup-1#".len() + 16,
+        "{k}"
+    );
+    assert_ne!(key_of(&other_tenant), key_of(&other_input));
+}
+
 async fn list_is_newest_first_with_ids(db: Db) {
     let s = &db.store;
     s.insert_batch(&rows("a", 3)).await.unwrap();
@@ -617,6 +675,7 @@ on_both_backends!(
     migrations_run_at_connect_and_twice_is_harmless,
     insert_batch_inserts_and_counts,
     the_same_dedup_key_is_one_row,
+    a_reused_event_id_from_another_event_still_leaves_its_row,
     list_is_newest_first_with_ids,
     filters_by_hook_decision_since_and_combined,
     limit_edges,

@@ -342,16 +342,61 @@ impl AuditStore {
         }
     }
 
-    /// Inserts `rows` in one transaction, skipping rows whose `dedup_key` is already
-    /// stored or appears earlier in `rows` (`ON CONFLICT (dedup_key) DO NOTHING`;
-    /// CONTRACT §7.2). `id` of the given rows is ignored. Returns how many rows were
-    /// inserted. Any batch size works (SQLite: multi-row INSERTs of 500 rows; PostgreSQL:
-    /// one INSERT ... SELECT FROM UNNEST of arrays). All or nothing: on error no row of the
-    /// batch is stored.
+    /// Inserts `rows`, skipping rows whose `dedup_key` is already stored or appears
+    /// earlier in `rows` (`ON CONFLICT (dedup_key) DO NOTHING`; CONTRACT §7.2) — when
+    /// they are the same event: a retry, or a spool replay. `id` of the given rows is
+    /// ignored. Returns how many rows were inserted. Any batch size works (SQLite:
+    /// multi-row INSERTs of 500 rows in one transaction; PostgreSQL: one INSERT ...
+    /// SELECT FROM UNNEST of arrays).
+    ///
+    /// A row whose key is taken by a *different* event (another tenant, session, event
+    /// or input: the caller reused an `event_id`) is not a retry, and dropping it would
+    /// let a caller keep runs out of the trail. It is stored under
+    /// [`reused_event_key`] (`<dedup_key>#<16 hex>`, deterministic, so its replays stay
+    /// harmless) and logged as `security.hook.event_id_reused`. Replaying a batch after
+    /// an error is always safe: each step is idempotent.
     pub async fn insert_batch(&self, rows: &[AuditRow]) -> Result<u64, StoreError> {
         if rows.is_empty() {
             return Ok(0);
         }
+        let inserted = self.insert_rows(rows).await?;
+        if inserted as usize == rows.len() {
+            return Ok(inserted);
+        }
+        // Some keys were taken: find which by a different event.
+        let keys: Vec<&str> = rows.iter().map(|r| r.dedup_key.as_str()).collect();
+        let stored = match self {
+            AuditStore::Sqlite(pool) => sqlite::stored_events(pool, &keys).await?,
+            AuditStore::Postgres(pool) => postgres::stored_events(pool, &keys).await?,
+        };
+        let stored: std::collections::HashMap<&str, &StoredEvent> =
+            stored.iter().map(|e| (e.dedup_key.as_str(), e)).collect();
+        let reused: Vec<AuditRow> = rows
+            .iter()
+            .filter(|r| {
+                stored
+                    .get(r.dedup_key.as_str())
+                    .is_some_and(|e| !e.is_event_of(r))
+            })
+            .map(|r| {
+                tracing::warn!(
+                    target: "security.hook.event_id_reused",
+                    dedup_key = %r.dedup_key, tenant = %r.tenant, session_id = %r.session_id,
+                    "security.hook.event_id_reused: another event already holds this dedup key; row kept under its own key"
+                );
+                AuditRow {
+                    dedup_key: reused_event_key(r),
+                    ..r.clone()
+                }
+            })
+            .collect();
+        if reused.is_empty() {
+            return Ok(inserted);
+        }
+        Ok(inserted + self.insert_rows(&reused).await?)
+    }
+
+    async fn insert_rows(&self, rows: &[AuditRow]) -> Result<u64, StoreError> {
         match self {
             AuditStore::Sqlite(pool) => sqlite::insert_batch(pool, rows).await,
             AuditStore::Postgres(pool) => postgres::insert_batch(pool, rows).await,
@@ -400,6 +445,46 @@ impl AuditStore {
             AuditStore::Postgres(pool) => pool.close().await,
         }
     }
+}
+
+/// What makes a row the same event as a stored one with its `dedup_key`: a retry
+/// repeats tenant, session, event and input (the decision may differ, e.g. a timeout
+/// then an allow).
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct StoredEvent {
+    dedup_key: String,
+    tenant: String,
+    session_id: String,
+    event: String,
+    input_hash: String,
+}
+
+impl StoredEvent {
+    fn is_event_of(&self, r: &AuditRow) -> bool {
+        self.tenant == r.tenant
+            && self.session_id == r.session_id
+            && self.event == r.event.as_str()
+            && self.input_hash == r.input_hash
+    }
+}
+
+/// The `dedup_key` of a row whose `<hook uid>:<event_id>` is held by a different event:
+/// `<dedup_key>#<first 16 hex of sha256(tenant \0 session_id \0 event \0 input_hash)>`.
+/// The same run always gets the same key, so replays of it are still skipped.
+pub fn reused_event_key(r: &AuditRow) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for part in [
+        r.tenant.as_str(),
+        r.session_id.as_str(),
+        r.event.as_str(),
+        r.input_hash.as_str(),
+    ] {
+        h.update(part.as_bytes());
+        h.update([0u8]);
+    }
+    let digest = hex::encode(h.finalize());
+    format!("{}#{}", r.dedup_key, &digest[..16])
 }
 
 /// `url` with the password (if any) replaced by `***`, for error messages.

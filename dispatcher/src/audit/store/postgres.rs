@@ -11,8 +11,8 @@ use sqlx::types::Json;
 use sqlx::{PgPool, Postgres, QueryBuilder};
 
 use super::{
-    AuditRow, ExecutionQuery, INSERT_COLUMNS, RawRow, SELECT_COLUMNS, StoreError, column,
-    duration_i64, push_list_sql, redact_url,
+    AuditRow, ExecutionQuery, INSERT_COLUMNS, RawRow, SELECT_COLUMNS, StoreError, StoredEvent,
+    column, duration_i64, push_list_sql, redact_url,
 };
 
 /// [`super::AuditStore::backend`] name.
@@ -137,6 +137,21 @@ pub(super) async fn get(pool: &PgPool, id: i64) -> Result<Option<AuditRow>, Stor
     .await
     .map_err(db_error("get"))?;
     row.as_ref().map(decode).transpose()
+}
+
+/// `(dedup_key, tenant, session_id, event, input_hash)` of the stored rows among `keys`.
+pub(super) async fn stored_events(
+    pool: &PgPool,
+    keys: &[&str],
+) -> Result<Vec<StoredEvent>, StoreError> {
+    sqlx::query_as(
+        "SELECT dedup_key, tenant, session_id, event, input_hash FROM hook_executions \
+         WHERE dedup_key = ANY($1)",
+    )
+    .bind(keys)
+    .fetch_all(pool)
+    .await
+    .map_err(db_error("stored_events"))
 }
 
 pub(super) async fn count(pool: &PgPool) -> Result<u64, StoreError> {

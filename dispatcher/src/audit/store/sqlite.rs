@@ -12,8 +12,8 @@ use sqlx::sqlite::{
 use sqlx::{QueryBuilder, Sqlite, SqlitePool};
 
 use super::{
-    AuditRow, ExecutionQuery, INSERT_COLUMNS, RawRow, SELECT_COLUMNS, StoreError, column,
-    duration_i64, push_list_sql, redact_url, sqlite_time,
+    AuditRow, ExecutionQuery, INSERT_COLUMNS, RawRow, SELECT_COLUMNS, StoreError, StoredEvent,
+    column, duration_i64, push_list_sql, redact_url, sqlite_time,
 };
 
 /// [`super::AuditStore::backend`] name.
@@ -140,6 +140,32 @@ pub(super) async fn get(pool: &SqlitePool, id: i64) -> Result<Option<AuditRow>, 
     .await
     .map_err(db_error("get"))?;
     row.as_ref().map(decode).transpose()
+}
+
+/// `(dedup_key, tenant, session_id, event, input_hash)` of the stored rows among `keys`.
+pub(super) async fn stored_events(
+    pool: &SqlitePool,
+    keys: &[&str],
+) -> Result<Vec<StoredEvent>, StoreError> {
+    let mut found = Vec::new();
+    for chunk in keys.chunks(ROWS_PER_INSERT) {
+        let mut qb = QueryBuilder::<Sqlite>::new(
+            "SELECT dedup_key, tenant, session_id, event, input_hash FROM hook_executions \
+             WHERE dedup_key IN (",
+        );
+        let mut list = qb.separated(", ");
+        for k in chunk {
+            list.push_bind(*k);
+        }
+        qb.push(")");
+        found.extend(
+            qb.build_query_as::<StoredEvent>()
+                .fetch_all(pool)
+                .await
+                .map_err(db_error("stored_events"))?,
+        );
+    }
+    Ok(found)
 }
 
 pub(super) async fn count(pool: &SqlitePool) -> Result<u64, StoreError> {
