@@ -704,6 +704,16 @@ async fn sqlite_creates_the_file_in_wal_mode() {
         .await
         .unwrap();
     assert_eq!(mode, "wal");
+    // Rows name tenants and sessions: the file and its WAL are the owner's only.
+    assert_eq!(store.insert_batch(&rows("p", 1)).await.unwrap(), 1);
+    use std::os::unix::fs::PermissionsExt;
+    for f in ["fresh.db", "fresh.db-wal"] {
+        let m = std::fs::metadata(dir.path().join(f))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(m & 0o777, 0o600, "{f}: {m:o}");
+    }
     store.close().await;
 
     let missing_dir = dir.path().join("no/such/dir/a.db");

@@ -37,6 +37,18 @@ fn db_error(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
     }
 }
 
+/// Creates a missing database file readable by its owner only (0600): rows name tenants,
+/// sessions and errors. SQLite gives its `-wal` and `-shm` files the database file's mode.
+/// An existing file keeps its mode; a failure here is left to the connect to report.
+fn create_owner_only(path: &std::path::Path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path);
+}
+
 pub(super) async fn connect(url: &str) -> Result<SqlitePool, StoreError> {
     let opts = SqliteConnectOptions::from_str(url)
         .map_err(|e| StoreError::BadUrl {
@@ -59,6 +71,9 @@ pub(super) async fn connect(url: &str) -> Result<SqlitePool, StoreError> {
     } else {
         SqlitePoolOptions::new().max_connections(MAX_CONNECTIONS)
     };
+    if !in_memory {
+        create_owner_only(opts.get_filename());
+    }
     let pool = pool_opts
         .connect_with(opts)
         .await
