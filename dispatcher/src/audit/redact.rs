@@ -29,6 +29,56 @@ fn keep_label(c: &Captures) -> String {
     format!("{}{REDACTED}", &c[1])
 }
 
+/// Keeps the label (group 1) and the quotes around the value (group 2) — a plain `"`, an
+/// escaped `\"` (JSON inside a JSON string) or `'` — and redacts what is between them. A
+/// value whose closing quote was cut off is redacted to where the match ends.
+fn keep_label_and_quotes(c: &Captures) -> String {
+    let (label, value) = (&c[1], &c[2]);
+    let open = ["\\\"", "\"", "'"]
+        .into_iter()
+        .find(|q| value.starts_with(q))
+        .unwrap_or("");
+    let rest = &value[open.len()..];
+    let close = match open {
+        "" => "",
+        "\\\"" if rest.ends_with("\\\"") => "\\\"",
+        "\\\"" if rest.ends_with('"') => "\"",
+        "\\\"" => "",
+        q if rest.ends_with(q) => q,
+        _ => "",
+    };
+    format!("{label}{open}{REDACTED}{close}")
+}
+
+/// Keeps the URL scheme (group 1) and redacts the `user:password` before the `@`.
+fn url_userinfo(c: &Captures) -> String {
+    format!("{}{REDACTED}@", &c[1])
+}
+
+/// `Basic <base64>` outside an `Authorization:` header: redacted only when the base64
+/// decodes to printable UTF-8 text holding a `:` (a `user:password` pair), so prose such
+/// as "basic authentication failed" stays readable.
+fn basic_credentials(c: &Captures) -> String {
+    use base64::engine::{DecodePaddingMode, GeneralPurpose, general_purpose};
+    use base64::{Engine, alphabet};
+    const LENIENT: GeneralPurpose = GeneralPurpose::new(
+        &alphabet::STANDARD,
+        general_purpose::GeneralPurposeConfig::new()
+            .with_decode_padding_mode(DecodePaddingMode::Indifferent)
+            .with_decode_allow_trailing_bits(true),
+    );
+    let is_pair = LENIENT
+        .decode(&c[2])
+        .ok()
+        .and_then(|bytes| String::from_utf8(bytes).ok())
+        .is_some_and(|s| s.contains(':') && !s.chars().any(char::is_control));
+    if is_pair {
+        format!("{}{REDACTED}", &c[1])
+    } else {
+        c[0].to_owned()
+    }
+}
+
 /// A run of base64/base64url characters is a secret only if it mixes upper case, lower
 /// case and digits — so long paths, words and identifiers stay readable.
 fn mixed_secret(c: &Captures) -> String {
@@ -50,16 +100,43 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
         rewrite,
     };
     vec![
-        // `Authorization: Bearer xyz`, `bearer xyz`.
-        rule(r"(?i)(\bbearer\s+)[A-Za-z0-9\-._~+/]+=*", keep_label),
-        // `api_key=...`, `token: ...`, `password=...`, `secret="..."`.
+        // PEM private keys (`PRIVATE KEY`, `RSA PRIVATE KEY`, `OPENSSH PRIVATE KEY`,
+        // `PGP PRIVATE KEY BLOCK`, ...), through the END line — or to the end of the text
+        // when the END line was cut off.
         rule(
-            r#"(?i)(\b(?:api[_-]?key|access[_-]?token|auth[_-]?token|token|secret|password|passwd)\s*[:=]\s*"?)[^\s"',;&]+"#,
+            r"(?s)-----BEGIN[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----.*?(?:-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----|\z)",
+            whole,
+        ),
+        // `scheme://user:password@host` (any host, dotted or not): scheme and host kept.
+        // The password runs to the last `@` of the authority.
+        rule(
+            r#"(?i)\b([a-z][a-z0-9+.\-]*://)[^\s/?#@:"'<>\[\]]*:[^\s/?#"'<>]*@"#,
+            url_userinfo,
+        ),
+        // `Authorization: Basic ...` (also Negotiate, NTLM, `token ...`, ApiKey).
+        rule(
+            r#"(?i)(\b(?:proxy-)?authorization(?:\\?["'])?[ \t]*[:=][ \t]*(?:\\?["'])?[ \t]*(?:basic|negotiate|ntlm|token|api-?key)[ \t]+)[^\s"',;]+"#,
             keep_label,
         ),
-        // Emails.
+        // A bare `Basic <base64 of user:password>`.
         rule(
-            r"[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}",
+            r"(?i)(\bbasic[ \t]+)([A-Za-z0-9+/]{8,}={0,2})",
+            basic_credentials,
+        ),
+        // `Authorization: Bearer xyz`, `bearer xyz`.
+        rule(r"(?i)(\bbearer\s+)[A-Za-z0-9\-._~+/]+=*", keep_label),
+        // `api_key=...`, `client_secret: ...`, `"refresh_token": "..."`, `PASSWORD=...`:
+        // any key *ending* in a secret word (no `\b`, so `client_secret`, `session_token`
+        // and `aws_secret_access_key` count, but `max_tokens` and `author` do not), an
+        // optional closing quote, then `=`, `:`, `:=` or `=>` and a value (a quoted string,
+        // or a run up to whitespace or punctuation that ends a value).
+        rule(
+            r#"(?i)((?:api[_-]?key|secret[_-]?key|access[_-]?key|private[_-]?key|secret|token|password|passwd|passphrase|pwd|credentials?|auth)(?:\\?["'])?[ \t]*(?::=|=>|[:=])[ \t]*)("(?:[^"\\\n]|\\.)*"?|\\"[^"\n]*"?|'[^'\n]*'?|[^\s"',;&{}\[\]=:][^\s"',;&}]*)"#,
+            keep_label_and_quotes,
+        ),
+        // Emails, with non-ASCII local parts and domains (`josé@example.com`).
+        rule(
+            r"[\p{L}\p{M}\p{N}._%+\-]+@[\p{L}\p{M}\p{N}\-]+(?:\.[\p{L}\p{M}\p{N}\-]+)*\.[\p{L}\p{M}]{2,}",
             whole,
         ),
         // JSON Web Tokens.
@@ -86,10 +163,16 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
 });
 
 /// `text` with emails, bearer tokens and API-key-like strings replaced by
-/// [`REDACTED`] (CONTRACT §7.4). Patterns: `Bearer <token>` and `api_key=`/`token:`/
-/// `password=`-style pairs (label kept), emails, JWTs, `sk-`/`sk-ant-`/`sk_live_` keys,
-/// AWS `AKIA`/`ASIA` ids, GitHub and Slack tokens, 32+ hex digits, and 32+ base64
-/// characters mixing upper case, lower case and digits. One copy per matching rule.
+/// [`REDACTED`] (CONTRACT §7.4). Patterns: PEM private keys (to the end of the text if
+/// the END line is missing), the `user:password` of URLs (scheme and host kept),
+/// `Authorization: Basic ...` and bare `Basic <base64 user:pass>`, `Bearer <token>`,
+/// `key=value` / `key: value` / `"key": "value"` pairs whose key ends in `api_key`,
+/// `secret`, `token`, `password`, `passwd`, `pwd`, `private_key`, `access_key`,
+/// `credential(s)`, `auth`, ... (case-insensitive; label and quotes kept), emails
+/// (Unicode too), JWTs, `sk-`/`sk-ant-`/`sk_live_` keys, AWS `AKIA`/`ASIA` ids, GitHub
+/// and Slack tokens, 32+ hex digits, and 32+ base64 characters mixing upper case, lower
+/// case and digits. Every pattern is a `regex` (linear time), compiled once; one copy
+/// per matching rule.
 pub fn redact(text: &str) -> String {
     let mut out: Cow<'_, str> = Cow::Borrowed(text);
     for rule in RULES.iter() {
@@ -212,5 +295,178 @@ mod tests {
         assert!(summary.len() <= ERROR_MAX_BYTES);
         assert_eq!(error_summary(&"é".repeat(200)), "é".repeat(128));
         assert_eq!(error_summary(""), "");
+    }
+
+    #[test]
+    fn json_style_keys_are_redacted() {
+        assert_eq!(
+            redact(
+                r#"{"api_key": "s3cr3tvalue", "client_secret": "cs-shortval", "refresh_token":"rt-value-123"}"#
+            ),
+            r#"{"api_key": "[REDACTED]", "client_secret": "[REDACTED]", "refresh_token":"[REDACTED]"}"#
+        );
+        // A quoted value is redacted whole, spaces and escaped quotes included.
+        assert_eq!(
+            redact(r#"{"password": "two words \"q\" here", "n": 1}"#),
+            r#"{"password": "[REDACTED]", "n": 1}"#
+        );
+        // JSON inside a JSON string (escaped quotes).
+        assert_eq!(
+            redact(r#"body: "{\"access_token\":\"at-123\",\"ok\":false}""#),
+            r#"body: "{\"access_token\":\"[REDACTED]\",\"ok\":false}""#
+        );
+        // Unquoted JSON value, single quotes, and a value whose closing quote was cut.
+        assert_eq!(redact(r#"{"token":12345}"#), r#"{"token":[REDACTED]}"#);
+        assert_eq!(redact("secret='a b'"), "secret='[REDACTED]'");
+        assert_eq!(
+            redact(r#"{"password": "cut-of"#),
+            r#"{"password": "[REDACTED]"#
+        );
+    }
+
+    #[test]
+    fn prefixed_labels_are_redacted() {
+        assert_eq!(
+            redact("client_secret=abcd1234 aws_secret_access_key=wJalrXUtnFEMI/K7MDENG"),
+            "client_secret=[REDACTED] aws_secret_access_key=[REDACTED]"
+        );
+        assert_eq!(
+            redact("refresh_token=rt1 session_token: st-2; X-Auth-Token=x"),
+            "refresh_token=[REDACTED] session_token: [REDACTED]; X-Auth-Token=[REDACTED]"
+        );
+    }
+
+    #[test]
+    fn every_secret_label_in_every_form_is_redacted() {
+        let labels = [
+            "password",
+            "PASSWORD",
+            "Db_Password",
+            "passwd",
+            "pwd",
+            "private_key",
+            "access_key",
+            "credential",
+            "credentials",
+            "auth",
+            "basic_auth",
+            "api-key",
+            "apikey",
+            "secret_key",
+            "client_secret",
+            "session_token",
+        ];
+        for k in labels {
+            assert_eq!(redact(&format!("{k}=v4lue!x")), format!("{k}=[REDACTED]"));
+            assert_eq!(
+                redact(&format!("{k}: v4lue!x end")),
+                format!("{k}: [REDACTED] end")
+            );
+            assert_eq!(
+                redact(&format!(r#"{{"{k}": "v4lue x"}}"#)),
+                format!(r#"{{"{k}": "[REDACTED]"}}"#)
+            );
+        }
+        assert_eq!(redact("token := abc"), "token := [REDACTED]");
+        assert_eq!(redact("'password' => 'x'"), "'password' => '[REDACTED]'");
+    }
+
+    #[test]
+    fn url_userinfo_is_redacted_scheme_and_host_kept() {
+        assert_eq!(
+            redact("connect postgres://admin:Pa55word@db:5432/x failed"),
+            "connect postgres://[REDACTED]@db:5432/x failed"
+        );
+        assert_eq!(
+            redact("GET https://user:pw123@api.example.com/ -> 401"),
+            "GET https://[REDACTED]@api.example.com/ -> 401"
+        );
+        assert_eq!(
+            redact("redis://:p@ss@cache:6379"),
+            "redis://[REDACTED]@cache:6379"
+        );
+    }
+
+    #[test]
+    fn basic_auth_is_redacted() {
+        assert_eq!(
+            redact("Authorization: Basic dXNlcjpwYXNzd29yZA=="),
+            "Authorization: Basic [REDACTED]"
+        );
+        assert_eq!(
+            redact(r#"headers {"authorization": "basic dXNlcjpwYXNzd29yZA"}"#),
+            r#"headers {"authorization": "basic [REDACTED]"}"#
+        );
+        assert_eq!(
+            redact("curl -H 'X: Basic dXNlcjpwYXNzd29yZA==' x"),
+            "curl -H 'X: Basic [REDACTED]' x"
+        );
+    }
+
+    #[test]
+    fn unicode_emails_are_redacted() {
+        assert_eq!(redact("to josé@example.com:"), "to [REDACTED]:");
+        assert_eq!(redact("from ops@bücher.de."), "from [REDACTED].");
+    }
+
+    #[test]
+    fn pem_private_keys_are_redacted() {
+        assert_eq!(
+            redact("key -----BEGIN PRIVATE KEY-----MIIEvQ...-----END PRIVATE KEY----- bad"),
+            "key [REDACTED] bad"
+        );
+        assert_eq!(
+            redact(
+                "load: -----BEGIN RSA PRIVATE KEY-----\nMIIEow\nIBAAK\n-----END RSA PRIVATE KEY-----\nnext"
+            ),
+            "load: [REDACTED]\nnext"
+        );
+        // END line cut off: redacted to the end.
+        assert_eq!(
+            redact("pem -----BEGIN OPENSSH PRIVATE KEY-----\\nb3BlbnNzaC1rZXk\\nAAAA"),
+            "pem [REDACTED]"
+        );
+        let long = format!(
+            "bad key -----BEGIN RSA PRIVATE KEY-----\n{}",
+            "QUJD".repeat(100)
+        );
+        assert_eq!(error_summary(&long), "bad key [REDACTED]");
+        // Certificates are public: left alone.
+        let cert = "-----BEGIN CERTIFICATE-----abc-----END CERTIFICATE-----";
+        assert_eq!(redact(cert), cert);
+    }
+
+    #[test]
+    fn prose_is_not_over_redacted() {
+        for plain in [
+            "the token was refused",
+            "secret santa",
+            "exit status 3",
+            "max_tokens: 4096, input_tokens=12",
+            "tokenizer: cl100k; author: jane",
+            "password is required",
+            "auth failed: basic authentication failed",
+            "basic setup done, basic auth off",
+            "panicked at crate::auth::verify: bad",
+            "see https://example.com/a:b and http://host:8080/x",
+            "token ==null",
+        ] {
+            assert_eq!(redact(plain), plain, "{plain}");
+        }
+    }
+
+    #[test]
+    fn redaction_is_idempotent() {
+        for s in [
+            r#"{"api_key": "s3cr3tvalue", "client_secret": "cs-shortval"}"#,
+            "postgres://admin:Pa55word@db:5432/x",
+            "Authorization: Basic dXNlcjpwYXNzd29yZA==",
+            "Authorization: Bearer abc",
+            "josé@example.com",
+            "-----BEGIN PRIVATE KEY-----MIIE-----END PRIVATE KEY-----",
+        ] {
+            let once = redact(s);
+            assert_eq!(redact(&once), once);
+        }
     }
 }
