@@ -404,21 +404,15 @@ pub fn inline_hook(
     let Some(spec_value) = doc.get("spec") else {
         return Err(InlineSpecError::one("spec", "required"));
     };
-    let spec: AgentHookSpec = serde_path_to_error::deserialize(spec_value).map_err(|e| {
-        let path = e.path().to_string();
-        let message = e.into_inner().to_string();
-        // A missing field is reported on the map that lacks it: name the field itself.
-        let missing = message
-            .strip_prefix("missing field `")
-            .and_then(|m| m.strip_suffix('`'));
-        let field = match (missing, path.as_str()) {
-            (Some(f), ".") => format!("spec.{f}"),
-            (Some(f), p) => format!("spec.{p}.{f}"),
-            (None, ".") => "spec".to_owned(),
-            (None, p) => format!("spec.{p}"),
-        };
-        InlineSpecError::one(field, message)
-    })?;
+    let spec: AgentHookSpec =
+        crate::manifests::deserialize_at_path(spec_value).map_err(|(path, message)| {
+            let field = if path.is_empty() {
+                "spec".to_owned()
+            } else {
+                format!("spec.{path}")
+            };
+            InlineSpecError::one(field, message)
+        })?;
     let mut headers = Vec::new();
     if let Some(http) = &spec.handler.http {
         for (i, h) in http.headers.iter().enumerate() {

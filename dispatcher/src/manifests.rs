@@ -386,23 +386,37 @@ fn resolve_budgets(
 /// `serde_norway::from_value` with errors that start with the path of the field
 /// (`spec.event: unknown variant ...`, `spec.handler: missing field ...`).
 fn from_value<T: serde::de::DeserializeOwned>(value: serde_norway::Value) -> Result<T, String> {
-    serde_path_to_error::deserialize(value).map_err(|e| {
+    deserialize_at_path(value).map_err(|(path, message)| {
+        if path.is_empty() {
+            message
+        } else {
+            format!("{path}: {message}")
+        }
+    })
+}
+
+/// Deserializes `d`; an error gives the dotted path of the offending field (`""` for the
+/// root) and serde's message. A missing field is reported at the field itself, not at
+/// the map that lacks it (`handler.type`, not `handler`). Shared by the hooks files and
+/// `POST /v1/test` inline specs, so both name fields the same way.
+pub(crate) fn deserialize_at_path<'de, T, D>(d: D) -> Result<T, (String, String)>
+where
+    T: serde::Deserialize<'de>,
+    D: serde::Deserializer<'de>,
+{
+    serde_path_to_error::deserialize(d).map_err(|e| {
         let path = e.path().to_string();
         let message = e.into_inner().to_string();
-        // A missing field is reported on the map that lacks it: name the field itself.
         let missing = message
             .strip_prefix("missing field `")
             .and_then(|m| m.strip_suffix('`'));
         let path = match (missing, path.as_str()) {
             (Some(name), ".") => name.to_owned(),
             (Some(name), _) => format!("{path}.{name}"),
+            (None, ".") => String::new(),
             (None, _) => path,
         };
-        if path == "." {
-            message
-        } else {
-            format!("{path}: {message}")
-        }
+        (path, message)
     })
 }
 
