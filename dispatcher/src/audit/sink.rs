@@ -153,9 +153,10 @@ impl RunRecord {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AuditStatus {
-    /// `ok` (rows reach the database), `spooling` (the database is unreachable; rows
-    /// wait in the spool) or `degraded` (the spool is full or rows were dropped in the
-    /// last minute).
+    /// `ok` (rows reach the database), `spooling` (the database is unreachable, or has
+    /// not been reached yet since start; rows wait in the spool) or `degraded` (the spool
+    /// is full or rows were dropped in the last minute). Never `ok` before the first
+    /// successful connect.
     pub state: &'static str,
     /// `sqlite` or `postgres`.
     pub backend: &'static str,
@@ -175,10 +176,19 @@ pub struct AuditStatus {
 /// State shared by the sink, the writer and `/readyz`.
 #[derive(Debug, Default)]
 pub struct AuditHealth {
-    /// The last write to the database failed (rows go to the spool).
+    /// The last write to the database failed, or it was never reached (rows go to the
+    /// spool).
     pub(crate) db_down: AtomicBool,
-    /// The last spool append was refused for the bound.
+    /// No connection to the database yet since start (PostgreSQL, connected in the
+    /// background): rows go to the spool and the writer leaves connecting to that task.
+    pub(crate) connecting: AtomicBool,
+    /// Failed connect attempts since start (while `connecting`).
+    pub(crate) connect_failures: AtomicU64,
+    /// The last spool append refused rows for the bound (less room was left than they
+    /// needed).
     pub(crate) spool_full: AtomicBool,
+    /// Bytes of the smallest row the last refusing append could not fit.
+    pub(crate) spool_refused_row_bytes: AtomicU64,
     pub(crate) spool_rows: AtomicU64,
     pub(crate) spool_bytes: AtomicU64,
     pub(crate) spool_max_bytes: AtomicU64,
@@ -232,10 +242,12 @@ impl AuditHealth {
         let recently_dropped = dropped_rows > 0
             && unix_ms_now().saturating_sub(last_drop) < DEGRADED_AFTER_DROP.as_millis() as u64;
         let (state, reason) = if self.spool_full.load(Ordering::Relaxed) {
+            let need = self.spool_refused_row_bytes.load(Ordering::Relaxed);
             (
                 "degraded",
                 Some(format!(
-                    "audit spool full ({spool_bytes} of {spool_max_bytes} bytes) and the database unreachable: hook runs are not recorded"
+                    "audit spool full ({spool_bytes} of {spool_max_bytes} bytes used, {} left; a {need}-byte row did not fit) and the database unreachable: hook runs are not recorded",
+                    spool_max_bytes.saturating_sub(spool_bytes)
                 )),
             )
         } else if recently_dropped {
@@ -246,6 +258,16 @@ impl AuditHealth {
                     DEGRADED_AFTER_DROP.as_secs()
                 )),
             )
+        } else if self.connecting.load(Ordering::Acquire) {
+            let failed = self.connect_failures.load(Ordering::Relaxed);
+            let why = if failed == 0 {
+                "audit database not connected yet since start (first attempt under way)".to_owned()
+            } else {
+                format!(
+                    "audit database not connected since start ({failed} connect attempts failed)"
+                )
+            };
+            ("spooling", Some(format!("{why}: rows wait in the spool")))
         } else if self.db_down.load(Ordering::Relaxed) {
             (
                 "spooling",

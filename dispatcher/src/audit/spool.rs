@@ -11,13 +11,25 @@
 //! ([`Spool::remove`], called by the writer). A directory is used by one process at a time
 //! (an exclusive lock on `<dir>/.lock`).
 //!
-//! Bounded by bytes (`--audit-spool-max-bytes`): an append that would pass the bound is
-//! refused whole with [`SpoolError::Full`] and writes nothing.
+//! Owner-only: the directory is created `0700` and every file in it (spool files and
+//! `.lock`) `0600` — the rows hold tenants' session ids and redacted errors. Spool
+//! files left by an earlier run with wider modes are narrowed to `0600` at open (best
+//! effort). An existing directory keeps its mode (it may be a mount point the
+//! dispatcher does not own); its files are owner-only either way.
+//!
+//! Bounded by bytes (`--audit-spool-max-bytes`): an append writes every row of the batch
+//! that still fits under the bound, in order, and skips (without writing) each row that
+//! would pass it; [`Appended`] says how many rows were written and how many refused, so
+//! the caller drops and counts exactly those. The whole bound is usable: the spool is
+//! refused only rows for which there is really no room left.
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+
+#[cfg(unix)]
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 
 use super::row::AuditRow;
 
@@ -26,15 +38,34 @@ const EXT: &str = "jsonl";
 /// A spool file is closed and a new one started past this many bytes (so replay reads
 /// and deletes in pieces of about this size).
 pub const FILE_ROLL_BYTES: u64 = 4 * 1024 * 1024;
+/// Mode of the spool directory when the spool creates it: owner only.
+pub const DIR_MODE: u32 = 0o700;
+/// Mode of every file the spool creates (spool files, `.lock`): owner read/write only.
+pub const FILE_MODE: u32 = 0o600;
 
-/// Errors of the spool. They name the path and what was done.
+/// Options that create (or open) a file with [`FILE_MODE`] on Unix.
+fn owner_only() -> OpenOptions {
+    let mut o = OpenOptions::new();
+    #[cfg(unix)]
+    o.mode(FILE_MODE);
+    o
+}
+
+/// What [`Spool::append`] did with a batch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Appended {
+    /// Rows written and `fsync`ed.
+    pub rows: usize,
+    /// Rows not written: each would have passed the bound. The caller drops them.
+    pub refused: usize,
+    /// Bytes (JSON line) of the smallest refused row; 0 when none was refused.
+    pub refused_min_bytes: u64,
+}
+
+/// Errors of the spool. They name the path and what was done. (A full spool is not an
+/// error: [`Spool::append`] reports the rows it refused in [`Appended`].)
 #[derive(Debug, thiserror::Error)]
 pub enum SpoolError {
-    /// The append of `needed` bytes would pass the bound (`used` of `max` bytes in use).
-    #[error(
-        "audit spool full: {needed} more bytes would pass the bound ({used} of {max} bytes used)"
-    )]
-    Full { needed: u64, used: u64, max: u64 },
     /// File system error on `path`.
     #[error("audit spool {op} {path}: {source}")]
     Io {
@@ -102,9 +133,13 @@ impl Spool {
     /// lock and indexes the files left by an earlier run (their rows count as spooled
     /// and are replayed first). Errors: [`SpoolError::Io`], [`SpoolError::Locked`].
     pub fn open(dir: &Path, max_bytes: u64) -> Result<Spool, SpoolError> {
-        std::fs::create_dir_all(dir).map_err(io("create directory", dir))?;
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        builder.mode(DIR_MODE);
+        builder.create(dir).map_err(io("create directory", dir))?;
         let lock_path = dir.join(".lock");
-        let lock = OpenOptions::new()
+        let lock = owner_only()
             .create(true)
             .truncate(false)
             .write(true)
@@ -129,6 +164,7 @@ impl Spool {
                 continue;
             };
             let path = entry.path();
+            narrow_mode(&path);
             let data = std::fs::read(&path).map_err(io("read", &path))?;
             let rows = data.iter().filter(|b| **b == b'\n').count() as u64;
             files.push(SpoolFile {
@@ -138,6 +174,7 @@ impl Spool {
             });
         }
         files.sort_by_key(|f| f.seq);
+        narrow_mode(&lock_path);
         let next_seq = files.last().map_or(1, |f| f.seq + 1);
         let bytes = files.iter().map(|f| f.bytes).sum();
         let rows = files.iter().map(|f| f.rows).sum();
@@ -182,32 +219,39 @@ impl Spool {
         self.dir.join(format!("{seq:020}.{EXT}"))
     }
 
-    /// Appends `rows` (one JSON line each) to the newest file, starting a new file past
-    /// [`FILE_ROLL_BYTES`], and `fsync`s before returning. All or nothing: on
-    /// [`SpoolError::Full`] nothing is written; on an I/O error the file is cut back to
-    /// its length before the append and closed (the next append starts a new file).
-    pub fn append(&mut self, rows: &[AuditRow]) -> Result<(), SpoolError> {
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let mut buf = Vec::with_capacity(rows.len() * 512);
+    /// Appends the rows of `rows` that fit under the bound (one JSON line each, in
+    /// order; a row that would pass the bound is skipped, and a smaller one after it may
+    /// still fit) to the newest file, starting a new file past [`FILE_ROLL_BYTES`], and
+    /// `fsync`s before returning. [`Appended`] counts the rows written and refused. On an
+    /// I/O error nothing of this call is kept: the file is cut back to its length before
+    /// the append and closed (the next append starts a new file).
+    pub fn append(&mut self, rows: &[AuditRow]) -> Result<Appended, SpoolError> {
+        let mut done = Appended::default();
+        let mut buf = Vec::with_capacity(rows.len().min(1024) * 512);
         for row in rows {
+            let start = buf.len();
             serde_json::to_writer(&mut buf, row)?;
             buf.push(b'\n');
+            if self.bytes + buf.len() as u64 > self.max_bytes {
+                let len = (buf.len() - start) as u64;
+                buf.truncate(start);
+                done.refused += 1;
+                if done.refused_min_bytes == 0 || len < done.refused_min_bytes {
+                    done.refused_min_bytes = len;
+                }
+            } else {
+                done.rows += 1;
+            }
+        }
+        if done.rows == 0 {
+            return Ok(done);
         }
         let needed = buf.len() as u64;
-        if self.bytes + needed > self.max_bytes {
-            return Err(SpoolError::Full {
-                needed,
-                used: self.bytes,
-                max: self.max_bytes,
-            });
-        }
         let roll = self.files.back().is_none_or(|f| f.bytes >= FILE_ROLL_BYTES);
         if self.current.is_none() || roll {
             let seq = self.next_seq;
             let path = self.path(seq);
-            let file = OpenOptions::new()
+            let file = owner_only()
                 .create_new(true)
                 .append(true)
                 .open(&path)
@@ -236,10 +280,10 @@ impl Spool {
             return Err(io("append to", &path)(e));
         }
         last.bytes += needed;
-        last.rows += rows.len() as u64;
+        last.rows += done.rows as u64;
         self.bytes += needed;
-        self.rows += rows.len() as u64;
-        Ok(())
+        self.rows += done.rows as u64;
+        Ok(done)
     }
 
     /// Reads the oldest file for replay (`None` when the spool is empty). If it is the
@@ -301,6 +345,20 @@ impl Spool {
         self.rows -= f.rows;
         Ok(())
     }
+}
+
+/// Narrows a file found in the spool directory to [`FILE_MODE`] if it is open to group
+/// or others (spool files of an earlier version were `0644`). Best effort: a file the
+/// dispatcher cannot chmod is still replayed.
+fn narrow_mode(path: &Path) {
+    #[cfg(unix)]
+    if let Ok(meta) = std::fs::metadata(path)
+        && meta.permissions().mode() & 0o077 != 0
+    {
+        let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(FILE_MODE));
+    }
+    #[cfg(not(unix))]
+    let _ = path;
 }
 
 #[cfg(test)]
@@ -371,28 +429,118 @@ mod tests {
     }
 
     #[test]
-    fn bound_refuses_a_whole_append_and_writes_nothing() {
+    fn a_batch_larger_than_the_room_left_is_spooled_as_far_as_it_fits() {
         let dir = tempfile::tempdir().unwrap();
         let per = line_len();
-        let mut s = Spool::open(dir.path(), per * 4).unwrap();
-        s.append(&rows(0..3)).unwrap();
-        let err = s.append(&rows(3..5)).unwrap_err();
-        match err {
-            SpoolError::Full { needed, used, max } => {
-                assert_eq!((needed, used, max), (per * 2, per * 3, per * 4))
+        let mut s = Spool::open(dir.path(), per * 4 + per / 2).unwrap();
+        let done = s.append(&rows(0..3)).unwrap();
+        assert_eq!(
+            done,
+            Appended {
+                rows: 3,
+                refused: 0,
+                refused_min_bytes: 0
             }
-            other => panic!("{other}"),
-        }
-        assert_eq!((s.rows(), s.bytes()), (3, per * 3));
-        // One more fits exactly.
-        s.append(&rows(3..4)).unwrap();
-        assert_eq!(s.bytes(), per * 4);
+        );
+        // Five more: one fits, four do not; only the four are refused.
+        let done = s.append(&rows(3..8)).unwrap();
+        assert_eq!(
+            done,
+            Appended {
+                rows: 1,
+                refused: 4,
+                refused_min_bytes: per
+            }
+        );
+        assert_eq!((s.rows(), s.bytes()), (4, per * 4));
+        // "Full" is true now: less than a row of room left.
+        assert!(s.max_bytes() - s.bytes() < per);
+        let done = s.append(&rows(8..9)).unwrap();
+        assert_eq!((done.rows, done.refused), (0, 1));
+        assert_eq!(s.rows(), 4, "a refused append writes nothing");
         let b = s.oldest().unwrap().unwrap();
-        assert_eq!(b.rows.len(), 4);
+        assert_eq!(
+            keys(&b),
+            ["uid-1:evt-0", "uid-1:evt-1", "uid-1:evt-2", "uid-1:evt-3"]
+        );
+        assert_eq!(b.unreadable, 0);
         // Space comes back after a replay.
         s.remove(b.seq).unwrap();
-        s.append(&rows(10..12)).unwrap();
+        assert_eq!(s.append(&rows(10..12)).unwrap().rows, 2);
         assert_eq!(s.rows(), 2);
+    }
+
+    #[test]
+    fn one_big_batch_fills_the_whole_bound() {
+        // The reviewer's case: a batch far larger than the bound used to be refused whole
+        // while the spool was nearly empty.
+        let dir = tempfile::tempdir().unwrap();
+        let per = line_len();
+        let mut s = Spool::open(dir.path(), 64 * 1024).unwrap();
+        let done = s.append(&rows(0..500)).unwrap();
+        // Lines grow with the event number: the rows that fit are a prefix.
+        let mut used = 0;
+        let fit = rows(0..500)
+            .iter()
+            .map(|r| serde_json::to_vec(r).unwrap().len() as u64 + 1)
+            .take_while(|len| {
+                used += len;
+                used <= 64 * 1024
+            })
+            .count();
+        assert!(fit > 100, "{fit}");
+        assert_eq!((done.rows, done.refused), (fit, 500 - fit));
+        assert_eq!(s.rows(), fit as u64);
+        assert!(
+            s.max_bytes() - s.bytes() < per + 3,
+            "less than one row of room left"
+        );
+    }
+
+    #[test]
+    fn a_smaller_row_after_a_refused_one_still_fits() {
+        let dir = tempfile::tempdir().unwrap();
+        let per = line_len();
+        let mut big = row(1);
+        big.error = Some("x".repeat(200));
+        let big_len = serde_json::to_vec(&big).unwrap().len() as u64 + 1;
+        let mut s = Spool::open(dir.path(), per * 2).unwrap();
+        let done = s.append(&[row(0), big, row(2)]).unwrap();
+        assert_eq!(
+            done,
+            Appended {
+                rows: 2,
+                refused: 1,
+                refused_min_bytes: big_len
+            }
+        );
+        let b = s.oldest().unwrap().unwrap();
+        assert_eq!(keys(&b), ["uid-1:evt-0", "uid-1:evt-2"]);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_directory_and_files_are_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let base = tempfile::tempdir().unwrap();
+        let dir = base.path().join("spool").join("audit");
+        let mut s = Spool::open(&dir, 1 << 20).unwrap();
+        s.append(&rows(0..2)).unwrap();
+        assert_eq!(mode(&dir), 0o700, "spool directory");
+        assert_eq!(
+            mode(&base.path().join("spool")),
+            0o700,
+            "parents it created"
+        );
+        assert_eq!(mode(&dir.join(".lock")), 0o600, ".lock");
+        let file = s.path(1);
+        assert_eq!(mode(&file), 0o600, "spool file");
+        drop(s);
+        // A file left world-readable by an earlier version is narrowed at open.
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let _s = Spool::open(&dir, 1 << 20).unwrap();
+        assert_eq!(mode(&file), 0o600, "narrowed at open");
     }
 
     #[test]

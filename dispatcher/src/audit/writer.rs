@@ -11,10 +11,21 @@
 //!   with exponential backoff ([`WriterConfig::retry_min`] to [`WriterConfig::retry_max`]);
 //!   a file is deleted only after all its rows are written. The dedup key makes a
 //!   replay of rows that did reach the database harmless.
+//! - **Database down at start** (PostgreSQL; a SQLite file is opened before serving): a
+//!   background task ([`connect_until_up`]) connects, backing off from
+//!   [`WriterConfig::retry_min`] to [`WriterConfig::retry_max`], each attempt bounded by
+//!   [`WriterConfig::write_timeout`]. Until it first succeeds, `/readyz` says `spooling`
+//!   (reason "not connected ... since start"), rows go straight to the spool (never held
+//!   in memory waiting for a connect) and the writer does not try the database itself.
+//!   Every failed attempt counts in `agenthooks_audit_write_failures_total`; the first is
+//!   logged (`security.hook.audit_write_failed`, warn; error when retrying cannot help
+//!   without a fix, [`StoreError::is_retryable`]), then one line per
+//!   [`CONNECT_LOG_INTERVAL`]. Once connected, the spool is replayed.
 //! - **Database answers but refuses rows** (a data or constraint error): the batch is
 //!   split in halves until the refused rows are alone; those are dropped loudly, the
 //!   others written.
-//! - **Spool full**: the rows are dropped and counted (`agenthooks_audit_rows_dropped_total`),
+//! - **Spool full**: a batch is spooled as far as it fits (row by row); only the rows for
+//!   which no room is left are dropped and counted (`agenthooks_audit_rows_dropped_total`),
 //!   an error is logged (rate-limited) and `/readyz` says `degraded`.
 //! - **Shutdown** ([`super::sink::AuditSink::shutdown`]): what is queued is written —
 //!   to the database, or to the spool if the database does not answer within
@@ -34,12 +45,16 @@ use super::build::build_row;
 use super::error_detail::ErrorDetailKeys;
 use super::row::AuditRow;
 use super::sink::{AuditHealth, AuditSink, FlushReport, RunRecord, SinkShared};
-use super::spool::{Spool, SpoolError};
+use super::spool::{Appended, Spool, SpoolError};
 use super::store::{AuditStore, StoreError};
 use crate::metrics::Metrics;
 
 /// How often a lingering batch looks at the queue for more runs.
 pub const LINGER_STEP: Duration = Duration::from_millis(5);
+/// While the database was never reached since start, at most one warning per this
+/// interval about the failed connect attempts (the others are debug lines; every attempt
+/// is counted).
+pub const CONNECT_LOG_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Batching, queue and retry settings. [`Default`] holds the values the dispatcher uses.
 #[derive(Debug, Clone)]
@@ -238,8 +253,19 @@ pub async fn start(config: AuditConfig, metrics: &Metrics) -> Result<AuditSink, 
         if let Err(e) = config.url.parse::<sqlx::postgres::PgConnectOptions>() {
             return Err(AuditStartError::BadUrl(e.to_string()));
         }
+        // Not `ok` until the first connect: rows spool meanwhile (see the module docs).
+        health.db_down.store(true, Ordering::Relaxed);
+        health.connecting.store(true, Ordering::Release);
+        tracing::info!(
+            backend, spool = %spool_dir, spooled_rows = spool.rows(),
+            "audit trail on: connecting to the database in the background; rows go to the spool until it answers"
+        );
+        let url = config.url.clone();
         tokio::spawn(connect_until_up(
-            config.url.clone(),
+            move || {
+                let url = url.clone();
+                async move { AuditStore::connect(&url).await }
+            },
             Arc::clone(&cell),
             Arc::clone(&health),
             metrics.clone(),
@@ -264,45 +290,75 @@ pub async fn start(config: AuditConfig, metrics: &Metrics) -> Result<AuditSink, 
     ))
 }
 
-/// Connects to PostgreSQL (running the migrations) until it answers once, backing off
-/// between attempts; later outages are the pool's and the writer's business. The first
-/// failure is logged and counted, and `/readyz` says `spooling` until it answers.
-async fn connect_until_up(
-    url: String,
+/// Connects to PostgreSQL (running the migrations) with `connect` until it answers
+/// once, backing off between attempts; later outages are the pool's and the writer's
+/// business. Until then `health.connecting` holds (`/readyz` says `spooling`, rows
+/// spool). Every failed attempt is counted (`agenthooks_audit_write_failures_total`);
+/// the first is logged, then at most one line per [`CONNECT_LOG_INTERVAL`].
+async fn connect_until_up<F, Fut>(
+    connect: F,
     cell: Arc<OnceLock<AuditStore>>,
     health: Arc<AuditHealth>,
     metrics: Metrics,
     cfg: WriterConfig,
     spool_dir: String,
-) {
+) where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<AuditStore, StoreError>> + Send,
+{
     let mut backoff = cfg.retry_min;
-    let mut failed = false;
+    let mut failed: u64 = 0;
+    let mut last_log: Option<Instant> = None;
     while cell.get().is_none() {
-        match tokio::time::timeout(cfg.write_timeout, AuditStore::connect(&url)).await {
+        let (why, retryable) = match tokio::time::timeout(cfg.write_timeout, connect()).await {
             Ok(Ok(store)) => {
-                tracing::info!(backend = store.backend(), spool = %spool_dir, "audit trail on: database connected, migrations applied");
+                tracing::info!(
+                    backend = store.backend(), spool = %spool_dir, failed_attempts = failed,
+                    "audit trail on: database connected, migrations applied"
+                );
                 let _ = cell.set(store);
                 health.db_down.store(false, Ordering::Relaxed);
+                health.connecting.store(false, Ordering::Release);
                 return;
             }
-            outcome => {
-                let why = match outcome {
-                    Ok(Err(e)) => e.to_string(),
-                    _ => format!("no answer within {} s", cfg.write_timeout.as_secs()),
-                };
-                if !failed {
-                    failed = true;
-                    metrics.audit_write_failures.inc();
-                    tracing::warn!(
-                        target: "security.hook.audit_write_failed",
-                        spool = %spool_dir, error = %why,
-                        "audit database unreachable at start: serving anyway; rows wait in the spool and are written when it answers"
-                    );
-                } else {
-                    tracing::debug!(error = %why, "audit database still unreachable");
-                }
-                health.db_down.store(true, Ordering::Relaxed);
+            Ok(Err(e)) => (e.to_string(), e.is_retryable()),
+            Err(_) => (
+                format!("no answer within {} ms", cfg.write_timeout.as_millis()),
+                true,
+            ),
+        };
+        failed += 1;
+        metrics.audit_write_failures.inc();
+        health.connect_failures.fetch_add(1, Ordering::Relaxed);
+        health.db_down.store(true, Ordering::Relaxed);
+        if !retryable {
+            // A failed migration or the like: trying again helps only after a fix.
+            backoff = cfg.retry_max;
+        }
+        let now = Instant::now();
+        if last_log.is_none_or(|t| now.duration_since(t) >= CONNECT_LOG_INTERVAL) {
+            last_log = Some(now);
+            if retryable {
+                tracing::warn!(
+                    target: "security.hook.audit_write_failed",
+                    spool = %spool_dir, error = %why, failed_attempts = failed,
+                    retry_in_ms = backoff.as_millis() as u64,
+                    "audit database unreachable since start: serving anyway; rows wait in the spool and are written when it answers"
+                );
+            } else {
+                tracing::error!(
+                    target: "security.hook.audit_write_failed",
+                    spool = %spool_dir, error = %why, failed_attempts = failed,
+                    retry_in_ms = backoff.as_millis() as u64,
+                    "audit database refused at start and retrying will not help until this is fixed: serving anyway; rows wait in the spool"
+                );
             }
+        } else {
+            tracing::debug!(
+                target: "security.hook.audit_write_failed",
+                error = %why, failed_attempts = failed,
+                "audit database still unreachable"
+            );
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(cfg.retry_max);
@@ -537,9 +593,12 @@ impl Writer {
         self.write_rows(rows).await;
     }
 
-    /// Writes `rows` to the database unless it is known down; to the spool otherwise.
+    /// Writes `rows` to the database unless it is known down (or not reached yet since
+    /// start); to the spool otherwise.
     async fn write_rows(&mut self, rows: Vec<AuditRow>) {
-        if !self.health.db_down.load(Ordering::Relaxed) {
+        if !self.health.db_down.load(Ordering::Relaxed)
+            && !self.health.connecting.load(Ordering::Acquire)
+        {
             match self.insert(&rows).await {
                 Ok(inserted) => {
                     if self.flushing {
@@ -616,36 +675,46 @@ impl Writer {
         }
     }
 
+    /// Appends `rows` to the spool as far as they fit; drops (counted, logged) only the
+    /// rows the spool has no room for.
     async fn spool_rows(&mut self, rows: Vec<AuditRow>) {
-        let n = rows.len() as u64;
+        let n = rows.len();
         let result = self.with_spool(move |s| s.append(&rows)).await;
-        match result {
-            Ok(()) => {
-                self.health.spool_full.store(false, Ordering::Relaxed);
-                if self.flushing {
-                    self.report.spooled += n;
-                }
-                if self.next_retry.is_none() {
-                    self.next_retry = Some(Instant::now() + self.backoff);
-                }
-            }
+        let Appended {
+            rows: spooled,
+            refused,
+            refused_min_bytes,
+        } = match result {
+            Ok(done) => done,
             Err(e) => {
-                if matches!(e, SpoolError::Full { .. }) {
-                    self.health.spool_full.store(true, Ordering::Relaxed);
-                    self.health.dropped(
-                        &self.metrics,
-                        n,
-                        "the audit spool is full and the database unreachable",
-                    );
-                } else {
-                    tracing::error!(target: "security.hook.audit_write_failed", error = %e, rows = n, "cannot append to the audit spool");
-                    self.health
-                        .dropped(&self.metrics, n, "the audit spool cannot be written");
-                }
+                tracing::error!(target: "security.hook.audit_write_failed", error = %e, rows = n, "cannot append to the audit spool");
+                self.health
+                    .dropped(&self.metrics, n as u64, "the audit spool cannot be written");
                 if self.flushing {
-                    self.report.dropped += n;
+                    self.report.dropped += n as u64;
                 }
+                return;
             }
+        };
+        if refused > 0 {
+            self.health
+                .spool_refused_row_bytes
+                .store(refused_min_bytes, Ordering::Relaxed);
+            self.health.spool_full.store(true, Ordering::Relaxed);
+            self.health.dropped(
+                &self.metrics,
+                refused as u64,
+                "the audit spool is full and the database unreachable",
+            );
+        } else {
+            self.health.spool_full.store(false, Ordering::Relaxed);
+        }
+        if self.flushing {
+            self.report.spooled += spooled as u64;
+            self.report.dropped += refused as u64;
+        }
+        if spooled > 0 && self.next_retry.is_none() {
+            self.next_retry = Some(Instant::now() + self.backoff);
         }
     }
 
@@ -653,6 +722,13 @@ impl Writer {
     /// failure, backs off.
     async fn replay_one(&mut self) {
         if self.flushing {
+            return;
+        }
+        if self.health.connecting.load(Ordering::Acquire) {
+            // Never connected since start: the background connector owns that (a connect
+            // here would hold the writer, and the runs queued behind it, for as long as
+            // it takes to fail). Look again soon; replay once it answers.
+            self.next_retry = Some(Instant::now() + self.cfg.retry_min);
             return;
         }
         let oldest = self.with_spool(|s| s.oldest()).await;
@@ -962,6 +1038,161 @@ mod tests {
         table.down.store(false, Ordering::SeqCst);
         until("the replay", || table.keys().len() == 5).await;
         assert_eq!(table.keys(), keys(0..5));
+        sink.shutdown(Duration::from_secs(5)).await;
+    }
+
+    #[tokio::test]
+    async fn a_batch_is_spooled_as_far_as_it_fits_and_only_the_rest_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = Arc::new(Table::default());
+        table.down.store(true, Ordering::SeqCst);
+        let one = crate::audit::build::build_row(&record("e0", Outcome::Allow, None), None);
+        let line = serde_json::to_vec(&one).unwrap().len() as u64 + 1;
+        let max = line * 7 + line / 2;
+        // Room for seven and a half rows; batches of five.
+        let (sink, metrics) = start_on(&table, dir.path(), max, cfg(5, 5));
+        send(&sink, 0..5);
+        until("5 spooled", || metrics.audit_spool_rows.get() == 5).await;
+        send(&sink, 5..10);
+        until("3 dropped", || metrics.audit_rows_dropped.get() == 3).await;
+        assert_eq!(
+            metrics.audit_spool_rows.get(),
+            7,
+            "two of the second batch fit"
+        );
+        assert_eq!(metrics.audit_spool_bytes.get() as u64, line * 7);
+        let st = sink.status().unwrap();
+        assert_eq!(
+            (st.state, st.dropped_rows, st.spool_rows),
+            ("degraded", 3, 7)
+        );
+        let reason = st.reason.unwrap();
+        assert!(reason.contains("spool full"), "{reason}");
+        assert!(
+            reason.contains(&format!("{} of {max} bytes used", line * 7))
+                && reason.contains(&format!("a {line}-byte row did not fit")),
+            "{reason}"
+        );
+        // The database returns: the seven spooled rows are written.
+        table.down.store(false, Ordering::SeqCst);
+        until("the replay", || table.keys().len() == 7).await;
+        assert_eq!(table.keys(), keys(0..7));
+        sink.shutdown(Duration::from_secs(5)).await;
+    }
+
+    #[tokio::test]
+    async fn a_postgres_database_down_at_start_is_not_ok_and_rows_spool_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = Metrics::new();
+        let config = AuditConfig {
+            // A closed port: the pool keeps retrying for its 5 s acquire timeout.
+            url: "postgres://u:pw@127.0.0.1:1/audit".into(),
+            keys: None,
+            spool_dir: dir.path().to_owned(),
+            spool_max_bytes: 1 << 20,
+            writer: cfg(500, 5),
+        };
+        let sink = start(config, &metrics).await.unwrap();
+        let st = sink.status().unwrap();
+        assert_eq!(st.state, "spooling", "not ok before the first connect");
+        assert!(st.reason.unwrap().contains("not connected"));
+        let t0 = std::time::Instant::now();
+        send(&sink, 0..3);
+        until("3 spooled", || metrics.audit_spool_rows.get() == 3).await;
+        assert!(
+            t0.elapsed() < Duration::from_secs(1),
+            "spooled promptly, not after a connect timeout: {:?}",
+            t0.elapsed()
+        );
+        assert_eq!(sink.status().unwrap().queued_rows, 0);
+        let report = sink.shutdown(Duration::from_secs(5)).await;
+        assert!(!report.timed_out);
+    }
+
+    #[tokio::test]
+    async fn failed_connects_at_start_are_counted_and_the_spool_replays_once_connected() {
+        use std::sync::atomic::AtomicUsize;
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("audit.db");
+        let spool_dir = dir.path().join("spool");
+        let metrics = Metrics::new();
+        let health = Arc::new(AuditHealth::default());
+        health.db_down.store(true, Ordering::Relaxed);
+        health.connecting.store(true, Ordering::Release);
+        let cell = Arc::new(OnceLock::new());
+        let target = Arc::new(LazyStore {
+            url: format!("sqlite://{}", db.display()),
+            cell: Arc::clone(&cell),
+            connect_timeout: Duration::from_secs(5),
+        });
+        let sink = start_with(
+            target,
+            Arc::clone(&cell),
+            "postgres",
+            Arc::clone(&health),
+            None,
+            Spool::open(&spool_dir, 1 << 20).unwrap(),
+            cfg(500, 5),
+            &metrics,
+        );
+        let attempts = Arc::new(AtomicUsize::new(0));
+        let up = Arc::new(AtomicBool::new(false));
+        let url = format!("sqlite://{}", db.display());
+        tokio::spawn(connect_until_up(
+            {
+                let (attempts, up) = (Arc::clone(&attempts), Arc::clone(&up));
+                move || {
+                    attempts.fetch_add(1, Ordering::SeqCst);
+                    let (up, url) = (up.load(Ordering::SeqCst), url.clone());
+                    async move {
+                        if up {
+                            AuditStore::connect(&url).await
+                        } else {
+                            Err(StoreError::Connect {
+                                backend: "postgres",
+                                url: "postgres://u:***@127.0.0.1:1/audit".into(),
+                                source: sqlx::Error::PoolTimedOut,
+                            })
+                        }
+                    }
+                }
+            },
+            Arc::clone(&cell),
+            Arc::clone(&health),
+            metrics.clone(),
+            cfg(500, 5),
+            "spool".into(),
+        ));
+        send(&sink, 0..4);
+        until("4 spooled", || metrics.audit_spool_rows.get() == 4).await;
+        until("3 failed attempts", || {
+            health.connect_failures.load(Ordering::Relaxed) >= 3
+        })
+        .await;
+        let st = sink.status().unwrap();
+        assert_eq!(st.state, "spooling");
+        let failed = health.connect_failures.load(Ordering::Relaxed);
+        assert!(attempts.load(Ordering::SeqCst) as u64 >= failed);
+        assert!(
+            metrics.audit_write_failures.get() >= failed,
+            "every failed connect is counted"
+        );
+        assert!(st.reason.unwrap().contains("connect attempts failed"));
+
+        up.store(true, Ordering::SeqCst);
+        until("connected", || sink.status().unwrap().state == "ok").await;
+        until("an empty spool", || metrics.audit_spool_rows.get() == 0).await;
+        assert_eq!(cell.get().unwrap().count().await.unwrap(), 4);
+        // Later runs go straight to the database.
+        send(&sink, 4..6);
+        let store = cell.get().unwrap().clone();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while store.count().await.unwrap() < 6 {
+            assert!(Instant::now() < deadline, "6 rows");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(metrics.audit_spool_rows.get(), 0);
+        assert_eq!(metrics.audit_rows_dropped.get(), 0);
         sink.shutdown(Duration::from_secs(5)).await;
     }
 
