@@ -237,6 +237,15 @@ impl Event {
                 ));
             }
         }
+        // `#` separates a reused event id from its suffix in audit dedup keys
+        // (`<hook uid>:<event_id>#<16 hex>`, see `audit::store::reused_event_key`): an id
+        // holding it could take the key another event's row needs.
+        if self.event_id.contains('#') {
+            return Err(EventError::invalid(
+                "event_id",
+                "must not contain '#' (it is reserved in audit dedup keys)",
+            ));
+        }
         let mut size = 0usize;
         check_caps(&self.tool_input, &mut Vec::new(), &mut size)
     }
@@ -681,5 +690,22 @@ mod tests {
             (f.as_str(), message.as_str()),
             ("tool_name", "contains a control character (U+0000)")
         );
+    }
+
+    #[test]
+    fn an_event_id_with_a_hash_sign_is_400() {
+        // `#` is reserved in audit dedup keys (`<uid>:<event_id>#<16 hex>`).
+        let (f, message) = invalid(br#"{"event":"pre_tool_use","event_id":"F3#0d872b122e4862d1"}"#);
+        assert_eq!(
+            (f.as_str(), message.as_str()),
+            (
+                "event_id",
+                "must not contain '#' (it is reserved in audit dedup keys)"
+            )
+        );
+        let mut body = json!({"event": "pre_tool_use", "session_id": "a#b", "tenant_id": "t#1"});
+        assert!(parse(body.clone()).is_ok(), "only event_id is restricted");
+        body["event_id"] = json!("run-1:step/2");
+        assert!(parse(body).is_ok());
     }
 }
