@@ -531,6 +531,49 @@ async fn sigterm_with_postgres_down_spools_and_the_next_start_writes_the_rows() 
     blocking(move || drop(pg));
 }
 
+/// A crash (SIGKILL) while the database is failing loses at most what waited in memory
+/// for the write timeout (2 s): runs answered more than that before the crash are in the
+/// spool and reach the database at the next start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigkill_during_an_outage_loses_nothing_older_than_the_write_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let pg = Arc::new(blocking(|| PgServer::new().expect("PostgreSQL")));
+    let url = pg.url();
+    let (hook_url, _) = hook_server(json!({"decision": "allow"}));
+    let hooks = http_hooks(dir.path(), &hook_url);
+    let args = ["--audit-db".to_string(), url.clone()];
+    let mut d = Dispatcher::start("first", &hooks, &args, dir.path()).await;
+    let client = client();
+    let (code, body) = dispatch(&client, &d.url, &event("warm")).await;
+    assert_allowed("warm", code, &body);
+    assert_eq!(wait_rows(&url, 1, Duration::from_secs(10)).await.len(), 1);
+    let p = Arc::clone(&pg);
+    blocking(move || p.kill());
+    let mut want = HashSet::from([key("warm")]);
+    for i in 0..60 {
+        let id = format!("crash-{i}");
+        let (code, body) = dispatch(&client, &d.url, &event(&id)).await;
+        assert_allowed(&id, code, &body);
+        want.insert(key(&id));
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    // Longer than the write timeout plus a batch window: every run above is spooled.
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    let (_, ready) = d.readyz().await;
+    assert_eq!(ready["audit"]["state"], "spooling", "{ready}");
+    let pid = d.child.as_ref().unwrap().id();
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let _ = d.wait_exit(Duration::from_secs(5)).await;
+
+    let p = Arc::clone(&pg);
+    blocking(move || p.start()).expect("restart PostgreSQL");
+    let again = Dispatcher::start("second", &hooks, &args, dir.path()).await;
+    let keys = wait_rows(&url, want.len(), Duration::from_secs(30)).await;
+    assert_exactly_once(&keys, &want);
+    drop(again);
+    blocking(move || drop(pg));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_event_twice_leaves_one_row() {
     let dir = tempfile::tempdir().unwrap();

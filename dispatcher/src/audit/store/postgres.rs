@@ -22,8 +22,9 @@ pub(super) const BACKEND: &str = "postgres";
 const MAX_CONNECTIONS: u32 = 8;
 
 /// How long an operation waits for a connection before failing (the writer then retries
-/// or spools; the database may be down).
-const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+/// or spools; the database may be down). Short: while it runs, new rows wait in memory,
+/// where a crash would lose them.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(1);
 
 fn db_error(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
     move |source| StoreError::Database {
