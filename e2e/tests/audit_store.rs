@@ -715,6 +715,24 @@ async fn sqlite_creates_the_file_in_wal_mode() {
         assert_eq!(m & 0o777, 0o600, "{f}: {m:o}");
     }
     store.close().await;
+    // A file others could read (an older version's, or made by hand) is narrowed.
+    for f in ["fresh.db", "fresh.db-wal"] {
+        let p = dir.path().join(f);
+        if p.exists() {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+    }
+    let store = AuditStore::connect(&format!("sqlite:{}", path.display()))
+        .await
+        .unwrap();
+    for f in ["fresh.db", "fresh.db-wal"] {
+        let p = dir.path().join(f);
+        if p.exists() {
+            let m = std::fs::metadata(&p).unwrap().permissions().mode();
+            assert_eq!(m & 0o777, 0o600, "{f} narrowed: {m:o}");
+        }
+    }
+    store.close().await;
 
     let missing_dir = dir.path().join("no/such/dir/a.db");
     let e = AuditStore::connect(&format!("sqlite://{}", missing_dir.display()))

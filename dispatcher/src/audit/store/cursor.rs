@@ -51,14 +51,14 @@ impl Cursor {
         }
         if s.len() > MAX_ENCODED_LEN {
             return Err(bad(
-                "is not a cursor returned by this API (too long); use next_cursor as given",
+                "is not a cursor returned by this API (too long); use nextCursor as given",
             ));
         }
         let raw = URL_SAFE_NO_PAD.decode(s).map_err(|_| {
-            bad("is not a cursor returned by this API (not URL-safe base64); use next_cursor as given")
+            bad("is not a cursor returned by this API (not URL-safe base64); use nextCursor as given")
         })?;
         let text = std::str::from_utf8(&raw)
-            .map_err(|_| bad("is not a cursor returned by this API; use next_cursor as given"))?;
+            .map_err(|_| bad("is not a cursor returned by this API; use nextCursor as given"))?;
         let digits = text.strip_prefix(PREFIX).ok_or_else(|| {
             bad("has an unknown version; use next_cursor as returned by this API")
         })?;

@@ -37,16 +37,36 @@ fn db_error(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
     }
 }
 
-/// Creates a missing database file readable by its owner only (0600): rows name tenants,
-/// sessions and errors. SQLite gives its `-wal` and `-shm` files the database file's mode.
-/// An existing file keeps its mode; a failure here is left to the connect to report.
-fn create_owner_only(path: &std::path::Path) {
-    use std::os::unix::fs::OpenOptionsExt;
+/// Makes the database file readable by its owner only (0600): rows name tenants, sessions
+/// and errors. A missing file is created so; an existing one (and its `-wal`, `-shm`) that
+/// others may read is narrowed, with a warning. SQLite gives new `-wal` and `-shm` files
+/// the database file's mode. Failures are left to the connect to report.
+fn owner_only(path: &std::path::Path) {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let _ = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .open(path);
+    for suffix in ["", "-wal", "-shm"] {
+        let mut file = path.as_os_str().to_owned();
+        file.push(suffix);
+        let file = std::path::PathBuf::from(file);
+        let Ok(meta) = std::fs::metadata(&file) else {
+            continue;
+        };
+        let mode = meta.permissions().mode();
+        if mode & 0o077 != 0 {
+            match std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode & 0o700)) {
+                Ok(()) => {
+                    tracing::warn!(file = %file.display(), was = format!("{:o}", mode & 0o777), "audit database file was readable by others: narrowed to its owner")
+                }
+                Err(e) => {
+                    tracing::warn!(file = %file.display(), error = %e, "audit database file is readable by others and could not be narrowed")
+                }
+            }
+        }
+    }
 }
 
 pub(super) async fn connect(url: &str) -> Result<SqlitePool, StoreError> {
@@ -72,7 +92,7 @@ pub(super) async fn connect(url: &str) -> Result<SqlitePool, StoreError> {
         SqlitePoolOptions::new().max_connections(MAX_CONNECTIONS)
     };
     if !in_memory {
-        create_owner_only(opts.get_filename());
+        owner_only(opts.get_filename());
     }
     let pool = pool_opts
         .connect_with(opts)
