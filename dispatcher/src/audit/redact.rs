@@ -30,24 +30,65 @@ fn keep_label(c: &Captures) -> String {
 }
 
 /// Keeps the label (group 1) and the quotes around the value (group 2) — a plain `"`, an
-/// escaped `\"` (JSON inside a JSON string) or `'` — and redacts what is between them. A
-/// value whose closing quote was cut off is redacted to where the match ends.
+/// escaped `\"` (JSON inside a JSON string), `'` or the braces of an object — and redacts
+/// what is between them. A value whose closing quote was cut off is redacted to where the
+/// match ends. An unquoted value may hold `&` (`pass: Tr0ub4dor&3`), but a query-string
+/// tail (`&name=...`) after it is kept, and redacted on its own.
 fn keep_label_and_quotes(c: &Captures) -> String {
     let (label, value) = (&c[1], &c[2]);
-    let open = ["\\\"", "\"", "'"]
+    let open = ["\\\"", "\"", "'", "{"]
         .into_iter()
         .find(|q| value.starts_with(q))
         .unwrap_or("");
+    if open.is_empty() {
+        if let Some(i) = query_tail(value) {
+            return format!("{label}{REDACTED}{}", redact(&value[i..]));
+        }
+        return format!("{label}{REDACTED}");
+    }
     let rest = &value[open.len()..];
     let close = match open {
-        "" => "",
         "\\\"" if rest.ends_with("\\\"") => "\\\"",
         "\\\"" if rest.ends_with('"') => "\"",
         "\\\"" => "",
+        "{" if rest.ends_with('}') => "}",
+        "{" => "",
         q if rest.ends_with(q) => q,
         _ => "",
     };
     format!("{label}{open}{REDACTED}{close}")
+}
+
+/// Where a query-string tail (`&name=`) starts in an unquoted value, if it has one.
+fn query_tail(value: &str) -> Option<usize> {
+    value.match_indices('&').map(|(i, _)| i).find(|&i| {
+        let name = value[i + 1..]
+            .bytes()
+            .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'%'))
+            .count();
+        name > 0 && value.as_bytes().get(i + 1 + name) == Some(&b'=')
+    })
+}
+
+/// `Cookie: a=1; b=2` (every value redacted) and `Set-Cookie: sid=x; Path=/` (only the
+/// cookie's own value, the first pair; attributes such as `Path` stay). Names are kept.
+fn cookie_values(c: &Captures) -> String {
+    let set_cookie = c.get(2).is_some();
+    let mut out = c[1].to_owned();
+    for (i, pair) in c[3].split(';').enumerate() {
+        if i > 0 {
+            out.push(';');
+        }
+        match pair.split_once('=') {
+            Some((name, value)) if (i == 0 || !set_cookie) && !value.is_empty() => {
+                out.push_str(name);
+                out.push('=');
+                out.push_str(REDACTED);
+            }
+            _ => out.push_str(pair),
+        }
+    }
+    out
 }
 
 /// Keeps the URL scheme (group 1) and redacts the `user:password` before the `@`.
@@ -125,13 +166,41 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
         ),
         // `Authorization: Bearer xyz`, `bearer xyz`.
         rule(r"(?i)(\bbearer\s+)[A-Za-z0-9\-._~+/]+=*", keep_label),
-        // `api_key=...`, `client_secret: ...`, `"refresh_token": "..."`, `PASSWORD=...`:
-        // any key *ending* in a secret word (no `\b`, so `client_secret`, `session_token`
-        // and `aws_secret_access_key` count, but `max_tokens` and `author` do not), an
-        // optional closing quote, then `=`, `:`, `:=` or `=>` and a value (a quoted string,
-        // or a run up to whitespace or punctuation that ends a value).
+        // `Cookie: a=1; b=2` and `Set-Cookie: sid=x; Path=/`: cookie values redacted, names
+        // (and Set-Cookie attributes) kept.
         rule(
-            r#"(?i)((?:api[_-]?key|secret[_-]?key|access[_-]?key|private[_-]?key|secret|token|password|passwd|passphrase|pwd|credentials?|auth)(?:\\?["'])?[ \t]*(?::=|=>|[:=])[ \t]*)("(?:[^"\\\n]|\\.)*"?|\\"[^"\n]*"?|'[^'\n]*'?|[^\s"',;&{}\[\]=:][^\s"',;&}]*)"#,
+            r#"(?i)(\b(set-)?cookies?(?:\\?["'])?[ \t]*[:=][ \t]*(?:\\?["'])?[ \t]*)([^\s;="'\\,]+=[^\s;"'\\,]*(?:;[ \t]*[^\s;="'\\,]+=[^\s;"'\\,]*)*)"#,
+            cookie_values,
+        ),
+        // URL query (or fragment) parameters holding secrets, however short:
+        // `?sig=...&key=...`, `#access_token=...`, `&X-Amz-Signature=...`, `?code=...`
+        // (`code` only as the whole name, so `error_code=5` stays).
+        rule(
+            r#"(?i)([?&#;](?:(?:[a-z0-9]+[_.\-])*(?:sig|signature|key|apikey|token|password|passwd|pass|pwd|pw|secret|credentials?|auth)|code)=)(?:\[REDACTED\]|[^\s&#"'<>\\)\]]+)"#,
+            keep_label,
+        ),
+        // CLI flags whose value follows a space: `--password hunter5`, `--api-key abc`,
+        // `--client-secret x`, keytool's `-storepass x`, and argv lists (`"--token", "abc"`). The `=` forms are the
+        // next rule's. `-p` is deliberately left alone: it is too generic (`-p 8080`,
+        // `mkdir -p`, `ssh -p 22`). `\B` keeps `non-token value` and `re-auth x` as they are.
+        rule(
+            r#"(?i)(\B--?(?:[a-z0-9]+[-_])*(?:password|passwd|(?:(?:src|dest)?(?:store|key))?pass|pwd|passphrase|token|secret|api[-_]?key|apikey|access[-_]?key|secret[-_]?key|credentials?|auth)(?:\\?["'],)?[ \t]+)("(?:[^"\\\n]|\\.)*"?|\\"[^"\n]*"?|'[^'\n]*'?|[^\s"'\-][^\s"']*)"#,
+            keep_label_and_quotes,
+        ),
+        // `api_key=...`, `client_secret: ...`, `"refresh_token": "..."`, `PASSWORD=...`,
+        // `Ocp-Apim-Subscription-Key: ...`, `pass: ...`: a key that
+        // - *contains* `secret`, `password`, `passwd` or `credential` (`secret_key_base`);
+        // - *ends* in `token`, `auth`, `passphrase`, `pwd`, `apikey`/`api_key`,
+        //   `secret_key`, `access_key`, `private_key`, or `-key`/`_key` (header names such
+        //   as `X-Goog-Api-Key`) — suffix only, so `max_tokens`, `tokenizer`, `author` and
+        //   `keyboard` stay;
+        // - is the word `pass` or `pw` (alone or after `_`/`-`: `db_pass`, not `bypass`);
+        // then an optional closing quote, `=`, `:`, `:=` or `=>` and a value: a quoted
+        // string, an object in braces (`credentials: {user: bob, pass: x}`), or a run up to
+        // whitespace or punctuation that ends a value (`&` included, but not a following
+        // `&name=` query parameter).
+        rule(
+            r#"(?i)((?:(?:secret|password|passwd|credential)[a-z0-9_\-]*|api[_-]?key|secret[_-]?key|access[_-]?key|private[_-]?key|[_\-]key|token|passphrase|pwd|auth|(?:\b|[_\-])(?:pass|pw))(?:\\?["'])?[ \t]*(?::=|=>|[:=])[ \t]*)("(?:[^"\\\n]|\\.)*"?|\\"[^"\n]*"?|'[^'\n]*'?|\{(?:[^{}\n]|\{[^{}\n]*\})+\}?|[^\s"',;&{}\[\]=:][^\s"',;}]*)"#,
             keep_label_and_quotes,
         ),
         // Emails, with non-ASCII local parts and domains (`josé@example.com`).
@@ -153,6 +222,14 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
             r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})",
             whole,
         ),
+        // GitLab tokens: personal/project/group (`glpat-`), deploy (`gldt-`), runner
+        // (`glrt-`), CI job (`glcbt-`), trigger (`glptt-`), feed (`glft-`), mail
+        // (`glimt-`), agent (`glagent-`), OAuth (`gloas-`), SCIM (`glsoat-`), feature flags
+        // (`glffct-`) — with the optional `.01.xyz` suffix of routable tokens.
+        rule(
+            r"\bgl(?:pat|dt|rt|rtr|cbt|ptt|ft|imt|agent|oas|soat|ffct|wt)-[A-Za-z0-9_\-]{20,}(?:\.[A-Za-z0-9_\-]+)*",
+            whole,
+        ),
         // Slack tokens.
         rule(r"\bxox[abpors]-[A-Za-z0-9\-]{10,}", whole),
         // Long hex secrets (32+ hex digits).
@@ -166,13 +243,16 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
 /// [`REDACTED`] (CONTRACT §7.4). Patterns: PEM private keys (to the end of the text if
 /// the END line is missing), the `user:password` of URLs (scheme and host kept),
 /// `Authorization: Basic ...` and bare `Basic <base64 user:pass>`, `Bearer <token>`,
-/// `key=value` / `key: value` / `"key": "value"` pairs whose key ends in `api_key`,
-/// `secret`, `token`, `password`, `passwd`, `pwd`, `private_key`, `access_key`,
-/// `credential(s)`, `auth`, ... (case-insensitive; label and quotes kept), emails
-/// (Unicode too), JWTs, `sk-`/`sk-ant-`/`sk_live_` keys, AWS `AKIA`/`ASIA` ids, GitHub
-/// and Slack tokens, 32+ hex digits, and 32+ base64 characters mixing upper case, lower
-/// case and digits. Every pattern is a `regex` (linear time), compiled once; one copy
-/// per matching rule.
+/// `Cookie:`/`Set-Cookie:` values (names kept), secret-looking URL query parameters
+/// (`sig`, `signature`, `key`, `token`, `code`, ...), CLI flags with a space
+/// (`--password x`, `--token x`; not `-p`), `key=value` / `key: value` / `"key": "value"`
+/// pairs whose key contains `secret`, `password`, `passwd` or `credential`, ends in
+/// `token`, `auth`, `pwd`, `api_key`, `-key`/`_key`, ..., or is `pass`/`pw`
+/// (case-insensitive; label and quotes kept; a braced value redacted whole), emails
+/// (Unicode too), JWTs, `sk-`/`sk-ant-`/`sk_live_` keys, AWS `AKIA`/`ASIA` ids, GitHub,
+/// GitLab and Slack tokens, 32+ hex digits, and 32+ base64 characters mixing upper case,
+/// lower case and digits. Every pattern is a `regex` (linear time), compiled once; one
+/// copy per matching rule.
 pub fn redact(text: &str) -> String {
     let mut out: Cow<'_, str> = Cow::Borrowed(text);
     for rule in RULES.iter() {
@@ -450,6 +530,13 @@ mod tests {
             "panicked at crate::auth::verify: bad",
             "see https://example.com/a:b and http://host:8080/x",
             "token ==null",
+            "pass 3 of 5",
+            "keyboard: x",
+            "monkey: x, bypass: on, compass: n",
+            "tokenizer_config: a, author: x, max_tokens: 4096",
+            "a non-token value; re-auth failed; the api-key was refused",
+            "see ?page=2&sort=asc&error_code=5 and --token-file /etc/t",
+            "Set-Cookie: missing",
         ] {
             assert_eq!(redact(plain), plain, "{plain}");
         }
@@ -464,9 +551,170 @@ mod tests {
             "Authorization: Bearer abc",
             "josé@example.com",
             "-----BEGIN PRIVATE KEY-----MIIE-----END PRIVATE KEY-----",
+            "credentials: {user: bob, pass: bobpass1}",
+            "--password hunter5 '--token' 'x'",
+            "Cookie: session=cookiesecret123; csrftoken=abc",
+            "Set-Cookie: sid=sidsecret; Path=/",
+            "?a=1&sig=abcdEF123%2B&key=AIzaXYZ",
+            "pass: Tr0ub4dor&3&x=1",
         ] {
             let once = redact(s);
             assert_eq!(redact(&once), once);
         }
+    }
+
+    #[test]
+    fn pass_and_pw_labels_are_redacted() {
+        assert_eq!(redact("pass: Tr0ub4dor&3"), "pass: [REDACTED]");
+        assert_eq!(redact("pw: Tr0ub4dor&3"), "pw: [REDACTED]");
+        assert_eq!(
+            redact("db_pass=x1 USER_PW: y2"),
+            "db_pass=[REDACTED] USER_PW: [REDACTED]"
+        );
+        assert_eq!(redact(r#"{"pass": "a b"}"#), r#"{"pass": "[REDACTED]"}"#);
+        assert_eq!(
+            redact("openssl -passin pass:s3cret"),
+            "openssl -passin pass:[REDACTED]"
+        );
+        // A `&name=` query tail after an unquoted value is kept (and redacted on its own).
+        assert_eq!(
+            redact("password=p&ss&x=1&token=t"),
+            "password=[REDACTED]&x=1&token=[REDACTED]"
+        );
+        assert_eq!(
+            redact("pw=a&secret_key_base=b"),
+            "pw=[REDACTED]&secret_key_base=[REDACTED]"
+        );
+    }
+
+    #[test]
+    fn braced_credentials_are_redacted_whole() {
+        assert_eq!(
+            redact("credentials: {user: bob, pass: bobpass1}"),
+            "credentials: {[REDACTED]}"
+        );
+        assert_eq!(
+            redact(r#"{"credentials": {"user": "bob", "x": {"k": "v"}}, "n": 1}"#),
+            r#"{"credentials": {[REDACTED]}, "n": 1}"#
+        );
+        // Cut off before the closing brace.
+        assert_eq!(redact("auth={user: bob, pw"), "auth={[REDACTED]");
+        // An empty object has nothing to hide.
+        assert_eq!(redact("credentials: {}"), "credentials: {}");
+    }
+
+    #[test]
+    fn cli_flags_with_a_space_are_redacted() {
+        assert_eq!(
+            redact("run --password hunter5 --passwd x --token abc --api-key abc --secret abc -v"),
+            "run --password [REDACTED] --passwd [REDACTED] --token [REDACTED] \
+             --api-key [REDACTED] --secret [REDACTED] -v"
+        );
+        assert_eq!(
+            redact("--password=hunter5 --token=abc --api-key=abc --secret=abc"),
+            "--password=[REDACTED] --token=[REDACTED] --api-key=[REDACTED] --secret=[REDACTED]"
+        );
+        assert_eq!(
+            redact("x --client-secret 'a b' --github_token \"c d\" -storepass s3"),
+            "x --client-secret '[REDACTED]' --github_token \"[REDACTED]\" -storepass [REDACTED]"
+        );
+        // argv lists, JSON or Python style.
+        assert_eq!(
+            redact(r#"argv ["--token", "abc", "--secret", 'x']"#),
+            r#"argv ["--token", "[REDACTED]", "--secret", '[REDACTED]']"#
+        );
+        // A flag followed by another flag has no value to hide; `-p` is left alone.
+        assert_eq!(redact("--token --verbose"), "--token --verbose");
+        assert_eq!(
+            redact("mysql -p hunter5 -u root"),
+            "mysql -p hunter5 -u root"
+        );
+    }
+
+    #[test]
+    fn cookie_values_are_redacted() {
+        assert_eq!(
+            redact("Cookie: session=cookiesecret123; csrftoken=abc"),
+            "Cookie: session=[REDACTED]; csrftoken=[REDACTED]"
+        );
+        assert_eq!(
+            redact("Set-Cookie: sid=sidsecret; Path=/; HttpOnly"),
+            "Set-Cookie: sid=[REDACTED]; Path=/; HttpOnly"
+        );
+        assert_eq!(
+            redact(r#"{"set-cookie": "sid=s1; Max-Age=60", "cookie": "a=b"}"#),
+            r#"{"set-cookie": "sid=[REDACTED]; Max-Age=60", "cookie": "a=[REDACTED]"}"#
+        );
+    }
+
+    #[test]
+    fn gitlab_tokens_are_redacted() {
+        assert_eq!(
+            redact("clone with glpat-Ab3dEf6hIj9kLmN0pQr2 failed"),
+            "clone with [REDACTED] failed"
+        );
+        assert_eq!(
+            redact("gldt-Ab3dEf6hIj9kLmN0pQr2, glrt-Ab3dEf6hIj9kLmN0pQr2x."),
+            "[REDACTED], [REDACTED]."
+        );
+        assert_eq!(
+            redact("t glcbt-64_Ab3dEf6hIj9kLmN0pQr2 glpat-Ab3dEf6hIj9kLmN0pQr2.01.abc9 end"),
+            "t [REDACTED] [REDACTED] end"
+        );
+        assert_eq!(redact("glpat-short"), "glpat-short");
+    }
+
+    #[test]
+    fn header_names_ending_in_key_token_secret_are_redacted() {
+        assert_eq!(
+            redact("Ocp-Apim-Subscription-Key: azk123"),
+            "Ocp-Apim-Subscription-Key: [REDACTED]"
+        );
+        assert_eq!(
+            redact("X-Goog-Api-Key: g1 X-Vault-Token: v2 X-Client-Secret: s3"),
+            "X-Goog-Api-Key: [REDACTED] X-Vault-Token: [REDACTED] X-Client-Secret: [REDACTED]"
+        );
+        assert_eq!(redact("subscription_key=k4"), "subscription_key=[REDACTED]");
+    }
+
+    #[test]
+    fn labels_containing_secret_words_are_redacted() {
+        assert_eq!(
+            redact("secret_key_base=short1"),
+            "secret_key_base=[REDACTED]"
+        );
+        assert_eq!(
+            redact("password_hash: h1 db_credential_id=c2 SecretName: s3 passwdfile=p4"),
+            "password_hash: [REDACTED] db_credential_id=[REDACTED] SecretName: [REDACTED] \
+             passwdfile=[REDACTED]"
+        );
+        // `token`, `key`, `auth` stay suffix-only.
+        for plain in [
+            "max_tokens: 4096",
+            "tokenizer: x",
+            "keyboard: x",
+            "author: x",
+        ] {
+            assert_eq!(redact(plain), plain);
+        }
+    }
+
+    #[test]
+    fn url_query_secrets_are_redacted() {
+        assert_eq!(
+            redact("GET /x?a=1&sig=abcdEF123%2B&key=AIzaXYZ"),
+            "GET /x?a=1&sig=[REDACTED]&key=[REDACTED]"
+        );
+        assert_eq!(
+            redact(
+                "https://h/p?signature=s&apikey=a&api_key=b&token=t&access_token=at&code=c&password=p&secret=x&n=2"
+            ),
+            "https://h/p?signature=[REDACTED]&apikey=[REDACTED]&api_key=[REDACTED]&token=[REDACTED]\
+             &access_token=[REDACTED]&code=[REDACTED]&password=[REDACTED]&secret=[REDACTED]&n=2"
+        );
+        assert_eq!(
+            redact("cb#access_token=zz&state=ok; s3?X-Amz-Signature=abc) end"),
+            "cb#access_token=[REDACTED]&state=ok; s3?X-Amz-Signature=[REDACTED]) end"
+        );
     }
 }
