@@ -61,5 +61,7 @@ Try:
   kubectl apply -f config/samples/namespaces.yaml -f config/samples/block-dangerous-exec.yaml
   kubectl get agenthooks -A
   curl -s -X POST 127.0.0.1:8081/v1/dispatch -d @config/samples/events/rm-rf.json
+  curl -s -H "Authorization: Bearer \$(cat $DIR/admin.token)" 127.0.0.1:8081/v1/executions
+  (each dispatcher keeps its audit rows in $DIR/audit-<n>.db)
 Stop with: make cluster-down
 MSG
