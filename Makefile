@@ -42,6 +42,7 @@ bench: deps
 	bash e2e/controlplane/build.sh >/dev/null
 	$(CARGO) build --release -p agenthooks-operator -p agenthooks-dispatcher --bins
 	$(CARGO) bench -p agenthooks-dispatcher --bench dispatch_overhead
+	$(CARGO) bench -p agenthooks-dispatcher --bench telemetry_overhead
 	$(CARGO) bench -p agenthooks-e2e --bench safeguards
 	$(CARGO) bench -p agenthooks-e2e --bench audit
 
