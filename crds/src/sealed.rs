@@ -107,11 +107,19 @@ impl SealKey {
 
     /// Seals `plain` with a random nonce.
     pub fn seal(&self, plain: &[u8]) -> String {
+        self.seal_with_aad(plain, b"")
+    }
+
+    /// Seals `plain` with a random nonce, authenticating `aad` with it (AES-GCM associated
+    /// data: not stored, and needed again to open). With an empty `aad` the output is
+    /// exactly [`SealKey::seal`]'s.
+    pub fn seal_with_aad(&self, plain: &[u8], aad: &[u8]) -> String {
+        use aes_gcm::aead::Payload;
         let nonce = Aes256Gcm::generate_nonce(&mut OsRng);
         let mut out = nonce.to_vec();
         out.extend(
             self.aead
-                .encrypt(&nonce, plain)
+                .encrypt(&nonce, Payload { msg: plain, aad })
                 .expect("AES-GCM encryption of an in-memory buffer"),
         );
         STANDARD.encode(out)
@@ -119,13 +127,20 @@ impl SealKey {
 
     /// Opens a value made by [`SealKey::seal`].
     pub fn open(&self, sealed: &str) -> Result<Vec<u8>, SealError> {
+        self.open_with_aad(sealed, b"")
+    }
+
+    /// Opens a value made by [`SealKey::seal_with_aad`] with the same `aad`; another
+    /// `aad` fails like a wrong key ([`SealError::Open`]).
+    pub fn open_with_aad(&self, sealed: &str, aad: &[u8]) -> Result<Vec<u8>, SealError> {
+        use aes_gcm::aead::Payload;
         let raw = STANDARD.decode(sealed).map_err(|_| SealError::Malformed)?;
         if raw.len() < 12 + 16 {
             return Err(SealError::Malformed);
         }
         let (nonce, ct) = raw.split_at(12);
         self.aead
-            .decrypt(Nonce::from_slice(nonce), ct)
+            .decrypt(Nonce::from_slice(nonce), Payload { msg: ct, aad })
             .map_err(|_| SealError::Open)
     }
 }

@@ -730,7 +730,7 @@ async fn error_detail_is_sealed_with_the_key_id_and_absent_without_a_key() {
             let sealed = row.error_detail.as_ref().expect("error_detail sealed");
             assert_eq!(sealed.key_id, "k-2026");
             assert_eq!(
-                key.open(sealed).unwrap(),
+                key.open(sealed, &row.dedup_key).unwrap(),
                 reason,
                 "the full error, unredacted"
             );

@@ -540,7 +540,7 @@ async fn metadata_and_error_detail_round_trip(db: Db) {
     r.duration_ms = 5_000;
     r.tenant = "tenant-ü".into();
     r.error = Some("HTTP 500 from https://hooks.example/x: bearer [REDACTED]".into());
-    r.error_detail = Some(key.seal(full));
+    r.error_detail = Some(key.seal(full, &r.dedup_key));
     let mut meta = AuditMetadata {
         matcher_matched: Some(true),
         cel_eval_result: Some(false),
@@ -578,7 +578,7 @@ async fn metadata_and_error_detail_round_trip(db: Db) {
     assert_eq!(got_plain.error_detail, None);
     let detail = got.error_detail.as_ref().unwrap();
     assert_eq!(detail.key_id, "key-2026-11");
-    assert_eq!(key.open(detail).unwrap(), full);
+    assert_eq!(key.open(detail, &got.dedup_key).unwrap(), full);
     assert_eq!(s.get(got.id.unwrap()).await.unwrap().as_ref(), Some(got));
 
     // What is stored: ciphertext and key id, never the plain error.

@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::error_detail::ErrorDetailKeys;
 use super::input_hash::input_hash;
 use super::redact::error_summary;
-use super::row::{AuditMetadata, AuditRow, dedup_key};
+use super::row::{AuditMetadata, AuditRow, dedup_key, detail_binding};
 use super::sink::RunRecord;
 
 /// The parts of the event JSON a row needs.
@@ -49,10 +49,12 @@ pub fn build_row(run: &RunRecord, keys: Option<&ErrorDetailKeys>) -> AuditRow {
         view.tool_input.as_ref().unwrap_or(&empty),
     );
     let hook = &run.hook;
+    let event_id = no_nul(view.event_id);
+    let dedup_key = dedup_key(&hook.uid, &event_id);
     let (error, error_detail) = match &run.error {
         Some(full) => (
             Some(no_nul(error_summary(full))),
-            keys.map(|k| k.seal(full)),
+            keys.map(|k| k.seal(full, detail_binding(&dedup_key))),
         ),
         None => (None, None),
     };
@@ -67,7 +69,6 @@ pub fn build_row(run: &RunRecord, keys: Option<&ErrorDetailKeys>) -> AuditRow {
         injection_detected: prompt.and_then(|p| p.injection_detected),
         trace_id: run.trace_id.clone(),
     };
-    let event_id = no_nul(view.event_id);
     AuditRow {
         id: None,
         hook_uid: hook.uid.clone(),
@@ -79,7 +80,7 @@ pub fn build_row(run: &RunRecord, keys: Option<&ErrorDetailKeys>) -> AuditRow {
         input_hash: hash,
         decision: run.outcome,
         duration_ms: run.duration.as_millis() as u64,
-        dedup_key: dedup_key(&hook.uid, &event_id),
+        dedup_key,
         error,
         error_detail,
         metadata: metadata.to_value(),
@@ -199,7 +200,7 @@ pub(crate) mod tests {
         let with = build_row(&rec, Some(&keys));
         let sealed = with.error_detail.unwrap();
         assert_eq!(sealed.key_id, "k2");
-        assert_eq!(keys.open(&sealed).unwrap(), full);
+        assert_eq!(keys.open(&sealed, &with.dedup_key).unwrap(), full);
     }
 
     #[test]

@@ -131,31 +131,36 @@ impl ErrorDetailKey {
         &self.id
     }
 
-    /// Seals `plain` under a random 96-bit nonce.
-    pub fn seal(&self, plain: &str) -> SealedDetail {
+    /// Seals `plain` under a random 96-bit nonce, bound to `row`: the row's
+    /// [`super::row::detail_binding`] is the AES-GCM associated data, so a detail moved
+    /// to another row no longer opens.
+    pub fn seal(&self, plain: &str, row: &str) -> SealedDetail {
         SealedDetail {
             key_id: self.id.clone(),
-            ciphertext: self.key.seal(plain.as_bytes()),
+            ciphertext: self.key.seal_with_aad(plain.as_bytes(), row.as_bytes()),
         }
     }
 
     /// Opens a detail sealed by this key. Errors: [`AuditKeyError::KeyIdMismatch`] when
     /// `sealed` carries another key id; [`AuditKeyError::Malformed`];
-    /// [`AuditKeyError::Open`] (wrong key under the same id, or tampered);
-    /// [`AuditKeyError::NotUtf8`].
-    pub fn open(&self, sealed: &SealedDetail) -> Result<String, AuditKeyError> {
+    /// [`AuditKeyError::Open`] (wrong key under the same id, tampered, or sealed for
+    /// another `row`); [`AuditKeyError::NotUtf8`].
+    pub fn open(&self, sealed: &SealedDetail, row: &str) -> Result<String, AuditKeyError> {
         if sealed.key_id != self.id {
             return Err(AuditKeyError::KeyIdMismatch {
                 sealed: sealed.key_id.clone(),
                 key: self.id.clone(),
             });
         }
-        let plain = self.key.open(&sealed.ciphertext).map_err(|e| match e {
-            SealError::Malformed | SealError::BadKeyLength(_) => {
-                AuditKeyError::Malformed(self.id.clone())
-            }
-            SealError::Open => AuditKeyError::Open(self.id.clone()),
-        })?;
+        let plain = self
+            .key
+            .open_with_aad(&sealed.ciphertext, row.as_bytes())
+            .map_err(|e| match e {
+                SealError::Malformed | SealError::BadKeyLength(_) => {
+                    AuditKeyError::Malformed(self.id.clone())
+                }
+                SealError::Open => AuditKeyError::Open(self.id.clone()),
+            })?;
         String::from_utf8(plain).map_err(|_| AuditKeyError::NotUtf8(self.id.clone()))
     }
 }
@@ -190,24 +195,26 @@ impl ErrorDetailKeys {
         &self.current
     }
 
-    /// Seals with the current key.
-    pub fn seal(&self, plain: &str) -> SealedDetail {
-        self.current.seal(plain)
+    /// Seals with the current key, bound to `row` (see [`ErrorDetailKey::seal`]).
+    pub fn seal(&self, plain: &str, row: &str) -> SealedDetail {
+        self.current.seal(plain, row)
     }
 
     /// Opens with the key of `sealed.key_id`. Errors: [`AuditKeyError::UnknownKeyId`],
     /// and those of [`ErrorDetailKey::open`].
-    pub fn open(&self, sealed: &SealedDetail) -> Result<String, AuditKeyError> {
+    pub fn open(&self, sealed: &SealedDetail, row: &str) -> Result<String, AuditKeyError> {
         std::iter::once(&self.current)
             .chain(&self.others)
             .find(|k| k.id == sealed.key_id)
             .ok_or_else(|| AuditKeyError::UnknownKeyId(sealed.key_id.clone()))?
-            .open(sealed)
+            .open(sealed, row)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    /// The row binding used by these tests.
+    const ROW: &str = "uid-1:evt-1";
     use super::*;
     use base64::Engine;
     use base64::engine::general_purpose::STANDARD;
@@ -215,10 +222,23 @@ mod tests {
     const DETAIL: &str = "POST https://hooks.example/x: 500, Bearer s3cret-token, body é";
 
     #[test]
+    fn a_detail_moved_to_another_row_does_not_open() {
+        let k = ErrorDetailKey::generate("k1").unwrap();
+        let sealed = k.seal(DETAIL, "uid-1:evt-1");
+        assert_eq!(k.open(&sealed, "uid-1:evt-1").unwrap(), DETAIL);
+        for other in ["uid-1:evt-2", "uid-2:evt-1", ""] {
+            assert!(
+                matches!(k.open(&sealed, other), Err(AuditKeyError::Open(_))),
+                "{other:?}"
+            );
+        }
+    }
+
+    #[test]
     fn round_trip_and_random_nonce() {
         let k = ErrorDetailKey::generate("k1").unwrap();
-        let a = k.seal(DETAIL);
-        let b = k.seal(DETAIL);
+        let a = k.seal(DETAIL, ROW);
+        let b = k.seal(DETAIL, ROW);
         assert_eq!(a.key_id, "k1");
         assert_ne!(a.ciphertext, b.ciphertext, "nonce must be random");
         assert!(!a.ciphertext.contains("s3cret"));
@@ -227,21 +247,21 @@ mod tests {
             STANDARD.decode(&a.ciphertext).unwrap().len(),
             12 + DETAIL.len() + 16
         );
-        assert_eq!(k.open(&a).unwrap(), DETAIL);
-        assert_eq!(k.open(&b).unwrap(), DETAIL);
+        assert_eq!(k.open(&a, ROW).unwrap(), DETAIL);
+        assert_eq!(k.open(&b, ROW).unwrap(), DETAIL);
     }
 
     #[test]
     fn wrong_key_and_other_key_id_fail() {
         let k = ErrorDetailKey::generate("k1").unwrap();
-        let sealed = k.seal(DETAIL);
+        let sealed = k.seal(DETAIL, ROW);
         let same_id_other_key = ErrorDetailKey::generate("k1").unwrap();
         assert!(matches!(
-            same_id_other_key.open(&sealed),
+            same_id_other_key.open(&sealed, ROW),
             Err(AuditKeyError::Open(id)) if id == "k1"
         ));
         let other_id = ErrorDetailKey::generate("k2").unwrap();
-        let err = other_id.open(&sealed).unwrap_err();
+        let err = other_id.open(&sealed, ROW).unwrap_err();
         assert!(
             matches!(&err, AuditKeyError::KeyIdMismatch { sealed, key } if sealed == "k1" && key == "k2")
         );
@@ -254,41 +274,47 @@ mod tests {
     #[test]
     fn tampering_fails() {
         let k = ErrorDetailKey::generate("k1").unwrap();
-        let sealed = k.seal(DETAIL);
+        let sealed = k.seal(DETAIL, ROW);
         let mut raw = STANDARD.decode(&sealed.ciphertext).unwrap();
         raw[20] ^= 1;
         let tampered = SealedDetail {
             key_id: "k1".into(),
             ciphertext: STANDARD.encode(raw),
         };
-        assert!(matches!(k.open(&tampered), Err(AuditKeyError::Open(_))));
+        assert!(matches!(
+            k.open(&tampered, ROW),
+            Err(AuditKeyError::Open(_))
+        ));
         let garbage = SealedDetail {
             key_id: "k1".into(),
             ciphertext: "!!".into(),
         };
-        assert!(matches!(k.open(&garbage), Err(AuditKeyError::Malformed(_))));
+        assert!(matches!(
+            k.open(&garbage, ROW),
+            Err(AuditKeyError::Malformed(_))
+        ));
     }
 
     #[test]
     fn rotation_opens_old_rows_with_the_old_key_id() {
         let old = ErrorDetailKey::generate("2026-01").unwrap();
-        let old_row = old.seal("old failure");
+        let old_row = old.seal("old failure", ROW);
         let new = ErrorDetailKey::generate("2026-06").unwrap();
         let keys = ErrorDetailKeys::new(new, vec![old.clone()]).unwrap();
-        let new_row = keys.seal("new failure");
+        let new_row = keys.seal("new failure", ROW);
         assert_eq!(new_row.key_id, "2026-06");
         assert_eq!(keys.current().id(), "2026-06");
-        assert_eq!(keys.open(&old_row).unwrap(), "old failure");
-        assert_eq!(keys.open(&new_row).unwrap(), "new failure");
+        assert_eq!(keys.open(&old_row, ROW).unwrap(), "old failure");
+        assert_eq!(keys.open(&new_row, ROW).unwrap(), "new failure");
         // The old key alone cannot open new rows.
         assert!(matches!(
-            old.open(&new_row),
+            old.open(&new_row, ROW),
             Err(AuditKeyError::KeyIdMismatch { .. })
         ));
         // A rotated-out key id is reported as such.
         let only_new = ErrorDetailKeys::new(keys.current().clone(), vec![]).unwrap();
         assert!(matches!(
-            only_new.open(&old_row),
+            only_new.open(&old_row, ROW),
             Err(AuditKeyError::UnknownKeyId(id)) if id == "2026-01"
         ));
         assert!(matches!(
@@ -319,7 +345,7 @@ mod tests {
         let from_hex = ErrorDetailKey::from_file("k", &hex_path).unwrap();
         let from_raw = ErrorDetailKey::from_file("k", &raw_path).unwrap();
         assert_eq!(
-            from_raw.open(&from_hex.seal("same key")).unwrap(),
+            from_raw.open(&from_hex.seal("same key", ROW), ROW).unwrap(),
             "same key"
         );
 

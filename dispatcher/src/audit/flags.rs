@@ -170,8 +170,8 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(keys.current().id(), "new");
-        let old = ErrorDetailKey::from_file("a", &a).unwrap().seal("x");
-        assert_eq!(keys.open(&old).unwrap(), "x");
+        let old = ErrorDetailKey::from_file("a", &a).unwrap().seal("x", "u:e");
+        assert_eq!(keys.open(&old, "u:e").unwrap(), "x");
 
         let missing = format!("k={}", dir.path().join("nope").display());
         let e = load_keys(std::slice::from_ref(&missing)).unwrap_err();

@@ -19,6 +19,14 @@ pub fn dedup_key(hook_uid: &str, event_id: &str) -> String {
     key
 }
 
+/// What a row's sealed `error_detail` is bound to (AES-GCM associated data): its
+/// `dedup_key` without the `#<16 hex>` suffix of a reused event id
+/// (`audit::store::reused_event_key`, added after sealing; `#` never occurs in an
+/// event id). A detail copied onto a row of another hook or event no longer opens.
+pub fn detail_binding(dedup_key: &str) -> &str {
+    dedup_key.split('#').next().unwrap_or(dedup_key)
+}
+
 /// One hook run (never a dry run: `POST /v1/test` writes no row, issue 5 point 3).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AuditRow {
@@ -190,7 +198,7 @@ mod tests {
             duration_ms: 5_000,
             dedup_key: dedup_key("uid-1", "evt-1"),
             error: Some(error_summary(full)),
-            error_detail: Some(key.seal(full)),
+            error_detail: Some(key.seal(full, "uid-1:evt-1")),
             metadata: AuditMetadata {
                 matcher_matched: Some(true),
                 ..Default::default()
@@ -212,7 +220,14 @@ mod tests {
         assert!(!v.to_string().contains("bob@example.com"));
         let back: AuditRow = serde_json::from_value(v).unwrap();
         assert_eq!(back, row);
-        assert_eq!(key.open(back.error_detail.as_ref().unwrap()).unwrap(), full);
+        assert_eq!(
+            key.open(
+                back.error_detail.as_ref().unwrap(),
+                detail_binding(&back.dedup_key)
+            )
+            .unwrap(),
+            full
+        );
 
         let mut bad = serde_json::to_value(&row).unwrap();
         bad["decision"] = json!("deny");

@@ -38,7 +38,7 @@ use serde_json::{Value, json};
 
 use super::admin::authorize;
 use super::{AppState, error};
-use crate::audit::row::AuditRow;
+use crate::audit::row::{AuditRow, detail_binding};
 use crate::audit::store::{AuditStore, ExecutionParams, ExecutionQuery, StoreError};
 
 /// The query parameters `GET /v1/executions` takes.
@@ -169,7 +169,7 @@ fn open_detail(state: &AppState, row: &AuditRow) -> (Option<String>, Option<Stri
             )),
         );
     };
-    match keys.open(sealed) {
+    match keys.open(sealed, detail_binding(&row.dedup_key)) {
         Ok(plain) => (Some(plain), None),
         // Messages of AuditKeyError carry no key material or plaintext.
         Err(e) => (None, Some(e.to_string())),
