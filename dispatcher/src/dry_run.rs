@@ -16,7 +16,6 @@
 //!
 //! [`PromptEvaluator::evaluate_dry_run`]: crate::handlers::prompt::PromptEvaluator::evaluate_dry_run
 
-use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
 
 use agenthooks_crds::agenthook::{AgentHookSpec, HandlerType, HookScope, OnTimeout};
@@ -26,7 +25,6 @@ use agenthooks_crds::snapshot::{SealedHeader, SnapshotHook};
 use agenthooks_crds::tenancy::namespace_tenant;
 use agenthooks_crds::{Edition, GROUP, VERSION};
 use bytes::Bytes;
-use futures::FutureExt;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -35,7 +33,7 @@ use crate::event::{Event, MAX_LOOP_DEPTH};
 use crate::handlers::prompt::PromptMetadata;
 use crate::handlers::{HandlerResult, Outcome};
 use crate::hookset::{HookSet, LoadedHook};
-use crate::runner::{Engine, run_handler};
+use crate::runner::{Engine, guarded, run_handler};
 
 /// Options of one dry run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -253,14 +251,11 @@ async fn run_handler_dry(
         (HandlerType::Prompt, Some(p)) => p,
         _ => return run_handler(engine, hook, event, event_json, timeout).await,
     };
-    let fut = engine.prompt.evaluate_dry_run(hook, prompt, event, timeout);
-    // The same safety net as `run_handler`: over the handler's own timeout, and panics.
-    let guarded = AssertUnwindSafe(fut).catch_unwind();
-    match tokio::time::timeout(timeout + Duration::from_millis(250), guarded).await {
-        Ok(Ok(r)) => r,
-        Ok(Err(_)) => HandlerResult::error("panic", "the handler panicked"),
-        Err(_) => HandlerResult::timeout(timeout.as_millis() as u64),
-    }
+    guarded(
+        engine.prompt.evaluate_dry_run(hook, prompt, event, timeout),
+        timeout,
+    )
+    .await
 }
 
 /// Copies the handler's result into the report and applies the chain's rules for one

@@ -146,7 +146,6 @@ pub async fn run_handler(
     event_json: &Bytes,
     timeout: Duration,
 ) -> HandlerResult {
-    let timeout_ms = timeout.as_millis() as u64;
     let fut = async {
         match hook.spec.handler.type_ {
             HandlerType::Command => {
@@ -187,12 +186,21 @@ pub async fn run_handler(
             }
         }
     };
-    // A safety net over the handler's own timeout handling, and over panics.
+    guarded(fut, timeout).await
+}
+
+/// A safety net over a handler's own timeout handling (250 ms past `timeout` it is a
+/// `timeout`), and over panics (an `error`, kind `panic`). Every handler run goes
+/// through it, dry runs included.
+pub(crate) async fn guarded(
+    fut: impl std::future::Future<Output = HandlerResult>,
+    timeout: Duration,
+) -> HandlerResult {
     let guarded = AssertUnwindSafe(fut).catch_unwind();
     match tokio::time::timeout(timeout + Duration::from_millis(250), guarded).await {
         Ok(Ok(r)) => r,
         Ok(Err(_)) => HandlerResult::error("panic", "the handler panicked"),
-        Err(_) => HandlerResult::timeout(timeout_ms),
+        Err(_) => HandlerResult::timeout(timeout.as_millis() as u64),
     }
 }
 
@@ -248,16 +256,15 @@ pub async fn run_matched(
         hook = %hook.key, handler = handler.as_str(), event = %event.event, decision = result.outcome.as_str(),
         duration_ms = elapsed.as_secs_f64() * 1000.0, "hook.{}.{}", handler.as_str(), event.event
     );
-    // For the audit row's `metadata.trace_id` (CONTRACT §7.5): `RunRecord.trace_id`.
-    let trace_id = span.trace_id_hex();
-    span.end(result.outcome, elapsed, result.error_kind);
     if engine.audit.is_enabled() {
-        // Moves and refcounts only; the row is built by the audit writer.
+        // Moves and refcounts only; the row is built by the audit writer. The span's
+        // trace id is the row's `metadata.trace_id` (CONTRACT §7.5).
         engine.audit.record(RunRecord {
-            trace_id,
+            trace_id: span.trace_id_hex(),
             ..RunRecord::of_run(hook, event, event_json, &result, elapsed, cel_failed)
         });
     }
+    span.end(result.outcome, elapsed, result.error_kind);
     HookRun {
         hook: hook.key.clone(),
         handler: handler.as_str(),
@@ -286,4 +293,29 @@ pub async fn run_hook(
         Err(e) => Err(e),
     };
     Some(run_matched(engine, hook, event, event_json, timeout, filter).await)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_guard_turns_a_panic_into_an_error_and_a_hang_into_a_timeout() {
+        let r = guarded(async { panic!("boom") }, Duration::from_millis(50)).await;
+        assert_eq!(
+            (r.outcome, r.error_kind, r.reason.as_deref()),
+            (Outcome::Error, Some("panic"), Some("the handler panicked"))
+        );
+        let r = guarded(std::future::pending(), Duration::from_millis(20)).await;
+        assert_eq!(
+            (r.outcome, r.error_kind, r.reason.as_deref()),
+            (
+                Outcome::Timeout,
+                Some("timeout"),
+                Some("no answer within 20 ms")
+            )
+        );
+        let r = guarded(async { HandlerResult::allow() }, Duration::from_millis(20)).await;
+        assert_eq!(r.outcome, Outcome::Allow);
+    }
 }
