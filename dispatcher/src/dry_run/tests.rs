@@ -142,23 +142,24 @@ async fn filters_that_do_not_match_skip_the_handler_unless_forced() {
         Some(r#"matcher "^Bash$" does not match tool_name "Read""#)
     );
 
-    // Another tenant, another event kind.
-    let r = dry_run(
-        &e,
-        &h,
-        &event(json!({"tenant_id": "tenant-b"})),
-        DryRunOptions::default(),
-    )
-    .await;
-    assert!(!r.ran && !r.scope_matched);
-    let r = dry_run(
-        &e,
-        &h,
-        &event(json!({"event": "post_tool_use"})),
-        DryRunOptions::default(),
-    )
-    .await;
-    assert!(!r.ran && !r.event_matched);
+    // Another tenant, another event kind: skipped, each saying why.
+    for (sample, why) in [
+        (
+            json!({"tenant_id": "tenant-b"}),
+            r#"the hook applies to tenant "tenant-a", not tenant_id "tenant-b""#,
+        ),
+        (
+            json!({"event": "post_tool_use"}),
+            "the hook is for event pre_tool_use, not post_tool_use",
+        ),
+    ] {
+        let r = dry_run(&e, &h, &event(sample), DryRunOptions::default()).await;
+        assert!(!r.ran, "{r:?}");
+        assert_eq!(r.skipped.as_deref(), Some(why));
+        assert_eq!(r.scope_matched, !why.contains("tenant"));
+        assert_eq!(r.event_matched, !why.contains("event "));
+        assert_eq!((r.decision, r.verdict), (None, Verdict::Allow));
+    }
     assert!(!marker.exists());
 
     // Forced: runs anyway and reports the filters.
