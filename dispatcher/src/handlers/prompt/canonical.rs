@@ -10,44 +10,49 @@ use serde_json::Value;
 
 /// `v` as canonical JSON text. One line: a newline inside a string is written `\n`.
 pub fn canonical_json(v: &Value) -> String {
-    let mut out = String::new();
+    let mut out = Vec::new();
     write(v, &mut out);
-    out
+    // serde_json writes UTF-8, and so do the brackets and separators around it.
+    String::from_utf8(out).expect("canonical JSON is UTF-8")
 }
 
-fn write(v: &Value, out: &mut String) {
+fn write(v: &Value, out: &mut Vec<u8>) {
     match v {
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
             entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
+            out.push(b'{');
             for (i, (k, v)) in entries.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
                 write_scalar(k.as_str(), out);
-                out.push(':');
+                out.push(b':');
                 write(v, out);
             }
-            out.push('}');
+            out.push(b'}');
         }
         Value::Array(items) => {
-            out.push('[');
+            out.push(b'[');
             for (i, v) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
                 write(v, out);
             }
-            out.push(']');
+            out.push(b']');
         }
         scalar => write_scalar(scalar, out),
     }
 }
 
-fn write_scalar<T: serde::Serialize + ?Sized>(v: &T, out: &mut String) {
+/// Appends a key or scalar in place (no string per value: this runs for every prompt
+/// run, cache hits included, through the cache key).
+fn write_scalar<T: serde::Serialize + ?Sized>(v: &T, out: &mut Vec<u8>) {
     // A scalar always serializes; the fallback keeps this path free of unwraps.
-    out.push_str(&serde_json::to_string(v).unwrap_or_else(|_| "null".into()));
+    if serde_json::to_writer(&mut *out, v).is_err() {
+        out.extend_from_slice(b"null");
+    }
 }
 
 #[cfg(test)]
