@@ -382,14 +382,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 &key,
             )?;
             let budgets = loaded.budgets.len();
-            let tenants = loaded.budgets.iter().map(|b| b.tenant.clone()).collect();
             engine.budgets = Budgets::local(
                 LocalLedger::new(loaded.budgets)?,
                 Some(engine.metrics.clone()),
             );
             // agenthooks_budget_remaining_tokens{tenant}: the operator's series, ours here.
             engine.metrics.registry.register(Box::new(
-                telemetry::budget_remaining::BudgetRemaining::new(engine.budgets.clone(), tenants),
+                telemetry::budget_remaining::BudgetRemaining::new(engine.budgets.clone()),
             ))?;
             tracing::info!(hooks = loaded.hooks.len(), budgets, path = %path.display(), edition = %args.common.edition, "standalone: hooks loaded; nothing is reported to an operator");
             let state = AppState::new(engine);

@@ -102,6 +102,11 @@ impl LocalLedger {
         self.len() == 0
     }
 
+    /// The tenants with a budget (no order).
+    pub fn tenants(&self) -> Vec<String> {
+        self.lock().keys().cloned().collect()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -188,13 +193,15 @@ impl Entry {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::budget::Budgets;
     use chrono::TimeZone;
     use std::sync::atomic::{AtomicI64, Ordering};
 
-    fn budget(tenant: &str, total: i64) -> LocalBudget {
+    /// `tenant-<tenant>/monthly`, `total` tokens a month (also used by the
+    /// `budget_remaining` collector's tests).
+    pub(crate) fn budget(tenant: &str, total: i64) -> LocalBudget {
         LocalBudget {
             namespace: format!("tenant-{tenant}"),
             name: "monthly".into(),

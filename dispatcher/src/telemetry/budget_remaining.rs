@@ -17,18 +17,17 @@ use crate::budget::Budgets;
 /// Metric name, as on the operator.
 pub const NAME: &str = "agenthooks_budget_remaining_tokens";
 
-/// A collector over the local ledger of `budgets` for `tenants`.
+/// A collector over the local ledger of `budgets`: one series per tenant with a budget.
 pub struct BudgetRemaining {
     budgets: Budgets,
-    tenants: Vec<String>,
     opts: Opts,
     desc: Vec<Desc>,
 }
 
 impl BudgetRemaining {
-    /// `tenants`: the tenants with a TenantHookBudget in the hooks files. A tenant the
-    /// ledger does not know (or a non-local `budgets`) exports nothing.
-    pub fn new(budgets: Budgets, tenants: Vec<String>) -> BudgetRemaining {
+    /// The tenants are the ledger's (those with a TenantHookBudget in the hooks files);
+    /// a non-local `budgets` exports nothing.
+    pub fn new(budgets: Budgets) -> BudgetRemaining {
         let opts = Opts::new(
             NAME,
             "Tokens left in the tenant's hook budget this UTC month (standalone ledger)",
@@ -37,7 +36,6 @@ impl BudgetRemaining {
         let desc = vec![opts.describe().expect("a valid metric name")];
         BudgetRemaining {
             budgets,
-            tenants,
             opts,
             desc,
         }
@@ -54,9 +52,9 @@ impl Collector for BudgetRemaining {
             return Vec::new();
         };
         let gauge = IntGaugeVec::new(self.opts.clone(), &["tenant"]).expect("a valid metric");
-        for tenant in &self.tenants {
-            if let Some((status, _reserved)) = ledger.status(tenant) {
-                gauge.with_label_values(&[tenant]).set(status.remaining);
+        for tenant in ledger.tenants() {
+            if let Some((status, _reserved)) = ledger.status(&tenant) {
+                gauge.with_label_values(&[&tenant]).set(status.remaining);
             }
         }
         gauge.collect()
@@ -66,21 +64,9 @@ impl Collector for BudgetRemaining {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::budget::local::{LocalBudget, LocalLedger};
+    use crate::budget::local::LocalLedger;
+    use crate::budget::local::tests::budget;
     use crate::metrics::Metrics;
-    use agenthooks_crds::TenantHookBudgetSpec;
-
-    fn budget(tenant: &str, total: i64) -> LocalBudget {
-        LocalBudget {
-            namespace: format!("tenant-{tenant}"),
-            name: "monthly".into(),
-            tenant: tenant.into(),
-            spec: serde_json::from_value::<TenantHookBudgetSpec>(
-                serde_json::json!({"monthlyTokens": total}),
-            )
-            .unwrap(),
-        }
-    }
 
     #[tokio::test]
     async fn remaining_follows_settles_per_tenant() {
@@ -89,10 +75,7 @@ mod tests {
         let metrics = Metrics::new();
         metrics
             .registry
-            .register(Box::new(BudgetRemaining::new(
-                budgets.clone(),
-                vec!["acme".into(), "beta".into(), "ghost".into()],
-            )))
+            .register(Box::new(BudgetRemaining::new(budgets.clone())))
             .unwrap();
         let text = metrics.render();
         assert!(
@@ -103,7 +86,11 @@ mod tests {
             text.contains("agenthooks_budget_remaining_tokens{tenant=\"beta\"} 50\n"),
             "{text}"
         );
-        assert!(!text.contains("ghost"), "{text}");
+        assert_eq!(
+            text.matches("agenthooks_budget_remaining_tokens{").count(),
+            2,
+            "one series per budget: {text}"
+        );
 
         let r = budgets.reserve("acme", 300, None).await.unwrap();
         r.settle(120).await.unwrap();
@@ -119,10 +106,7 @@ mod tests {
         let metrics = Metrics::new();
         metrics
             .registry
-            .register(Box::new(BudgetRemaining::new(
-                Budgets::unconfigured(),
-                vec!["acme".into()],
-            )))
+            .register(Box::new(BudgetRemaining::new(Budgets::unconfigured())))
             .unwrap();
         assert!(!metrics.render().contains(NAME));
     }
