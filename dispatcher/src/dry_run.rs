@@ -18,7 +18,7 @@
 
 use std::time::{Duration, Instant};
 
-use agenthooks_crds::agenthook::{AgentHookSpec, HandlerType, HookScope, OnTimeout};
+use agenthooks_crds::agenthook::{AgentHookSpec, HandlerType, OnTimeout};
 use agenthooks_crds::expr::EvalScope;
 use agenthooks_crds::sealed::SealKey;
 use agenthooks_crds::snapshot::{SealedHeader, SnapshotHook};
@@ -117,14 +117,7 @@ pub async fn dry_run(
     let spec = &hook.spec;
     let blocking = event.event.is_blocking();
     let event_matched = spec.event == event.event;
-    let scope_matched = spec.enabled
-        && match spec.scope {
-            HookScope::Global => true,
-            HookScope::Tenant => hook.compiled.tenant == event.tenant_id,
-            HookScope::Agent => {
-                hook.compiled.tenant == event.tenant_id && spec.agent_ids.contains(&event.agent_id)
-            }
-        };
+    let scope_matched = hook.admits(&event.tenant_id, &event.agent_id);
     let matcher_matched = match &hook.compiled.matcher {
         None => true,
         Some(re) => event.tool().is_some_and(|t| re.is_match(t)),

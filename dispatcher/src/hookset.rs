@@ -34,6 +34,25 @@ pub struct LoadedHook {
     pub counters: Arc<HookCounters>,
 }
 
+impl LoadedHook {
+    /// Whether the hook is enabled and its agent rule admits `agent` (CONTRACT §3.1:
+    /// `scope: agent` runs only for the listed `agentIds`). The tenant rule is the
+    /// index's: [`HookSet::resolve`] only looks at global hooks and the event tenant's.
+    pub fn admits_agent(&self, agent: &str) -> bool {
+        self.spec.enabled
+            && (self.spec.scope != HookScope::Agent
+                || self.spec.agent_ids.iter().any(|a| a == agent))
+    }
+
+    /// Whether the hook applies to an event of `tenant` and `agent`: [`Self::admits_agent`]
+    /// plus the tenant rule that resolution gets from the index (global hooks apply to
+    /// every tenant). For a single hook outside resolution (dry runs).
+    pub fn admits(&self, tenant: &str, agent: &str) -> bool {
+        (self.spec.scope == HookScope::Global || self.compiled.tenant == tenant)
+            && self.admits_agent(agent)
+    }
+}
+
 impl std::ops::Deref for LoadedHook {
     type Target = SnapshotHook;
     fn deref(&self) -> &SnapshotHook {
@@ -276,10 +295,7 @@ impl<'a> Iterator for Resolved<'a> {
             };
             let (hook, rest) = list.split_first().expect("checked non-empty");
             *list = rest;
-            let admitted = hook.spec.enabled
-                && (hook.spec.scope != HookScope::Agent
-                    || hook.spec.agent_ids.iter().any(|a| a == self.agent));
-            if admitted {
+            if hook.admits_agent(self.agent) {
                 return Some(hook);
             }
         }
