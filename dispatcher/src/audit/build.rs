@@ -188,8 +188,13 @@ pub(crate) mod tests {
             without.error.as_deref(),
             Some(error_summary(&full).as_str())
         );
-        assert!(without.error.as_ref().unwrap().len() <= 256);
-        assert!(!without.error.as_ref().unwrap().contains("bob@example.com"));
+        let error = without.error.as_deref().unwrap();
+        assert!(error.len() <= 256);
+        assert!(
+            error.starts_with("HTTP 500 from hook: bearer [REDACTED] for [REDACTED] xxx"),
+            "{error}"
+        );
+        assert!(!error.contains("bob@example.com") && !error.contains("abcdefghijklmnop"));
         assert_eq!(without.error_detail, None);
 
         let keys = ErrorDetailKeys::new(
