@@ -173,7 +173,9 @@ pub struct AuditStatus {
     pub reason: Option<String>,
 }
 
-/// State shared by the sink, the writer and `/readyz`.
+/// State shared by the sink, the writer and `/readyz`. Queued rows, spool rows and bytes
+/// and dropped rows are not kept here: [`AuditStatus`] reads them from the sink's
+/// [`Metrics`] (one dispatcher, one sink, one set of metrics).
 #[derive(Debug, Default)]
 pub struct AuditHealth {
     /// The last write to the database failed, or it was never reached (rows go to the
@@ -189,13 +191,10 @@ pub struct AuditHealth {
     pub(crate) spool_full: AtomicBool,
     /// Bytes of the smallest row the last refusing append could not fit.
     pub(crate) spool_refused_row_bytes: AtomicU64,
-    pub(crate) spool_rows: AtomicU64,
-    pub(crate) spool_bytes: AtomicU64,
     pub(crate) spool_max_bytes: AtomicU64,
-    pub(crate) queued_rows: AtomicU64,
     /// Bytes of `event_json` held by queued runs (each run counts its own, shared or not).
     pub(crate) queued_bytes: AtomicUsize,
-    dropped_total: AtomicU64,
+    /// When the last row was dropped (unix ms); 0 before any.
     last_drop_ms: AtomicU64,
     dropped_unlogged: AtomicU64,
     last_drop_log_ms: AtomicU64,
@@ -209,7 +208,6 @@ impl AuditHealth {
             return;
         }
         metrics.audit_rows_dropped.inc_by(n);
-        self.dropped_total.fetch_add(n, Ordering::Relaxed);
         let now = unix_ms_now();
         self.last_drop_ms.store(now, Ordering::Relaxed);
         self.dropped_unlogged.fetch_add(n, Ordering::Relaxed);
@@ -229,15 +227,13 @@ impl AuditHealth {
         }
     }
 
-    /// Rows dropped since start.
-    pub fn dropped_total(&self) -> u64 {
-        self.dropped_total.load(Ordering::Relaxed)
-    }
-
-    fn status(&self, backend: &'static str) -> AuditStatus {
+    fn status(&self, backend: &'static str, metrics: &Metrics) -> AuditStatus {
+        // A gauge may dip below zero for a moment (the writer took a run before the sink
+        // counted it in): never show that as a huge count.
+        let gauge = |g: &prometheus::IntGauge| u64::try_from(g.get()).unwrap_or(0);
         let spool_max_bytes = self.spool_max_bytes.load(Ordering::Relaxed);
-        let spool_bytes = self.spool_bytes.load(Ordering::Relaxed);
-        let dropped_rows = self.dropped_total();
+        let spool_bytes = gauge(&metrics.audit_spool_bytes);
+        let dropped_rows = metrics.audit_rows_dropped.get();
         let last_drop = self.last_drop_ms.load(Ordering::Relaxed);
         let recently_dropped = dropped_rows > 0
             && unix_ms_now().saturating_sub(last_drop) < DEGRADED_AFTER_DROP.as_millis() as u64;
@@ -279,8 +275,8 @@ impl AuditHealth {
         AuditStatus {
             state,
             backend,
-            queued_rows: self.queued_rows.load(Ordering::Relaxed),
-            spool_rows: self.spool_rows.load(Ordering::Relaxed),
+            queued_rows: gauge(&metrics.audit_queue_depth),
+            spool_rows: gauge(&metrics.audit_spool_rows),
             spool_bytes,
             spool_max_bytes,
             dropped_rows,
@@ -357,10 +353,7 @@ impl AuditSink {
             return;
         }
         match s.tx.try_send(run) {
-            Ok(()) => {
-                s.metrics.audit_queue_depth.inc();
-                s.health.queued_rows.fetch_add(1, Ordering::Relaxed);
-            }
+            Ok(()) => s.metrics.audit_queue_depth.inc(),
             Err(e) => {
                 s.health.queued_bytes.fetch_sub(len, Ordering::Relaxed);
                 let why = match e {
@@ -388,7 +381,7 @@ impl AuditSink {
     /// Where the audit trail stands (`None` when audit is off).
     pub fn status(&self) -> Option<AuditStatus> {
         let s = self.inner.as_ref()?;
-        Some(s.health.status(s.backend))
+        Some(s.health.status(s.backend, &s.metrics))
     }
 
     /// Stops the writer after it wrote what is queued now — to the database, or to the

@@ -217,10 +217,7 @@ pub enum AuditStartError {
 
 /// `sqlite` or `postgres` for a URL [`AuditStore::connect`] accepts.
 fn backend_of(url: &str) -> &'static str {
-    if url
-        .get(..7)
-        .is_some_and(|s| s.eq_ignore_ascii_case("sqlite:"))
-    {
+    if super::store::is_sqlite_url(url) {
         "sqlite"
     } else {
         "postgres"
@@ -566,8 +563,6 @@ impl Writer {
 
     fn publish_spool(&self) {
         let s = self.spool();
-        self.health.spool_rows.store(s.rows(), Ordering::Relaxed);
-        self.health.spool_bytes.store(s.bytes(), Ordering::Relaxed);
         self.metrics.audit_spool_rows.set(s.rows() as i64);
         self.metrics.audit_spool_bytes.set(s.bytes() as i64);
     }
@@ -577,9 +572,6 @@ impl Writer {
         let n = batch.len();
         let bytes: usize = batch.iter().map(|r| r.event_json.len()).sum();
         self.health.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
-        self.health
-            .queued_rows
-            .fetch_sub(n as u64, Ordering::Relaxed);
         self.metrics.audit_queue_depth.sub(n as i64);
         // Hashing, parsing and sealing off the runtime's workers, which serve decisions.
         let records = std::mem::replace(batch, Vec::with_capacity(self.cfg.batch_rows));
@@ -913,6 +905,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(table.keys().len(), 20, "5 rows wait for the 10 s linger");
         assert_eq!(metrics.audit_queue_depth.get(), 5);
+        assert_eq!(sink.status().unwrap().queued_rows, 5);
         // Shutdown flushes them without waiting for the linger.
         let report = sink.shutdown(Duration::from_secs(5)).await;
         assert_eq!(table.keys(), keys(0..25));
