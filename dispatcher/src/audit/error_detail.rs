@@ -79,13 +79,18 @@ impl std::fmt::Debug for ErrorDetailKey {
     }
 }
 
-fn check_key_id(id: &str) -> Result<(), AuditKeyError> {
-    let ok = !id.is_empty()
+/// Whether `id` is a valid key id: 1 to [`KEY_ID_MAX_BYTES`] characters of
+/// `A-Z a-z 0-9 . _ -`.
+pub fn is_key_id(id: &str) -> bool {
+    !id.is_empty()
         && id.len() <= KEY_ID_MAX_BYTES
         && id
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if ok {
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+fn check_key_id(id: &str) -> Result<(), AuditKeyError> {
+    if is_key_id(id) {
         Ok(())
     } else {
         Err(AuditKeyError::BadKeyId(id.to_owned()))

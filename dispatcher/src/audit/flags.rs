@@ -4,7 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::error_detail::{AuditKeyError, ErrorDetailKey, ErrorDetailKeys, KEY_ID_MAX_BYTES};
+use super::error_detail::{AuditKeyError, ErrorDetailKey, ErrorDetailKeys, is_key_id};
+use super::store::is_sqlite_url;
 
 /// `--audit-db` default: SQLite, a file in the working directory.
 pub const DEFAULT_AUDIT_DB: &str = "sqlite://agenthooks-audit.db";
@@ -23,13 +24,6 @@ pub struct KeyFlagError {
     /// The flag's value as given.
     pub flag: String,
     pub error: AuditKeyError,
-}
-
-fn is_key_id(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= KEY_ID_MAX_BYTES
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 /// `[ID=]PATH` → (key id, path). Without `ID=` (or when what precedes the first `=` is
@@ -122,13 +116,10 @@ pub fn parse_byte_size(value: &str) -> Result<u64, String> {
 /// `DIR/NAME.spool/`), else `agenthooks-audit.spool/` in the working directory.
 pub fn default_spool_dir(url: &str) -> PathBuf {
     let fallback = PathBuf::from("agenthooks-audit.spool");
-    let Some(rest) = url
-        .get(..7)
-        .filter(|s| s.eq_ignore_ascii_case("sqlite:"))
-        .map(|_| &url[7..])
-    else {
+    if !is_sqlite_url(url) {
         return fallback;
-    };
+    }
+    let rest = &url["sqlite:".len()..];
     let rest = rest.strip_prefix("//").unwrap_or(rest);
     let path = rest.split('?').next().unwrap_or("");
     if path.is_empty() || path.starts_with(":memory:") {

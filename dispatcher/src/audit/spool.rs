@@ -269,15 +269,15 @@ impl Spool {
             });
         }
         let last = self.files.back_mut().expect("a current file is indexed");
-        let path = self.dir.join(format!("{:020}.{EXT}", last.seq));
         let file = self.current.as_mut().expect("a current file is open");
         let written = file.write_all(&buf).and_then(|()| file.sync_data());
         if let Err(e) = written {
             // Never leave a partial line that the next append would run into.
             let _ = file.set_len(last.bytes);
             let _ = file.sync_data();
+            let seq = last.seq;
             self.current = None;
-            return Err(io("append to", &path)(e));
+            return Err(io("append to", &self.path(seq))(e));
         }
         last.bytes += needed;
         last.rows += done.rows as u64;

@@ -330,7 +330,7 @@ impl AuditStore {
     /// Errors: [`StoreError::BadUrl`], [`StoreError::Connect`], [`StoreError::Migrate`].
     pub async fn connect(url: &str) -> Result<AuditStore, StoreError> {
         let lower = url.get(..13).unwrap_or(url).to_ascii_lowercase();
-        if lower.starts_with("sqlite:") {
+        if is_sqlite_url(url) {
             sqlite::connect(url).await.map(AuditStore::Sqlite)
         } else if lower.starts_with("postgres://") || lower.starts_with("postgresql://") {
             postgres::connect(url).await.map(AuditStore::Postgres)
@@ -424,10 +424,17 @@ impl AuditStore {
 
     /// How many rows the table holds (tests and tools: "count every row").
     pub async fn count(&self) -> Result<u64, StoreError> {
-        match self {
-            AuditStore::Sqlite(pool) => sqlite::count(pool).await,
-            AuditStore::Postgres(pool) => postgres::count(pool).await,
+        const SQL: &str = "SELECT COUNT(*) FROM hook_executions";
+        let n: i64 = match self {
+            AuditStore::Sqlite(pool) => sqlx::query_scalar(SQL).fetch_one(pool).await,
+            AuditStore::Postgres(pool) => sqlx::query_scalar(SQL).fetch_one(pool).await,
         }
+        .map_err(|source| StoreError::Database {
+            backend: self.backend(),
+            op: "count",
+            source,
+        })?;
+        Ok(u64::try_from(n).unwrap_or(0))
     }
 
     /// `"sqlite"` or `"postgres"` (logs, metrics labels).
@@ -485,6 +492,13 @@ pub fn reused_event_key(r: &AuditRow) -> String {
     }
     let digest = hex::encode(h.finalize());
     format!("{}#{}", r.dedup_key, &digest[..16])
+}
+
+/// Whether `url` names a SQLite database (`sqlite:`, any case): the one test that
+/// picks the backend ([`AuditStore::connect`]), its name and the default spool directory.
+pub fn is_sqlite_url(url: &str) -> bool {
+    url.get(..7)
+        .is_some_and(|s| s.eq_ignore_ascii_case("sqlite:"))
 }
 
 /// `url` with the password (if any) replaced by `***`, for error messages.

@@ -155,14 +155,6 @@ pub(super) async fn stored_events(
     .map_err(db_error("stored_events"))
 }
 
-pub(super) async fn count(pool: &PgPool) -> Result<u64, StoreError> {
-    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM hook_executions")
-        .fetch_one(pool)
-        .await
-        .map_err(db_error("count"))?;
-    Ok(u64::try_from(n).unwrap_or(0))
-}
-
 fn decode(row: &PgRow) -> Result<AuditRow, StoreError> {
     let id: i64 = column(row, 0, "id")?;
     let Json(metadata): Json<serde_json::Value> = column(row, id, "metadata")?;

@@ -203,14 +203,6 @@ pub(super) async fn stored_events(
     Ok(found)
 }
 
-pub(super) async fn count(pool: &SqlitePool) -> Result<u64, StoreError> {
-    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM hook_executions")
-        .fetch_one(pool)
-        .await
-        .map_err(db_error("count"))?;
-    Ok(u64::try_from(n).unwrap_or(0))
-}
-
 fn decode(row: &SqliteRow) -> Result<AuditRow, StoreError> {
     let id: i64 = column(row, 0, "id")?;
     let metadata_text: String = column(row, id, "metadata")?;
