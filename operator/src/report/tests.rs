@@ -14,22 +14,26 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
+/// A client for `http://127.0.0.1:{port}`.
+fn client_at(port: u16) -> Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let url = format!("http://127.0.0.1:{port}").parse().unwrap();
+    Client::try_from(kube::Config::new(url)).unwrap()
+}
+
 /// A client for an address nothing listens on: every API call fails at once.
 fn dead_client() -> Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
-    let url = format!("http://127.0.0.1:{port}").parse().unwrap();
-    Client::try_from(kube::Config::new(url)).unwrap()
+    client_at(port)
 }
 
 /// A client for a local port that counts the connections made to it (and closes each at
 /// once, so every API call fails): proves that no API call is made.
 fn counting_client() -> (Client, Arc<std::sync::atomic::AtomicUsize>) {
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -40,11 +44,7 @@ fn counting_client() -> (Client, Arc<std::sync::atomic::AtomicUsize>) {
             drop(stream);
         }
     });
-    let url = format!("http://127.0.0.1:{port}").parse().unwrap();
-    (
-        Client::try_from(kube::Config::new(url)).unwrap(),
-        connections,
-    )
+    (client_at(port), connections)
 }
 
 fn serving_shared() -> Arc<Shared> {
@@ -52,6 +52,18 @@ fn serving_shared() -> Arc<Shared> {
     shared.set_leader(true);
     shared.set_synced(true);
     shared
+}
+
+/// A serving `Shared` whose index holds `hooks` (`(name, uid, generation)` in namespace
+/// `ns`), published; with the version of that snapshot.
+fn published(hooks: &[(&str, &str, i64)]) -> (Arc<Shared>, u64) {
+    let shared = serving_shared();
+    for (name, uid, generation) in hooks {
+        lock(&shared.index).apply(hook("ns", name, uid, *generation));
+    }
+    shared.publish_now().unwrap();
+    let version = shared.snapshots.borrow().version;
+    (shared, version)
 }
 
 fn fast() -> ReportConfig {
@@ -209,11 +221,7 @@ async fn an_applied_id_answers_duplicate_and_changes_nothing() {
 
 #[tokio::test]
 async fn a_trip_leaves_the_snapshot_before_its_status_write() {
-    let shared = serving_shared();
-    lock(&shared.index).apply(hook("ns", "h", "u1", 2));
-    lock(&shared.index).apply(hook("ns", "other", "u2", 1));
-    shared.publish_now().unwrap();
-    let before = shared.snapshots.borrow().version;
+    let (shared, before) = published(&[("h", "u1", 2), ("other", "u2", 1)]);
     let cancel = CancellationToken::new();
     let app = start_with(shared.clone(), dead_client(), cancel.clone(), fast());
     let trip = |generation: i64, token: Option<&str>| TripReport {
@@ -290,10 +298,7 @@ async fn a_trip_leaves_the_snapshot_before_its_status_write() {
 
 #[tokio::test]
 async fn runs_merged_over_three_dispatchers_trip_the_hook() {
-    let shared = serving_shared();
-    lock(&shared.index).apply(hook("ns", "h", "u1", 1));
-    shared.publish_now().unwrap();
-    let before = shared.snapshots.borrow().version;
+    let (shared, before) = published(&[("h", "u1", 1)]);
     let cancel = CancellationToken::new();
     let app = start_with(shared.clone(), dead_client(), cancel.clone(), fast());
     let t0 = chrono::Utc::now() - chrono::Duration::seconds(10);
@@ -527,10 +532,7 @@ async fn a_report_id_reused_for_another_body_is_409_and_ids_are_per_dispatcher()
 
 #[tokio::test]
 async fn a_last_allow_in_year_9999_does_not_hold_the_merged_breaker_closed() {
-    let shared = serving_shared();
-    lock(&shared.index).apply(hook("ns", "h", "u1", 1));
-    shared.publish_now().unwrap();
-    let before = shared.snapshots.borrow().version;
+    let (shared, before) = published(&[("h", "u1", 1)]);
     let cancel = CancellationToken::new();
     let app = start_with(shared.clone(), dead_client(), cancel.clone(), fast());
     let observation = |last_allow: Option<&str>, run: Vec<String>| {
@@ -576,11 +578,7 @@ async fn a_last_allow_in_year_9999_does_not_hold_the_merged_breaker_closed() {
 
 #[tokio::test]
 async fn the_windows_forget_hooks_tripped_locally_deleted_or_edited() {
-    let shared = serving_shared();
-    for (name, uid) in [("a", "ua"), ("b", "ub"), ("c", "uc")] {
-        lock(&shared.index).apply(hook("ns", name, uid, 1));
-    }
-    shared.publish_now().unwrap();
+    let (shared, _) = published(&[("a", "ua", 1), ("b", "ub", 1), ("c", "uc", 1)]);
     let cancel = CancellationToken::new();
     let (client, _connections) = counting_client();
     let core = Arc::new(Core {
