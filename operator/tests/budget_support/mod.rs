@@ -393,18 +393,7 @@ spec:
         let (ns, budget) = (ns.to_string(), budget.to_string());
         let refused = blocking(move || {
             agenthooks_e2e::wait_for(Duration::from_secs(30), || {
-                let out = cp.kubectl(&[
-                    "-n",
-                    &ns,
-                    "patch",
-                    "tenanthookbudget",
-                    &budget,
-                    "--subresource=status",
-                    "--type=merge",
-                    "--dry-run=server",
-                    "-p",
-                    r#"{"status":{"used":12345}}"#,
-                ]);
+                let out = dry_run_status_patch(cp, &ns, &budget);
                 !out.status.success()
                     && String::from_utf8_lossy(&out.stderr).contains("status writes are refused")
             })
@@ -422,20 +411,7 @@ spec:
         drop(self);
         let allowed = blocking(move || {
             agenthooks_e2e::wait_for(Duration::from_secs(30), || {
-                cp.kubectl(&[
-                    "-n",
-                    &ns,
-                    "patch",
-                    "tenanthookbudget",
-                    &budget,
-                    "--subresource=status",
-                    "--type=merge",
-                    "--dry-run=server",
-                    "-p",
-                    r#"{"status":{"used":12345}}"#,
-                ])
-                .status
-                .success()
+                dry_run_status_patch(cp, &ns, &budget).status.success()
             })
         })
         .await;
@@ -444,6 +420,23 @@ spec:
             "status writes still refused after removing the policy"
         );
     }
+}
+
+/// A server-side dry run of a status patch of budget `ns/budget` (changes nothing): it
+/// fails exactly while an admission policy refuses the budget's status writes.
+fn dry_run_status_patch(cp: &ControlPlane, ns: &str, budget: &str) -> std::process::Output {
+    cp.kubectl(&[
+        "-n",
+        ns,
+        "patch",
+        "tenanthookbudget",
+        budget,
+        "--subresource=status",
+        "--type=merge",
+        "--dry-run=server",
+        "-p",
+        r#"{"status":{"used":12345}}"#,
+    ])
 }
 
 impl Drop for DenyStatusWrites {
