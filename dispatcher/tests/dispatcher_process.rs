@@ -7,46 +7,23 @@
 //! The operator is [`operator_standin`]: a stand-in for our own operator protocol (crds
 //! `snapshot` and `report` wire types), not Kubernetes.
 
+mod api_harness;
 mod operator_standin;
 
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use api_harness::{command, free_port, serve, spawn};
 use operator_standin::{Budget, StandIn, StandInState, client, dead_url};
 use serde_json::{Value, json};
-
-/// Kills the child when the test ends, however it ends.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// The dispatcher binary, run in a fresh directory of its own: the default audit
 /// database and spool (`agenthooks-audit.db`, `agenthooks-audit.spool/`) live in the
 /// working directory, and a spool is locked by one process.
 fn dispatcher_command() -> Command {
-    let dir = tempfile::tempdir().unwrap().keep();
-    let mut c = Command::new(bin());
-    c.current_dir(dir);
-    c
-}
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_agenthooks-dispatcher")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    command(&tempfile::tempdir().unwrap().keep())
 }
 
 async fn status(c: &reqwest::Client, url: &str, body: Option<&Value>) -> (u16, Value) {
@@ -72,25 +49,20 @@ async fn a_dispatcher_process_waits_for_its_operator_serves_without_it_and_flush
     let dead = dead_url().await;
     let op_port = free_port();
     let listen = free_port();
-    let mut proc = Proc(
-        dispatcher_command()
-            .args([
-                "--operator-url",
-                &dead,
-                "--operator-url",
-                &format!(" ,http://127.0.0.1:{op_port}/"),
-                "--listen",
-                &format!("127.0.0.1:{listen}"),
-                "--dispatcher-id",
-                "bin-1",
-                "--report-interval-ms",
-                "600000",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let mut cmd = dispatcher_command();
+    cmd.args([
+        "--operator-url",
+        &dead,
+        "--operator-url",
+        &format!(" ,http://127.0.0.1:{op_port}/"),
+        "--listen",
+        &format!("127.0.0.1:{listen}"),
+        "--dispatcher-id",
+        "bin-1",
+        "--report-interval-ms",
+        "600000",
+    ]);
+    let mut proc = spawn(cmd);
     let base = format!("http://127.0.0.1:{listen}");
     let event = json!({"event": "pre_tool_use", "tenant_id": "acme", "tool_name": "exec", "tool_input": {}});
 
@@ -157,19 +129,7 @@ async fn a_dispatcher_process_waits_for_its_operator_serves_without_it_and_flush
         Arc::clone(&state),
     )
     .await;
-    // SAFETY: signalling our own child by its pid.
-    unsafe {
-        libc::kill(proc.0.id() as i32, libc::SIGTERM);
-    }
-    let mut exit = None;
-    for _ in 0..200 {
-        if let Some(s) = proc.0.try_wait().unwrap() {
-            exit = Some(s);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    let exit = exit.expect("exits within 5 s of SIGTERM");
+    let exit = proc.terminate(Duration::from_secs(5)).await;
     assert!(exit.success(), "{exit:?}");
     // The counts arrive in one final report (a breaker observation held while the
     // operator was away may go just before it, in its own lane).
@@ -341,31 +301,10 @@ async fn standalone_reports_nothing_and_its_breaker_still_trips() {
         "apiVersion: agenthooks.io/v1alpha1\nkind: AgentHook\nmetadata: {name: no, namespace: tenant-acme}\nspec:\n  event: pre_tool_use\n  matcher: '^exec$'\n  handler: {type: command, command: {command: 'exit 2'}}\n---\napiVersion: agenthooks.io/v1alpha1\nkind: TenantHookBudget\nmetadata: {name: b, namespace: tenant-acme}\nspec: {monthlyTokens: 100}\n",
     )
     .unwrap();
-    let listen = free_port();
-    let _proc = Proc(
-        dispatcher_command()
-            .args([
-                "--hooks",
-                hooks.to_str().unwrap(),
-                "--listen",
-                &format!("127.0.0.1:{listen}"),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let mut cmd = dispatcher_command();
+    cmd.args(["--hooks", hooks.to_str().unwrap()]);
+    let (_proc, base) = serve(cmd).await;
     let c = client();
-    let base = format!("http://127.0.0.1:{listen}");
-    let mut ready = false;
-    for _ in 0..200 {
-        if status(&c, &format!("{base}/readyz"), None).await.0 == 200 {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert!(ready);
     let event = json!({"event": "pre_tool_use", "tenant_id": "tenant-acme", "tool_name": "exec", "tool_input": {}});
     let mut decisions = Vec::new();
     for _ in 0..6 {

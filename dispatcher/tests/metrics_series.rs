@@ -8,33 +8,16 @@
 //! [`operator_standin`] (our own operator protocol, not Kubernetes) for the snapshot
 //! version and sync lag.
 
+mod api_harness;
 mod operator_standin;
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use api_harness::{Proc, command, serve};
 use serde_json::{Value, json};
-
-/// Kills the child when the test ends, however it ends.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A series' labels, by name.
 type Labels = BTreeMap<String, String>;
@@ -113,31 +96,11 @@ async fn dispatch(c: &reqwest::Client, base: &str, event: Value) -> Value {
     serde_json::from_slice(&r.bytes().await.unwrap()).unwrap()
 }
 
-async fn wait_ready(c: &reqwest::Client, base: &str) {
-    for _ in 0..400 {
-        if let Ok(r) = c.get(format!("{base}/readyz")).send().await
-            && r.status() == 200
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("not ready within 10 s");
-}
-
-fn spawn(dir: &std::path::Path, args: &[&str]) -> Proc {
-    Proc(
-        Command::new(env!("CARGO_BIN_EXE_agenthooks-dispatcher"))
-            .args(args)
-            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-            // Whatever the process writes (the audit database) stays in the test's directory.
-            .current_dir(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    )
+/// The binary with `args` in `dir`, listening and ready.
+async fn serve_in(dir: &std::path::Path, args: &[&str]) -> (Proc, String) {
+    let mut cmd = command(dir);
+    cmd.args(args);
+    serve(cmd).await
 }
 
 const HOOKS: &str = r#"apiVersion: agenthooks.io/v1alpha1
@@ -178,7 +141,6 @@ spec: {monthlyTokens: 4000}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standalone_exports_executions_durations_trips_and_budget_remaining() {
-    agenthooks_dispatcher::operator_urls::install_crypto_provider();
     // The http hook's endpoint: answers allow.
     let app = axum::Router::new().route(
         "/hook",
@@ -191,21 +153,17 @@ async fn standalone_exports_executions_durations_trips_and_budget_remaining() {
     let dir = tempfile::tempdir().unwrap();
     let hooks = dir.path().join("hooks.yaml");
     std::fs::write(&hooks, HOOKS.replace("HOOK_URL", &hook_url)).unwrap();
-    let listen = free_port();
-    let _proc = spawn(
+    let (_proc, base) = serve_in(
         dir.path(),
         &[
             "--hooks",
             hooks.to_str().unwrap(),
-            "--listen",
-            &format!("127.0.0.1:{listen}"),
             "--http-allow-cidr",
             "127.0.0.1/32",
         ],
-    );
-    let c = reqwest::Client::new();
-    let base = format!("http://127.0.0.1:{listen}");
-    wait_ready(&c, &base).await;
+    )
+    .await;
+    let c = api_harness::client();
 
     // Before any run: the budget is whole, nothing executed.
     let m = scrape(&c, &base).await;
@@ -344,20 +302,16 @@ async fn synced_exports_the_snapshot_version_and_sync_lag() {
     let op = operator_standin::StandIn::start_on("127.0.0.1:0".parse().unwrap(), state).await;
     let dead = operator_standin::dead_url().await;
     let dir = tempfile::tempdir().unwrap();
-    let listen = free_port();
-    let _proc = spawn(
+    let (_proc, base) = serve_in(
         dir.path(),
         &[
             "--operator-url",
             &format!("{dead},{}", op.url),
-            "--listen",
-            &format!("127.0.0.1:{listen}"),
             "--dispatcher-id",
             "metrics-1",
         ],
-    );
-    let base = format!("http://127.0.0.1:{listen}");
-    wait_ready(&c, &base).await;
+    )
+    .await;
     let d = dispatch(
         &c,
         &base,

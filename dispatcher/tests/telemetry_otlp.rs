@@ -7,10 +7,12 @@
 //! http hook (served here, allowed by `--http-allow-cidr`) and a command hook. The
 //! audit rows of the traced runs carry the caller's trace id (`GET /v1/executions`).
 
-use std::process::{Child, Command, ExitStatus, Stdio};
+mod api_harness;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use api_harness::{Proc, command, serve};
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::routing::post;
@@ -27,33 +29,6 @@ const ADMIN_TOKEN: &str = "telemetry-test-admin-token-0123456789";
 
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PARENT_SPAN_ID: &str = "00f067aa0ba902b7";
-
-/// Kills the child when the test ends, however it ends.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Proc {
-    /// SIGTERM, then the exit status (within 10 s).
-    async fn terminate(&mut self) -> ExitStatus {
-        // SAFETY: signalling our own child by its pid.
-        unsafe {
-            libc::kill(self.0.id() as i32, libc::SIGTERM);
-        }
-        for _ in 0..400 {
-            if let Some(s) = self.0.try_wait().unwrap() {
-                return s;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!("no exit within 10 s of SIGTERM");
-    }
-}
 
 /// What the receiver got: one entry per export request.
 #[derive(Default)]
@@ -200,14 +175,6 @@ fn string(v: &str) -> Option<any_value::Value> {
     Some(any_value::Value::StringValue(v.into()))
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Hooks: `tenant-acme/web` (http, allow, priority 20), then `tenant-acme/deny`
 /// (command, exit 2, priority 10), both on `pre_tool_use`.
 fn hooks_file(dir: &std::path::Path, hook_url: &str) -> std::path::PathBuf {
@@ -224,47 +191,21 @@ fn hooks_file(dir: &std::path::Path, hook_url: &str) -> std::path::PathBuf {
 
 /// Starts the dispatcher standalone with `env`, waits until ready; returns it and its base URL.
 async fn dispatcher(hooks: &std::path::Path, env: &[(&str, &str)]) -> (Proc, String) {
-    let listen = free_port();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agenthooks-dispatcher"));
+    // Whatever the process writes (the audit database) stays in the test's directory.
+    let dir = hooks.parent().unwrap();
+    let token = dir.join("admin.token");
+    std::fs::write(&token, ADMIN_TOKEN).unwrap();
+    let mut cmd = command(dir);
     cmd.args([
         "--hooks",
         hooks.to_str().unwrap(),
-        "--listen",
-        &format!("127.0.0.1:{listen}"),
         "--http-allow-cidr",
         "127.0.0.1/32",
         "--admin-token-file",
-        hooks
-            .parent()
-            .unwrap()
-            .join("admin.token")
-            .to_str()
-            .unwrap(),
+        token.to_str().unwrap(),
     ])
-    .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-    .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-    .env_remove("OTEL_SDK_DISABLED")
-    // Whatever the process writes (the audit database) stays in the test's directory.
-    .current_dir(hooks.parent().unwrap())
-    .stdout(Stdio::null())
-    .stderr(Stdio::null());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    std::fs::write(hooks.parent().unwrap().join("admin.token"), ADMIN_TOKEN).unwrap();
-    let proc = Proc(cmd.spawn().unwrap());
-    agenthooks_dispatcher::operator_urls::install_crypto_provider();
-    let base = format!("http://127.0.0.1:{listen}");
-    let c = reqwest::Client::new();
-    for _ in 0..400 {
-        if let Ok(r) = c.get(format!("{base}/readyz")).send().await
-            && r.status() == 200
-        {
-            return (proc, base);
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("the dispatcher was not ready within 10 s");
+    .envs(env.iter().copied());
+    serve(cmd).await
 }
 
 async fn dispatch(base: &str, traceparent: Option<&str>) -> Value {
@@ -388,7 +329,7 @@ async fn hook_runs_are_spans_under_the_callers_traceparent_and_roots_without_one
     dispatch(&base, Some("00-nothex-00f067aa0ba902b7-01")).await;
     let spans = rx.wait_spans(6).await;
     assert!(spans[4..].iter().all(|(_, s)| s.parent_span_id.is_empty()));
-    assert!(proc.terminate().await.success());
+    assert!(proc.terminate(Duration::from_secs(10)).await.success());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -413,7 +354,7 @@ async fn the_last_spans_are_flushed_on_sigterm_and_http_json_is_spoken() {
     dispatch(&base, None).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(rx.requests(), 0, "batched, not yet sent");
-    assert!(proc.terminate().await.success());
+    assert!(proc.terminate(Duration::from_secs(10)).await.success());
     let got = rx.got.lock().unwrap();
     assert_eq!(got.content_types, vec!["application/json".to_string()]);
     let rs = &got.json[0]["resourceSpans"][0];
@@ -453,7 +394,7 @@ async fn without_an_endpoint_nothing_is_sent() {
     .await;
     let d = dispatch(&base, Some(&format!("00-{TRACE_ID}-{PARENT_SPAN_ID}-01"))).await;
     assert_eq!(d["decision"], "block");
-    assert!(proc.terminate().await.success());
+    assert!(proc.terminate(Duration::from_secs(10)).await.success());
     // The default endpoint (localhost:4318) is not ours, and no exporter exists anyway:
     // the receiver saw no request at all.
     assert_eq!(rx.requests(), 0);

@@ -1,10 +1,13 @@
-//! The `agenthooks-dispatcher` binary as a process, for the history and dry-run API tests:
-//! a hooks file, an admin token, an audit key and a SQLite audit database in a temp dir.
+//! The `agenthooks-dispatcher` binary as a child process of a test: [`command`] in a
+//! directory of the test's own, [`spawn`] under a [`Proc`] guard, [`serve`] on a free port
+//! until `/readyz` answers 200. On top of those, for the history and dry-run API tests,
+//! [`start`]: a hooks file, an admin token, an audit key and a SQLite audit database in a
+//! temp dir ([`Files`]).
 
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -12,28 +15,108 @@ use serde_json::Value;
 /// The admin token the tests configure.
 pub const TOKEN: &str = "test-admin-token-0123456789abcdef";
 
-/// A running dispatcher; SIGTERM (then SIGKILL) when dropped.
-pub struct Dispatcher {
-    child: Child,
-    pub base: String,
-    pub client: reqwest::Client,
-}
+/// A child process; SIGTERM (so the audit writer flushes), then SIGKILL if it lingers,
+/// when dropped.
+pub struct Proc(pub Child);
 
-impl Drop for Dispatcher {
+impl Drop for Proc {
     fn drop(&mut self) {
-        // SIGTERM first, so the audit writer flushes; SIGKILL if it lingers.
-        unsafe {
-            libc::kill(self.child.id() as i32, libc::SIGTERM);
-        }
+        self.sigterm();
         for _ in 0..100 {
-            if let Ok(Some(_)) = self.child.try_wait() {
+            if let Ok(Some(_)) = self.0.try_wait() {
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
+}
+
+impl Proc {
+    pub fn sigterm(&self) {
+        // SAFETY: signalling our own child by its pid.
+        unsafe {
+            libc::kill(self.0.id() as i32, libc::SIGTERM);
+        }
+    }
+
+    /// SIGTERM, then the exit status; panics when it has not exited `within`.
+    pub async fn terminate(&mut self, within: Duration) -> ExitStatus {
+        self.sigterm();
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(s) = self.0.try_wait().unwrap() {
+                return s;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no exit within {within:?} of SIGTERM"
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+}
+
+/// The binary, run in `dir` (the default audit database and spool live in the working
+/// directory), without the environment's audit, admin and OTLP settings.
+pub fn command(dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agenthooks-dispatcher"));
+    cmd.current_dir(dir);
+    for var in [
+        "AGENTHOOKS_ADMIN_TOKEN_FILE",
+        "AGENTHOOKS_AUDIT_DB",
+        "AGENTHOOKS_AUDIT_KEY_FILES",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_SDK_DISABLED",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
+/// Spawns `cmd` under a guard; its output is dropped unless `TEST_DISPATCHER_LOGS` is set.
+pub fn spawn(mut cmd: Command) -> Proc {
+    let logs = std::env::var_os("TEST_DISPATCHER_LOGS").is_some();
+    cmd.stdout(Stdio::null()).stderr(if logs {
+        Stdio::inherit()
+    } else {
+        Stdio::null()
+    });
+    Proc(cmd.spawn().unwrap())
+}
+
+/// Spawns `cmd` with `--listen` on a free port and waits until it is ready: the process
+/// and its base URL.
+pub async fn serve(mut cmd: Command) -> (Proc, String) {
+    let port = free_port();
+    cmd.args(["--listen", &format!("127.0.0.1:{port}")]);
+    // The client first: nothing may panic between the spawn and the guard that kills it.
+    let c = client();
+    let proc = spawn(cmd);
+    let base = format!("http://127.0.0.1:{port}");
+    wait_ready(&c, &base).await;
+    (proc, base)
+}
+
+/// Polls `GET <base>/readyz` until it answers 200 (10 s at most).
+pub async fn wait_ready(c: &reqwest::Client, base: &str) {
+    for _ in 0..400 {
+        let ready = c.get(format!("{base}/readyz")).send().await;
+        if ready.is_ok_and(|r| r.status() == 200) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("{base} never became ready");
+}
+
+/// A running dispatcher with its files' settings.
+pub struct Dispatcher {
+    proc: Proc,
+    pub base: String,
+    pub client: reqwest::Client,
 }
 
 /// Files of one test: hooks, admin token, audit keys, audit database.
@@ -65,7 +148,7 @@ pub fn client() -> reqwest::Client {
     reqwest::Client::builder().no_proxy().build().unwrap()
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -76,38 +159,16 @@ fn free_port() -> u16 {
 /// Starts the binary with `--hooks <dir>/hooks.yaml`, `--listen` on a free port and
 /// `args`, and waits until it is ready.
 pub async fn start(files: &Files, args: &[&str]) -> Dispatcher {
-    let port = free_port();
-    let hooks = files.path("hooks.yaml");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agenthooks-dispatcher"));
-    cmd.args(["--hooks", hooks.to_str().unwrap()])
-        .args(["--listen", &format!("127.0.0.1:{port}")])
+    let mut cmd = command(files.dir.path());
+    cmd.args(["--hooks", files.path("hooks.yaml").to_str().unwrap()])
         .args(["--audit-spool-dir", files.path("spool").to_str().unwrap()])
-        .args(args)
-        .env_remove("AGENTHOOKS_ADMIN_TOKEN_FILE")
-        .env_remove("AGENTHOOKS_AUDIT_DB")
-        .env_remove("AGENTHOOKS_AUDIT_KEY_FILES")
-        .current_dir(files.dir.path())
-        .stdout(Stdio::null())
-        .stderr(if std::env::var_os("TEST_DISPATCHER_LOGS").is_some() {
-            Stdio::inherit()
-        } else {
-            Stdio::null()
-        });
-    // The client first: nothing may panic between the spawn and the guard that kills it.
-    let client = client();
-    let d = Dispatcher {
-        child: cmd.spawn().unwrap(),
-        base: format!("http://127.0.0.1:{port}"),
-        client,
-    };
-    for _ in 0..400 {
-        let ready = d.client.get(format!("{}/readyz", d.base)).send().await;
-        if ready.is_ok_and(|r| r.status() == 200) {
-            return d;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
+        .args(args);
+    let (proc, base) = serve(cmd).await;
+    Dispatcher {
+        proc,
+        base,
+        client: client(),
     }
-    panic!("the dispatcher never became ready ({args:?})");
 }
 
 impl Dispatcher {
