@@ -6,7 +6,7 @@
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
@@ -88,7 +88,9 @@ pub struct Proc {
 }
 
 impl Proc {
-    /// Starts `bin args...` with `env`, logging to `<log_dir>/<name>.log`.
+    /// Starts `bin args...` with `env`, logging to `<log_dir>/<name>.log`, in a working
+    /// directory of its own, `<log_dir>/<name>.cwd`: a dispatcher keeps its default audit
+    /// database and spool (locked by one process) there.
     pub fn start(
         name: &str,
         bin: &Path,
@@ -96,21 +98,33 @@ impl Proc {
         env: &[(&str, &str)],
         log_dir: &Path,
     ) -> Proc {
+        let cwd = log_dir.join(format!("{name}.cwd"));
+        std::fs::create_dir_all(&cwd).unwrap();
+        Proc::start_in(name, bin, args, env, log_dir, &cwd)
+    }
+
+    /// [`Proc::start`] in the working directory `cwd`. `RUST_LOG` is the test's own, or
+    /// `info`, unless `env` sets it; `AGENTHOOKS_AUDIT_DB` is never inherited.
+    pub fn start_in(
+        name: &str,
+        bin: &Path,
+        args: &[String],
+        env: &[(&str, &str)],
+        log_dir: &Path,
+        cwd: &Path,
+    ) -> Proc {
         std::fs::create_dir_all(log_dir).unwrap();
         let log = log_dir.join(format!("{name}.log"));
         let out = std::fs::File::create(&log).unwrap();
-        // A working directory of its own: a dispatcher keeps its default audit database
-        // and spool (locked by one process) there.
-        let cwd = log_dir.join(format!("{name}.cwd"));
-        std::fs::create_dir_all(&cwd).unwrap();
         let child = Command::new(bin)
-            .current_dir(&cwd)
+            .current_dir(cwd)
             .args(args)
-            .envs(env.iter().copied())
             .env(
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
             )
+            .env_remove("AGENTHOOKS_AUDIT_DB")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
             .stderr(out)
@@ -139,6 +153,22 @@ impl Proc {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+
+    /// Sends `signal` (e.g. `libc::SIGTERM`) without waiting; nothing once stopped.
+    pub fn signal(&self, signal: i32) {
+        if let Some(c) = &self.child {
+            unsafe { libc::kill(c.id() as i32, signal) };
+        }
+    }
+
+    /// Its exit status once it has exited (then it counts as stopped); `None` while it runs.
+    pub fn try_exit(&mut self) -> Option<ExitStatus> {
+        let status = self.child.as_mut()?.try_wait().ok()??;
+        if let Some(c) = self.child.take() {
+            untrack(c.id());
+        }
+        Some(status)
     }
 
     /// Its pid (`None` once stopped).

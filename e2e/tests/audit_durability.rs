@@ -16,7 +16,7 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -25,18 +25,18 @@ use agenthooks_dispatcher::audit::error_detail::ErrorDetailKey;
 use agenthooks_dispatcher::audit::redact::error_summary;
 use agenthooks_dispatcher::audit::store::{AuditStore, ExecutionQuery};
 use agenthooks_e2e::postgres::PgServer;
-use agenthooks_e2e::procs::{bin, free_port};
+use agenthooks_e2e::procs::{Proc, bin, free_port};
 use agenthooks_e2e::stack::{hook_server, metric};
 use serde_json::{Value, json};
 
 /// The uid standalone mode gives the hook of [`http_hooks`] (`standalone:<ns>/<name>`).
 const HOOK_UID: &str = "standalone:agenthooks-system/audit-allow";
 
-/// A dispatcher child process: SIGKILLed on drop, output in `<dir>/<name>.log`.
+/// A dispatcher child process (a [`Proc`]: SIGKILLed on drop, output in
+/// `<cwd>/<name>.log`) and its URL.
 struct Dispatcher {
-    child: Option<Child>,
+    proc: Proc,
     url: String,
-    log: PathBuf,
 }
 
 impl Dispatcher {
@@ -44,26 +44,26 @@ impl Dispatcher {
     /// waits for `/readyz`.
     async fn start(name: &str, hooks: &Path, extra: &[String], cwd: &Path) -> Dispatcher {
         let port = free_port();
-        let log = cwd.join(format!("{name}.log"));
-        let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(bin("agenthooks-dispatcher"))
-            .arg("--hooks")
-            .arg(hooks)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(["--http-allow-cidr", "127.0.0.0/8"])
-            .args(extra)
-            .current_dir(cwd)
-            .env("RUST_LOG", "info")
-            .env_remove("AGENTHOOKS_AUDIT_DB")
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .expect("start agenthooks-dispatcher");
+        let mut args: Vec<String> = vec![
+            "--hooks".into(),
+            hooks.display().to_string(),
+            "--listen".into(),
+            format!("127.0.0.1:{port}"),
+            "--http-allow-cidr".into(),
+            "127.0.0.0/8".into(),
+        ];
+        args.extend_from_slice(extra);
+        let proc = Proc::start_in(
+            name,
+            &bin("agenthooks-dispatcher"),
+            &args,
+            &[("RUST_LOG", "info")],
+            cwd,
+            cwd,
+        );
         let d = Dispatcher {
-            child: Some(child),
+            proc,
             url: format!("http://127.0.0.1:{port}"),
-            log,
         };
         let client = client();
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -76,38 +76,26 @@ impl Dispatcher {
             assert!(
                 Instant::now() < deadline,
                 "{name} not ready in 30 s:\n{}",
-                d.log_tail(30)
+                d.proc.log_tail(30)
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
-    fn sigterm(&self) {
-        let pid = self.child.as_ref().expect("running").id();
-        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-    }
-
-    /// Waits for the process to exit (after a SIGTERM).
+    /// Waits for the process to exit (after a signal).
     async fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                self.child = None;
+            if let Some(status) = self.proc.try_exit() {
                 return status;
             }
             assert!(
                 Instant::now() < deadline,
                 "no exit within {timeout:?}:\n{}",
-                self.log_tail(30)
+                self.proc.log_tail(30)
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-    }
-
-    fn log_tail(&self, lines: usize) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let all: Vec<&str> = text.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
     }
 
     async fn get(&self, path: &str) -> (u16, String) {
@@ -126,15 +114,6 @@ impl Dispatcher {
     async fn readyz(&self) -> (u16, Value) {
         let (code, body) = self.get("/readyz").await;
         (code, serde_json::from_str(&body).unwrap_or(Value::Null))
-    }
-}
-
-impl Drop for Dispatcher {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
     }
 }
 
@@ -244,6 +223,15 @@ fn assert_exactly_once(keys: &[String], want: &HashSet<String>) {
     );
 }
 
+/// The spool files (`*.jsonl`) in the spool directory `spool`.
+fn spool_files(spool: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(spool)
+        .unwrap_or_else(|e| panic!("{}: {e}", spool.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .collect()
+}
+
 fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     std::thread::spawn(f).join().unwrap()
 }
@@ -334,17 +322,12 @@ async fn postgres_killed_for_ten_seconds_mid_load_loses_no_row() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(d.readyz().await.1["audit"]["state"], "ok");
-    let spooled_files = std::fs::read_dir(dir.path().join("agenthooks-audit.spool"))
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .path()
-                .extension()
-                .is_some_and(|x| x == "jsonl")
-        })
-        .count();
-    assert_eq!(spooled_files, 0, "replayed spool files are deleted");
+    let spooled = spool_files(&dir.path().join("agenthooks-audit.spool"));
+    assert_eq!(
+        spooled,
+        Vec::<PathBuf>::new(),
+        "replayed spool files are deleted"
+    );
     eprintln!(
         "[audit_durability] {N} events in {load_secs:.1} s, PostgreSQL down {:?}..{:?}: {} rows, each once",
         killed_at.unwrap(),
@@ -424,11 +407,11 @@ async fn sigterm_mid_load_flushes_every_answered_run_into_postgres() {
         async move { load_until(&url, "term", 4, stop).await }
     });
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    d.sigterm();
+    d.proc.signal(libc::SIGTERM);
     let status = d.wait_exit(Duration::from_secs(40)).await;
     stop.store(true, Ordering::SeqCst);
     let (answered, sent) = load.await.unwrap();
-    assert!(status.success(), "{status}:\n{}", d.log_tail(20));
+    assert!(status.success(), "{status}:\n{}", d.proc.log_tail(20));
     assert!(answered.len() > 100, "only {} answered", answered.len());
 
     // Read only after the exit: what the process left behind.
@@ -445,26 +428,22 @@ async fn sigterm_mid_load_flushes_every_answered_run_into_postgres() {
         missing.is_empty(),
         "answered runs without a row after exit: {missing:?} ({} answered, {n} rows)\n{}",
         answered.len(),
-        d.log_tail(10)
+        d.proc.log_tail(10)
     );
     let sent_keys: HashSet<String> = sent.iter().map(|id| key(id)).collect();
     assert!(stored.is_subset(&sent_keys), "rows of runs never sent");
-    let log = std::fs::read_to_string(&d.log).unwrap();
-    assert!(log.contains("audit queue flushed"), "{}", d.log_tail(20));
-    let spool = dir.path().join("agenthooks-audit.spool");
-    let left = std::fs::read_dir(&spool)
-        .map(|r| {
-            r.filter(|e| {
-                e.as_ref()
-                    .unwrap()
-                    .path()
-                    .extension()
-                    .is_some_and(|x| x == "jsonl")
-            })
-            .count()
-        })
-        .unwrap_or(0);
-    assert_eq!(left, 0, "the database was up: nothing spooled");
+    let log = std::fs::read_to_string(&d.proc.log).unwrap();
+    assert!(
+        log.contains("audit queue flushed"),
+        "{}",
+        d.proc.log_tail(20)
+    );
+    let left = spool_files(&dir.path().join("agenthooks-audit.spool"));
+    assert_eq!(
+        left,
+        Vec::<PathBuf>::new(),
+        "the database was up: nothing spooled"
+    );
     eprintln!(
         "[audit_durability] SIGTERM mid-load: {} answered, {n} rows after exit",
         answered.len()
@@ -497,16 +476,13 @@ async fn sigterm_with_postgres_down_spools_and_the_next_start_writes_the_rows() 
         assert_allowed(&id, code, &body);
         want.insert(key(&id));
     }
-    d.sigterm();
+    d.proc.signal(libc::SIGTERM);
     let status = d.wait_exit(Duration::from_secs(40)).await;
-    assert!(status.success(), "{status}:\n{}", d.log_tail(20));
+    assert!(status.success(), "{status}:\n{}", d.proc.log_tail(20));
     // The 100 runs of the outage wait in the spool (some may have been spooled before
     // the SIGTERM, the rest by the shutdown flush).
-    let spool = dir.path().join("agenthooks-audit.spool");
-    let spooled: usize = std::fs::read_dir(&spool)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+    let spooled: usize = spool_files(&dir.path().join("agenthooks-audit.spool"))
+        .into_iter()
         .map(|p| {
             std::fs::read_to_string(p)
                 .unwrap()
@@ -515,7 +491,7 @@ async fn sigterm_with_postgres_down_spools_and_the_next_start_writes_the_rows() 
                 .count()
         })
         .sum();
-    assert_eq!(spooled, 100, "{}", d.log_tail(20));
+    assert_eq!(spooled, 100, "{}", d.proc.log_tail(20));
 
     let p = Arc::clone(&pg);
     blocking(move || p.start()).expect("restart PostgreSQL");
@@ -561,8 +537,7 @@ async fn sigkill_during_an_outage_loses_nothing_older_than_the_write_timeout() {
     tokio::time::sleep(Duration::from_millis(3_000)).await;
     let (_, ready) = d.readyz().await;
     assert_eq!(ready["audit"]["state"], "spooling", "{ready}");
-    let pid = d.child.as_ref().unwrap().id();
-    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    d.proc.signal(libc::SIGKILL);
     let _ = d.wait_exit(Duration::from_secs(5)).await;
 
     let p = Arc::clone(&pg);
@@ -624,7 +599,7 @@ async fn without_audit_db_rows_go_to_sqlite_in_the_working_directory() {
         let (code, body) = dispatch(&client, &d.url, &event(id)).await;
         assert_allowed(id, code, &body);
     }
-    d.sigterm();
+    d.proc.signal(libc::SIGTERM);
     assert!(d.wait_exit(Duration::from_secs(30)).await.success());
     let file = cwd.path().join("agenthooks-audit.db");
     assert!(file.is_file(), "{} missing", file.display());
@@ -709,7 +684,7 @@ async fn error_detail_is_sealed_with_the_key_id_and_absent_without_a_key() {
         assert_eq!(body["hooks"][0]["decision"], "error", "{body}");
         let reason = body["hooks"][0]["reason"].as_str().unwrap().to_owned();
         assert!(reason.contains("bob@example.com"), "{reason}");
-        d.sigterm();
+        d.proc.signal(libc::SIGTERM);
         assert!(d.wait_exit(Duration::from_secs(30)).await.success());
 
         let store = AuditStore::connect(&url).await.unwrap();
