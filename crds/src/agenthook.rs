@@ -260,11 +260,13 @@ pub struct AgentHookStatus {
     pub executions: Option<ExecutionsStatus>,
 }
 
-/// Breaker state (CONTRACT §6).
+/// Breaker state (CONTRACT §6). A breaker is kept per tenant: `open` lists the tenants
+/// whose events the hook answers as its fault; `state` is `Open` while that list is not
+/// empty. The other fields describe the newest trip.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct BreakerStatus {
-    /// `Open` or `Closed`.
+    /// `Open` (some tenant's breaker is open) or `Closed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -281,6 +283,29 @@ pub struct BreakerStatus {
     /// value closes the breaker (CONTRACT §6.3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reset_annotation: Option<String>,
+    /// The open breakers, one per tenant, oldest first (at most 256).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256))]
+    pub open: Vec<TenantBreakerStatus>,
+}
+
+/// One tenant's open breaker of a hook.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantBreakerStatus {
+    #[schemars(length(max = 256))]
+    pub tenant: String,
+    /// When it opened (RFC 3339 UTC).
+    pub tripped_at: String,
+    /// Why (one sentence).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The dispatcher that tripped it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatcher: Option<String>,
+    /// Answered as an error (true) or as a timeout (false) while open.
+    #[serde(default)]
+    pub fail_closed: bool,
 }
 
 /// Execution counts (CONTRACT §7, issue "execution status").

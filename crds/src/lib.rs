@@ -8,6 +8,7 @@
 //!   standalone load (CONTRACT §2).
 //! - [`snapshot`]: the wire format the operator serves to dispatchers.
 //! - [`report`]: what dispatchers report to the operator (trips, counts, budget calls).
+//! - [`rules`]: pure rules both binaries apply (the circuit breaker, CONTRACT §6).
 //! - [`sealed`]: AES-256-GCM sealing of secret header values inside snapshots.
 //! - [`tenancy`]: namespace → tenant, editions.
 
@@ -16,6 +17,7 @@ pub mod budget;
 pub mod event;
 pub mod expr;
 pub mod report;
+pub mod rules;
 pub mod sealed;
 pub mod snapshot;
 pub mod tenancy;

@@ -27,22 +27,25 @@ pub struct Report {
     /// Execution counts since its last acknowledged report, one entry per hook.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub executions: Vec<ExecutionDelta>,
-    /// The breaker's view of hooks whose run changed since the last report: the
-    /// operator merges these across dispatchers by time and trips a hook whose last
-    /// [`crate::report::BREAKER_THRESHOLD`] outcomes, over every dispatcher, are
-    /// `block`/`timeout` within [`crate::report::BREAKER_WINDOW_SECONDS`] (CONTRACT §6.1,
-    /// counted across replicas).
+    /// The breaker's view of (hook, tenant) pairs whose run of faults changed since the
+    /// last report: the operator merges these across dispatchers by time and trips a
+    /// (hook, tenant) whose last [`BREAKER_THRESHOLD`] outcomes, over every dispatcher, are
+    /// faults within [`BREAKER_WINDOW_SECONDS`] ([`crate::rules::breaker`], CONTRACT §6).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub breaker: Vec<BreakerObservation>,
+    /// Breakers a probe of this dispatcher closed since its last acknowledged report
+    /// (CONTRACT §6.4: a handler answer closes the breaker everywhere).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub closes: Vec<CloseReport>,
 }
 
-/// Outcomes in a row that trip a breaker (seed: 5).
-pub const BREAKER_THRESHOLD: usize = 5;
-/// Window, in seconds, those outcomes must fit in (seed: one minute).
-pub const BREAKER_WINDOW_SECONDS: i64 = 60;
+/// Faults in a row that trip a breaker: [`crate::rules::breaker::FAULT_THRESHOLD`].
+pub const BREAKER_THRESHOLD: usize = crate::rules::breaker::FAULT_THRESHOLD;
+/// Window, in seconds, those faults must fit in: [`crate::rules::breaker::WINDOW_MS`].
+pub const BREAKER_WINDOW_SECONDS: i64 = crate::rules::breaker::WINDOW_MS / 1000;
 
-/// One dispatcher's breaker run of one hook: when it last saw `allow`, and the
-/// `block`/`timeout` outcomes it saw since (the run), oldest first.
+/// One dispatcher's breaker run of one hook for one tenant: when the handler last answered
+/// (`allow` or `block`), and the faults (`timeout`, `error`) it saw since, oldest first.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct BreakerObservation {
@@ -53,27 +56,29 @@ pub struct BreakerObservation {
     /// As in [`TripReport::reset_token`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reset_token: Option<String>,
-    /// The last `allow` of this hook on this dispatcher, RFC 3339 UTC (ms precision).
+    /// The tenant of the events (a breaker is kept per hook and tenant, CONTRACT §6.3).
+    pub tenant: String,
+    /// The handler's last answer for this tenant on this dispatcher, RFC 3339 UTC (ms).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_allow_at: Option<String>,
-    /// The `block`/`timeout` outcomes after `last_allow_at`, oldest first; at most
-    /// [`BREAKER_THRESHOLD`] (the newest ones). Errors are not outcomes here (§6.1).
+    pub last_answer_at: Option<String>,
+    /// The faults after `last_answer_at`, oldest first; at most [`BREAKER_THRESHOLD`] (the
+    /// newest ones). Answers are never in it (§6.1).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub run: Vec<RunOutcome>,
 }
 
-/// A `block` or `timeout` outcome in a breaker run.
+/// A fault in a breaker run.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct RunOutcome {
     /// When, RFC 3339 UTC (ms precision).
     pub at: String,
-    /// `timeout` (true) or `block` (false).
+    /// `timeout` (true) or `error` (false).
     #[serde(default)]
     pub timeout: bool,
 }
 
-/// One breaker trip (CONTRACT §6.2).
+/// One breaker trip of one hook for one tenant (CONTRACT §6.2, §6.5).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct TripReport {
@@ -86,10 +91,34 @@ pub struct TripReport {
     /// ([`crate::snapshot::SnapshotHook::reset_token`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reset_token: Option<String>,
+    /// The tenant whose events faulted.
+    pub tenant: String,
     /// When it tripped, RFC 3339 UTC.
     pub tripped_at: String,
-    /// Why, one sentence (e.g. "5 blocks and 0 timeouts in a row within 3 s ...").
+    /// Whether the open breaker answers as an error (true) or as a timeout
+    /// ([`crate::rules::breaker::fails_closed`]).
+    #[serde(default)]
+    pub fail_closed: bool,
+    /// Why, one sentence (e.g. "5 timeouts and 0 errors of the handler in a row ...").
     pub reason: String,
+}
+
+/// A breaker a half-open probe closed (CONTRACT §6.4).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CloseReport {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    pub generation: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_token: Option<String>,
+    pub tenant: String,
+    /// When the trip this probe ended had opened the breaker, RFC 3339 UTC: a breaker that
+    /// opened later (a newer trip) stays open.
+    pub opened_at: String,
+    /// When the probe answered, RFC 3339 UTC.
+    pub closed_at: String,
 }
 
 /// Executions of one hook since the last acknowledged report (CONTRACT §7; issue point 4).

@@ -19,7 +19,9 @@ pub struct Snapshot {
     pub version: u64,
     /// The operator's master namespace (hooks there may rewrite input).
     pub master_namespace: String,
-    /// Accepted, breaker-closed hooks (enabled or not: the dispatcher filters).
+    /// Accepted hooks (enabled or not: the dispatcher filters), open breakers included:
+    /// a hook whose breaker is open for a tenant stays here and carries it in
+    /// [`SnapshotHook::open_breakers`] (CONTRACT §6.2).
     pub hooks: Vec<SnapshotHook>,
 }
 
@@ -45,6 +47,23 @@ pub struct SnapshotHook {
     /// Header values from Secrets, sealed with the sync key ([`crate::sealed`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sealed_headers: Vec<SealedHeader>,
+    /// The tenants for which this hook version's breaker is open, one entry per tenant
+    /// (CONTRACT §6.2–6.5): every dispatcher answers those tenants' events as the hook's
+    /// fault and probes after [`crate::rules::breaker::HALF_OPEN_AFTER_MS`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub open_breakers: Vec<OpenBreaker>,
+}
+
+/// An open breaker of one hook for one tenant.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "camelCase")]
+pub struct OpenBreaker {
+    pub tenant: String,
+    /// When it opened, milliseconds since the Unix epoch.
+    pub since_ms: i64,
+    /// As [`crate::report::TripReport::fail_closed`].
+    #[serde(default)]
+    pub fail_closed: bool,
 }
 
 /// A header whose value came from a Secret.
