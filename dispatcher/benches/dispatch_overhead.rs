@@ -211,6 +211,7 @@ fn source(i: usize, matcher: &str, hook_url: &str) -> SnapshotHook {
         namespace_tenant: "acme".into(),
         spec: serde_norway::from_str(&yaml).expect("hook spec"),
         sealed_headers: vec![],
+        open_breakers: Vec::new(),
         reset_token: None,
     }
 }

@@ -52,6 +52,7 @@ fn hook_set() -> HookSet {
             namespace_tenant: "acme".into(),
             spec,
             sealed_headers: vec![],
+            open_breakers: Vec::new(),
             reset_token: None,
         }],
         "agenthooks-system",

@@ -1,326 +1,232 @@
-//! The circuit breaker of one hook on one dispatcher (CONTRACT §6.1; seed "Circuit
-//! breaker": "N consecutive blocks/timeouts in a rolling window auto-disables the hook").
+//! The circuit breakers of one hook version on one dispatcher, one per tenant (CONTRACT §6).
 //!
-//! Rule: a hook whose outcomes are `block` or `timeout` [`TRIP_THRESHOLD`] times in a row,
-//! the first and the last of them within [`TRIP_WINDOW`], trips. An `allow` resets the
-//! run; an `error` neither counts nor resets. Once tripped the hook stays open on this
-//! dispatcher: it runs no more. The state lives with the compiled hook, so a new
-//! generation (a spec edit) starts closed (CONTRACT §6.3).
+//! The rule itself — what trips, what an open breaker answers, when it probes and what
+//! closes it — is [`agenthooks_crds::rules::breaker`], shared with the operator's merged
+//! window. This module keeps its state per tenant, follows what the operator's snapshot
+//! says is open ([`Breaker::follow`]), and hands the reporter what changed
+//! ([`Breaker::take_observations`]).
 //!
-//! The breaker also keeps what the operator needs to count the breaker across
-//! dispatchers (crds `report::BreakerObservation`): the wall-clock time of the last
-//! `allow` and of each outcome of the current run, and whether they changed since the
-//! reporter last took them.
+//! Cost on the decision path: a hook no tenant has faulted on costs one atomic load per
+//! [`Breaker::admit`] and per answered [`Breaker::record`]; the lock is taken only while
+//! some tenant has a run of faults or an open breaker, and never across an await.
 //!
-//! The lock is a `std::sync::Mutex` held for a few instructions, never across an await.
+//! Bounds: at most [`MAX_TENANTS`] tenants are tracked per hook version; past it the least
+//! recently used entry goes. Forgetting a breaker only lets the handler run again (its
+//! faults are still `error`/`timeout`), never turns a refusal into an `allow`.
 
-use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+
+use agenthooks_crds::rules::breaker::{Admission, FaultKind, RunClass, State, Transition};
+use agenthooks_crds::snapshot::OpenBreaker;
+use hashlink::LruCache;
 
 use crate::handlers::Outcome;
 
-/// Outcomes in a row that trip the breaker (seed: 5).
-pub const TRIP_THRESHOLD: usize = 5;
-/// Window the run must fit in (seed: 1 minute).
-pub const TRIP_WINDOW: Duration = Duration::from_secs(60);
+pub use agenthooks_crds::rules::breaker::{
+    FAULT_THRESHOLD, HALF_OPEN_AFTER_MS, REASON_CIRCUIT_OPEN, Trip, WINDOW_MS,
+};
 
-/// Why and when a breaker tripped.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Trip {
-    /// `block` and `timeout` counts of the tripping run.
-    pub blocks: usize,
-    pub timeouts: usize,
-    /// Seconds between the first and the last outcome of the run.
-    pub over_seconds: f64,
-}
+/// Most tenants whose breaker state is kept per hook version.
+pub const MAX_TENANTS: usize = 4096;
 
-impl Trip {
-    /// A sentence for status, Events and logs.
-    pub fn reason(&self) -> String {
-        format!(
-            "{} blocks and {} timeouts in a row within {:.0} s (threshold {TRIP_THRESHOLD} within {} s)",
-            self.blocks,
-            self.timeouts,
-            self.over_seconds,
-            TRIP_WINDOW.as_secs()
-        )
+/// How an outcome counts (CONTRACT §6.1): `allow`/`block` are the handler's answer,
+/// `timeout`/`error` its faults.
+pub fn class(outcome: Outcome) -> RunClass {
+    match outcome {
+        Outcome::Allow | Outcome::Block => RunClass::Answer,
+        Outcome::Timeout => RunClass::Fault(FaultKind::Timeout),
+        Outcome::Error => RunClass::Fault(FaultKind::Error),
     }
 }
 
-/// What [`Breaker::record_reporting`] saw.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Recorded {
-    /// The trip, when this outcome tripped the breaker.
-    pub trip: Option<Trip>,
-    /// Whether the run changed in a way the operator should hear of soon.
-    pub report_soon: bool,
-}
-
-/// Breaker state of one hook version.
+/// One tenant's breaker.
 #[derive(Debug, Default)]
-pub struct Breaker {
-    open: AtomicBool,
-    state: Mutex<RunState>,
-}
-
-#[derive(Debug, Default)]
-struct RunState {
-    /// The current run of block/timeout outcomes: (when, was it a timeout, when in
-    /// milliseconds since the Unix epoch).
-    run: VecDeque<(Instant, bool, u64)>,
-    /// The last `allow`, milliseconds since the Unix epoch (0: none).
-    last_allow_ms: u64,
-    /// Changed since [`Breaker::take_observation`] last took it.
+struct Entry {
+    state: State,
+    /// Changed since [`Breaker::take_observations`] last took it.
     dirty: bool,
 }
 
-/// This dispatcher's view of a hook's run, for the operator's cross-dispatcher count:
-/// the last `allow` and the `block`/`timeout` outcomes since, oldest first, at most
-/// [`TRIP_THRESHOLD`] (all times in milliseconds since the Unix epoch).
+/// What [`Breaker::record`] saw, for the caller to report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recorded {
+    /// What changed ([`Transition::None`] when nothing did).
+    pub transition: Transition,
+}
+
+impl Recorded {
+    /// Whether the operator's merged window should hear of the run soon.
+    pub fn report_soon(&self) -> bool {
+        !matches!(self.transition, Transition::None)
+    }
+}
+
+/// This dispatcher's view of one tenant's run, for the operator's merged window: the
+/// handler's last answer and the faults since, oldest first (ms since the Unix epoch).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Observation {
-    pub last_allow_ms: Option<u64>,
+    pub tenant: String,
+    pub last_answer_ms: Option<i64>,
     /// (when, was it a timeout).
-    pub run: Vec<(u64, bool)>,
+    pub run: Vec<(i64, bool)>,
+}
+
+/// The breakers of one hook version, per tenant.
+#[derive(Debug)]
+pub struct Breaker {
+    /// False while no tenant has an entry: the fast path.
+    tracked: AtomicBool,
+    tenants: Mutex<LruCache<String, Entry>>,
+    /// The open breakers of the last snapshot followed.
+    followed: Mutex<Vec<OpenBreaker>>,
+}
+
+impl Default for Breaker {
+    fn default() -> Self {
+        Breaker {
+            tracked: AtomicBool::new(false),
+            tenants: Mutex::new(LruCache::new(MAX_TENANTS)),
+            followed: Mutex::new(Vec::new()),
+        }
+    }
 }
 
 impl Breaker {
-    /// Whether the hook must not run any more.
-    pub fn is_open(&self) -> bool {
-        self.open.load(Ordering::Acquire)
+    fn lock(&self) -> std::sync::MutexGuard<'_, LruCache<String, Entry>> {
+        self.tenants.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records one outcome at `now` (wall clock: the current time). Returns the trip
-    /// when this outcome tripped it.
-    pub fn record(&self, outcome: Outcome, now: Instant) -> Option<Trip> {
-        self.record_at(outcome, now, crate::report::counters::unix_ms_now())
+    /// What an event of `tenant` at `now_ms` may do (CONTRACT §6.2, §6.4); hands out the
+    /// probe slot when it answers [`Admission::Probe`].
+    pub fn admit(&self, tenant: &str, now_ms: i64) -> Admission {
+        if !self.tracked.load(Ordering::Acquire) {
+            return Admission::Run;
+        }
+        match self.lock().get_mut(tenant) {
+            Some(e) => e.state.admit(now_ms),
+            None => Admission::Run,
+        }
     }
 
-    /// Records one outcome at `now`, `unix_ms` on the wall clock. Returns the trip when
-    /// this outcome tripped it.
-    pub fn record_at(&self, outcome: Outcome, now: Instant, unix_ms: u64) -> Option<Trip> {
-        self.record_reporting(outcome, now, unix_ms).trip
+    /// Whether `tenant`'s breaker is open (a probe in flight included).
+    pub fn is_open(&self, tenant: &str) -> bool {
+        self.tracked.load(Ordering::Acquire)
+            && self.lock().peek(tenant).is_some_and(|e| e.state.is_open())
     }
 
-    /// Like [`Breaker::record_at`], also saying whether the operator should hear of the
-    /// run soon: a `block` or `timeout` grew it, or an `allow` ended a run the operator
-    /// may hold (its merged window must see that reset before later blocks, or it would
-    /// count them in a row with the earlier ones).
-    pub fn record_reporting(&self, outcome: Outcome, now: Instant, unix_ms: u64) -> Recorded {
-        let trip = match outcome {
-            Outcome::Allow => {
-                let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-                let ended_a_run = !st.run.is_empty();
-                st.run.clear();
-                st.last_allow_ms = st.last_allow_ms.max(unix_ms);
-                st.dirty = true;
+    /// Records a handler run of `tenant` admitted as `admission` that ended with `outcome`
+    /// at `now_ms`.
+    pub fn record(
+        &self,
+        tenant: &str,
+        admission: Admission,
+        outcome: Outcome,
+        now_ms: i64,
+    ) -> Recorded {
+        let class = class(outcome);
+        if matches!(admission, Admission::Refuse { .. }) {
+            return Recorded {
+                transition: Transition::None,
+            };
+        }
+        if class == RunClass::Answer && !self.tracked.load(Ordering::Acquire) {
+            return Recorded {
+                transition: Transition::None,
+            };
+        }
+        let mut tenants = self.lock();
+        let entry = match tenants.get_mut(tenant) {
+            Some(e) => e,
+            None if class == RunClass::Answer => {
                 return Recorded {
-                    trip: None,
-                    report_soon: ended_a_run,
+                    transition: Transition::None,
                 };
             }
-            Outcome::Error => {
-                return Recorded {
-                    trip: None,
-                    report_soon: false,
-                };
+            None => {
+                tenants.insert(tenant.to_string(), Entry::default());
+                self.tracked.store(true, Ordering::Release);
+                tenants.get_mut(tenant).expect("just inserted")
             }
-            Outcome::Block | Outcome::Timeout => self.record_run(outcome, now, unix_ms),
         };
-        Recorded {
-            trip,
-            report_soon: true,
+        let transition = entry.state.record(admission, class, now_ms);
+        if !matches!(transition, Transition::None) {
+            entry.dirty = true;
         }
+        Recorded { transition }
     }
 
-    fn record_run(&self, outcome: Outcome, now: Instant, unix_ms: u64) -> Option<Trip> {
-        let counts_as_timeout = match outcome {
-            Outcome::Allow | Outcome::Error => return None,
-            Outcome::Block => false,
-            Outcome::Timeout => true,
-        };
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        st.dirty = true;
-        let run = &mut st.run;
-        run.push_back((now, counts_as_timeout, unix_ms));
-        while run.len() > TRIP_THRESHOLD {
-            run.pop_front();
+    /// Follows the open breakers of a new snapshot of this hook version: a tenant newly
+    /// listed opens here from its `since` (unless it opened here later); a tenant no longer
+    /// listed closes here if it was open by that trip (a probe elsewhere answered, or the
+    /// operator reset it).
+    pub fn follow(&self, open: &[OpenBreaker]) {
+        let mut followed = self.followed.lock().unwrap_or_else(|p| p.into_inner());
+        if *followed == open {
+            return;
         }
-        if run.len() < TRIP_THRESHOLD {
-            return None;
+        let mut tenants = self.lock();
+        for o in open {
+            let known = followed
+                .iter()
+                .any(|f| f.tenant == o.tenant && f.since_ms == o.since_ms);
+            if known {
+                continue;
+            }
+            if tenants.get_mut(&o.tenant).is_none() {
+                tenants.insert(o.tenant.clone(), Entry::default());
+            }
+            if let Some(e) = tenants.get_mut(&o.tenant) {
+                e.state.open_from(o.since_ms, o.fail_closed);
+            }
         }
-        let first = run.front().map(|(t, _, _)| *t).unwrap_or(now);
-        let span = now.saturating_duration_since(first);
-        if span > TRIP_WINDOW {
-            return None;
+        for f in followed.iter() {
+            if open.iter().any(|o| o.tenant == f.tenant) {
+                continue;
+            }
+            if let Some(e) = tenants.get_mut(&f.tenant) {
+                e.state.close_if_opened_by(f.since_ms);
+            }
         }
-        if self.open.swap(true, Ordering::AcqRel) {
-            return None; // already open: trip once
+        if !tenants.is_empty() {
+            self.tracked.store(true, Ordering::Release);
         }
-        let timeouts = run.iter().filter(|(_, t, _)| *t).count();
-        Some(Trip {
-            blocks: run.len() - timeouts,
-            timeouts,
-            over_seconds: span.as_secs_f64(),
-        })
+        *followed = open.to_vec();
     }
 
-    /// The run as the operator wants it, when it changed since the last call (which
-    /// this call clears); `None` when nothing changed.
-    pub fn take_observation(&self) -> Option<Observation> {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if !std::mem::take(&mut st.dirty) {
-            return None;
+    /// The runs that changed since the last call (which this call clears), one per tenant.
+    pub fn take_observations(&self) -> Vec<Observation> {
+        if !self.tracked.load(Ordering::Acquire) {
+            return Vec::new();
         }
-        Some(Observation {
-            last_allow_ms: (st.last_allow_ms != 0).then_some(st.last_allow_ms),
-            run: st.run.iter().map(|(_, to, ms)| (*ms, *to)).collect(),
-        })
+        let mut tenants = self.lock();
+        let mut out = Vec::new();
+        for (tenant, e) in tenants.iter_mut() {
+            if !std::mem::take(&mut e.dirty) {
+                continue;
+            }
+            let (last_answer_ms, run) = match &e.state {
+                State::Closed {
+                    faults,
+                    last_answer,
+                } => (
+                    (*last_answer != 0).then_some(*last_answer),
+                    faults
+                        .iter()
+                        .map(|(t, k)| (*t, *k == FaultKind::Timeout))
+                        .collect(),
+                ),
+                State::Open { .. } => (None, Vec::new()),
+            };
+            out.push(Observation {
+                tenant: tenant.clone(),
+                last_answer_ms,
+                run,
+            });
+        }
+        out
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn at(base: Instant, secs: u64) -> Instant {
-        base + Duration::from_secs(secs)
-    }
-
-    #[test]
-    fn five_blocks_within_a_minute_trip_once() {
-        let b = Breaker::default();
-        let t0 = Instant::now();
-        for i in 0..4 {
-            assert_eq!(b.record(Outcome::Block, at(t0, i)), None);
-            assert!(!b.is_open());
-        }
-        let trip = b
-            .record(Outcome::Block, at(t0, 4))
-            .expect("the fifth trips");
-        assert_eq!((trip.blocks, trip.timeouts), (5, 0));
-        assert!(b.is_open());
-        assert_eq!(b.record(Outcome::Block, at(t0, 5)), None, "trips only once");
-    }
-
-    #[test]
-    fn timeouts_count_like_blocks() {
-        let b = Breaker::default();
-        let t0 = Instant::now();
-        for (i, o) in [
-            Outcome::Timeout,
-            Outcome::Block,
-            Outcome::Timeout,
-            Outcome::Block,
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            assert_eq!(b.record(o, at(t0, i as u64)), None);
-        }
-        let trip = b.record(Outcome::Timeout, at(t0, 10)).unwrap();
-        assert_eq!((trip.blocks, trip.timeouts), (2, 3));
-    }
-
-    #[test]
-    fn an_allow_resets_the_run() {
-        let b = Breaker::default();
-        let t0 = Instant::now();
-        for i in 0..4 {
-            b.record(Outcome::Block, at(t0, i));
-        }
-        b.record(Outcome::Allow, at(t0, 5));
-        for i in 6..10 {
-            assert_eq!(
-                b.record(Outcome::Block, at(t0, i)),
-                None,
-                "only 4 since the allow"
-            );
-        }
-        assert!(b.record(Outcome::Block, at(t0, 10)).is_some());
-    }
-
-    #[test]
-    fn errors_neither_count_nor_reset() {
-        let b = Breaker::default();
-        let t0 = Instant::now();
-        for i in 0..4 {
-            b.record(Outcome::Block, at(t0, i));
-            assert_eq!(b.record(Outcome::Error, at(t0, i)), None);
-        }
-        assert!(!b.is_open(), "errors do not count");
-        assert!(
-            b.record(Outcome::Block, at(t0, 5)).is_some(),
-            "errors did not reset the run"
-        );
-    }
-
-    #[test]
-    fn blocks_and_an_allow_ending_a_run_are_reported_soon_other_allows_and_errors_not() {
-        let b = Breaker::default();
-        let t0 = Instant::now();
-        let soon = |o| b.record_reporting(o, t0, 1_000).report_soon;
-        assert!(
-            !soon(Outcome::Allow),
-            "an allow with no run changes nothing the operator holds"
-        );
-        assert!(!soon(Outcome::Error));
-        assert!(soon(Outcome::Block));
-        assert!(!soon(Outcome::Error), "errors neither count nor reset");
-        assert!(soon(Outcome::Timeout));
-        assert!(soon(Outcome::Allow), "this allow ends a run of two");
-        assert!(!soon(Outcome::Allow));
-    }
-
-    #[test]
-    fn observations_carry_the_last_allow_and_the_run_once_per_change() {
-        let b = Breaker::default();
-        let t0 = Instant::now();
-        assert_eq!(b.take_observation(), None, "nothing ran");
-        b.record_at(Outcome::Block, t0, 1_000);
-        b.record_at(Outcome::Allow, t0, 2_000);
-        b.record_at(Outcome::Timeout, t0, 3_000);
-        b.record_at(Outcome::Error, t0, 3_500);
-        b.record_at(Outcome::Block, t0, 4_000);
-        assert_eq!(
-            b.take_observation(),
-            Some(Observation {
-                last_allow_ms: Some(2_000),
-                run: vec![(3_000, true), (4_000, false)],
-            })
-        );
-        assert_eq!(b.take_observation(), None, "taken once");
-        b.record_at(Outcome::Error, t0, 5_000);
-        assert_eq!(b.take_observation(), None, "an error changes nothing");
-        for i in 0..7 {
-            b.record_at(Outcome::Block, t0, 6_000 + i);
-        }
-        let o = b.take_observation().unwrap();
-        assert_eq!(o.run.len(), TRIP_THRESHOLD, "the newest five only");
-        assert_eq!(o.run[0], (6_002, false));
-        assert!(b.is_open());
-    }
-
-    #[test]
-    fn a_run_spread_over_more_than_a_minute_does_not_trip() {
-        let b = Breaker::default();
-        let t0 = Instant::now();
-        for i in 0..5 {
-            assert_eq!(
-                b.record(Outcome::Block, at(t0, i * 20)),
-                None,
-                "5 blocks over 80 s"
-            );
-        }
-        // the last five are now 20..100 s: still over a minute apart
-        assert_eq!(b.record(Outcome::Block, at(t0, 100)), None);
-        // exactly 60 s between first and last of the run trips (within the window)
-        let b = Breaker::default();
-        for i in 0..4 {
-            b.record(Outcome::Block, at(t0, i * 15));
-        }
-        assert!(b.record(Outcome::Block, at(t0, 60)).is_some());
-    }
-}
+mod tests;

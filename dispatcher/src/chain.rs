@@ -105,10 +105,6 @@ pub async fn decide(engine: &Engine, set: &HookSet, mut event: Event) -> Decisio
     // The agent id is held by the resolver while the event may be rewritten.
     let agent = event.agent_id.clone();
     for hook in set.resolve(event.event, &event.tenant_id, &agent) {
-        // A tripped breaker stops the hook at once on this dispatcher (CONTRACT §6.2).
-        if hook.breaker.is_open() {
-            continue;
-        }
         // Filters first: a hook that does not match costs no clock read and no I/O.
         let filter = match filters_match(hook, &event, &mut scope) {
             Ok(false) => continue,
@@ -225,9 +221,6 @@ pub fn observe(engine: &Engine, set: Arc<HookSet>, event: Event) -> (Decision, u
     let event_json = Bytes::from(serde_json::to_vec(&*event).expect("an event serializes"));
     let mut started = 0;
     for hook in set.resolve(event.event, &event.tenant_id, &event.agent_id) {
-        if hook.breaker.is_open() {
-            continue;
-        }
         let Ok(permit) = Arc::clone(&engine.background).try_acquire_owned() else {
             engine.metrics.background_shed.inc();
             tracing::warn!(hook = %hook.key, event = %event.event, "background hook queue full; run shed");

@@ -80,8 +80,9 @@ pub struct DryRunReport {
     pub matcher_matched: bool,
     /// `ifExpr`'s value; `null` when the hook has no `ifExpr` or it failed to evaluate.
     pub cel_matched: Option<bool>,
-    /// This hook's breaker is open on this dispatcher: a real event would skip it (a
-    /// dry run still runs it and never records into the breaker).
+    /// This hook's breaker is open on this dispatcher for the sample's tenant: a real event
+    /// would be answered as the hook's fault, `CircuitOpen` (a dry run still runs the
+    /// handler and never records into the breaker).
     pub breaker_open: bool,
     /// Command: captured stdout, cut to 1024 bytes.
     pub stdout: Option<String>,
@@ -172,7 +173,7 @@ pub async fn dry_run(
         scope_matched,
         matcher_matched,
         cel_matched,
-        breaker_open: hook.breaker.is_open(),
+        breaker_open: hook.breaker.is_open(&event.tenant_id),
         stdout: None,
         stderr: None,
         status_code: None,
@@ -436,6 +437,7 @@ pub fn inline_hook(
         namespace_tenant: tenant,
         spec,
         sealed_headers: headers,
+        open_breakers: Vec::new(),
         reset_token: None,
     };
     let (set, rejected) = HookSet::build(vec![source], ctx.master_namespace, ctx.edition, 0, None);

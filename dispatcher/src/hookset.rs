@@ -157,6 +157,9 @@ impl HookSet {
             );
             let hook = match reuse.get(&key) {
                 Some(h) if h.spec == s.spec && h.namespace == s.namespace && h.name == s.name => {
+                    // Same version: its breakers stay, following what the operator says
+                    // is open now (CONTRACT §6.5).
+                    h.breaker.follow(&s.open_breakers);
                     Arc::clone(h)
                 }
                 _ => {
@@ -168,6 +171,11 @@ impl HookSet {
                     };
                     match validate(&s.spec, &ctx) {
                         Ok(compiled) => Arc::new(LoadedHook {
+                            breaker: {
+                                let b = crate::breaker::Breaker::default();
+                                b.follow(&s.open_breakers);
+                                b
+                            },
                             key: format!("{}/{}", s.namespace, s.name),
                             counters: Arc::new(HookCounters::new(HookIdentity {
                                 uid: s.uid.clone(),
@@ -176,7 +184,6 @@ impl HookSet {
                             })),
                             source: s,
                             compiled,
-                            breaker: Default::default(),
                         }),
                         Err(errors) => {
                             rejected.push(RejectedHook {
@@ -332,6 +339,7 @@ mod tests {
             namespace_tenant: ns.trim_start_matches("tenant-").into(),
             spec: serde_norway::from_str(yaml).unwrap(),
             sealed_headers: vec![],
+            open_breakers: Vec::new(),
             reset_token: None,
         }
     }
@@ -484,18 +492,17 @@ mod tests {
     #[test]
     fn a_new_reset_token_closes_the_breaker_an_unchanged_one_keeps_it() {
         use crate::handlers::Outcome;
-        use std::time::Instant;
         let mut s = source("tenant-acme", "h", H, "");
         s.reset_token = Some("r1".into());
         let (first, _) =
             HookSet::build(vec![s.clone()], "agenthooks-system", Edition::Lite, 1, None);
         let h = first.get("tenant-acme/h").unwrap();
-        let now = Instant::now();
-        for _ in 0..crate::breaker::TRIP_THRESHOLD {
-            h.breaker.record(Outcome::Block, now);
+        for i in 0..crate::breaker::FAULT_THRESHOLD as i64 {
+            let a = h.breaker.admit("acme", i);
+            h.breaker.record("acme", a, Outcome::Timeout, i);
         }
         h.counters.record(Outcome::Block, 1);
-        assert!(h.breaker.is_open());
+        assert!(h.breaker.is_open("acme"));
 
         // Same uid, generation, tenant and token: the open breaker and the counts stay.
         let (same, _) = HookSet::build(
@@ -507,7 +514,7 @@ mod tests {
         );
         let kept = same.get("tenant-acme/h").unwrap();
         assert!(Arc::ptr_eq(h, kept));
-        assert!(kept.breaker.is_open());
+        assert!(kept.breaker.is_open("acme"));
 
         // The annotation changed (this dispatcher never saw a snapshot without the
         // hook): a new hook version with a closed breaker and fresh counters.
@@ -522,7 +529,10 @@ mod tests {
         );
         let fresh = after.get("tenant-acme/h").unwrap();
         assert!(!Arc::ptr_eq(kept, fresh));
-        assert!(!fresh.breaker.is_open(), "a reset closes the local breaker");
+        assert!(
+            !fresh.breaker.is_open("acme"),
+            "a reset closes the local breaker"
+        );
         assert!(fresh.counters.take().is_empty());
         assert_eq!(
             h.counters.take().total(),

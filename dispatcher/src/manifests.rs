@@ -319,6 +319,7 @@ pub fn load_all(
             namespace_tenant: tenant,
             spec: h.spec,
             sealed_headers: headers,
+            open_breakers: Vec::new(),
             reset_token: None,
         });
     }

@@ -30,6 +30,8 @@ pub struct Metrics {
     pub mutation_denied: IntCounter,
     /// Circuit-breaker trips (seed `security.hook.circuit_breaker`).
     pub breaker_trips: IntCounter,
+    /// Breakers a half-open probe of this dispatcher closed (CONTRACT §6.4).
+    pub breaker_closes: IntCounter,
     /// Non-blocking hook runs shed because the background queue was full.
     pub background_shed: IntCounter,
     /// Version of the snapshot or hooks file served.
@@ -187,7 +189,12 @@ impl Metrics {
             .unwrap(),
             breaker_trips: IntCounter::new(
                 "agenthooks_breaker_trips_total",
-                "Hooks tripped by the circuit breaker",
+                "Breakers (hook, tenant) tripped by five faults of the handler in a row",
+            )
+            .unwrap(),
+            breaker_closes: IntCounter::new(
+                "agenthooks_breaker_closes_total",
+                "Breakers (hook, tenant) closed by a half-open probe that the handler answered",
             )
             .unwrap(),
             background_shed: IntCounter::new(
@@ -329,6 +336,7 @@ impl Metrics {
             Box::new(m.mutation_denied.clone()),
             Box::new(m.background_shed.clone()),
             Box::new(m.breaker_trips.clone()),
+            Box::new(m.breaker_closes.clone()),
             Box::new(m.snapshot_version.clone()),
             Box::new(m.hooks_loaded.clone()),
             Box::new(m.sync_errors.clone()),

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use agenthooks_crds::Edition;
 use agenthooks_crds::agenthook::HandlerType;
 use agenthooks_crds::expr::EvalScope;
+use agenthooks_crds::rules::breaker::{Admission, Transition};
 use agenthooks_crds::sealed::SealKey;
 use bytes::Bytes;
 use futures::FutureExt;
@@ -218,32 +219,26 @@ pub async fn run_matched(
     let span = engine.telemetry.hook_span(hook, event);
     let started = Instant::now();
     let cel_failed = filter.is_err();
-    let result = match filter {
-        Ok(()) => run_handler(engine, hook, event, event_json, timeout).await,
-        Err(e) => HandlerResult::error("cel_eval", e),
+    let tenant = event.tenant_id.as_str();
+    // The hook's breaker for this tenant (CONTRACT §6): a CEL error is the event's, not the
+    // handler's, so it neither asks nor counts.
+    let admission = match filter {
+        Ok(()) => Some(hook.breaker.admit(tenant, unix_ms_now() as i64)),
+        Err(_) => None,
+    };
+    let result = match (filter, admission) {
+        (Err(e), _) => HandlerResult::error("cel_eval", e),
+        (Ok(()), Some(Admission::Refuse { fail_closed, .. })) => {
+            HandlerResult::circuit_open(fail_closed)
+        }
+        (Ok(()), _) => run_handler(engine, hook, event, event_json, timeout).await,
     };
     let elapsed = started.elapsed();
     let handler = hook.spec.handler.type_;
     let unix_ms = unix_ms_now();
     hook.counters.record(result.outcome, unix_ms);
-    let recorded = hook
-        .breaker
-        .record_reporting(result.outcome, Instant::now(), unix_ms);
-    if recorded.report_soon {
-        // The operator counts the breaker across dispatchers: report the run (or the
-        // allow that ended it) soon.
-        engine.outbox.run_changed();
-    }
-    if let Some(trip) = recorded.trip {
-        engine.metrics.breaker_trips.inc();
-        // Sent to the operator at once, which drops the hook from the snapshot
-        // (CONTRACT §6.2).
-        engine.outbox.trip(hook, &trip, chrono::Utc::now());
-        tracing::warn!(
-            target: "security.hook.circuit_breaker",
-            hook = %hook.key, uid = %hook.uid, generation = hook.generation, reason = %trip.reason(),
-            "security.hook.circuit_breaker"
-        );
+    if let Some(admission) = admission {
+        observe_breaker(engine, hook, tenant, admission, result.outcome, unix_ms);
     }
     engine.metrics.record_run(
         result.outcome,
@@ -275,6 +270,45 @@ pub async fn run_matched(
         mutation_denied: false,
         prompt: result.metadata.prompt.clone(),
         result: Some(result),
+    }
+}
+
+/// Hands one handler run to the hook's breaker for `tenant` and reports what changed
+/// (CONTRACT §6.5): a trip and a probe's close go to the operator at once (it publishes them
+/// to every dispatcher), a changed run of faults soon (its merged window).
+fn observe_breaker(
+    engine: &Engine,
+    hook: &LoadedHook,
+    tenant: &str,
+    admission: Admission,
+    outcome: Outcome,
+    unix_ms: u64,
+) {
+    let recorded = hook
+        .breaker
+        .record(tenant, admission, outcome, unix_ms as i64);
+    match &recorded.transition {
+        Transition::None => {}
+        Transition::RunChanged | Transition::Reopened { .. } => engine.outbox.run_changed(),
+        Transition::Tripped(trip) => {
+            engine.metrics.breaker_trips.inc();
+            engine.outbox.trip(hook, tenant, trip);
+            tracing::warn!(
+                target: "security.hook.circuit_breaker",
+                hook = %hook.key, uid = %hook.uid, generation = hook.generation, tenant, state = "open",
+                fail_closed = trip.fail_closed, reason = %trip.reason(),
+                "security.hook.circuit_breaker"
+            );
+        }
+        Transition::Closed { since } => {
+            engine.metrics.breaker_closes.inc();
+            engine.outbox.close(hook, tenant, *since, unix_ms as i64);
+            tracing::info!(
+                target: "security.hook.circuit_breaker",
+                hook = %hook.key, uid = %hook.uid, generation = hook.generation, tenant, state = "closed",
+                opened_at_ms = since, "security.hook.circuit_breaker: a probe answered; breaker closed"
+            );
+        }
     }
 }
 

@@ -501,6 +501,7 @@ async fn a_prompt_dry_run_uses_no_cache_no_turn_and_no_budget() {
             "handler": {"type": "prompt", "prompt": {"promptTemplate": "Block deletes.", "maxInvocationsPerTurn": 1}}}))
         .unwrap(),
         sealed_headers: vec![],
+        open_breakers: Vec::new(),
         reset_token: None,
     };
     let (set, rejected) = HookSet::build(

@@ -65,6 +65,7 @@ fn hook(ns: &str, name: &str, generation: i64, prompt_extra: &str, extra: &str) 
         },
         spec: serde_norway::from_str(&yaml).unwrap(),
         sealed_headers: vec![],
+        open_breakers: Vec::new(),
         reset_token: None,
     }
 }

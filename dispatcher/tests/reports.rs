@@ -44,6 +44,7 @@ fn hook(name: &str, event: &str, command: &str, reset_token: Option<&str>) -> Sn
         ))
         .unwrap(),
         sealed_headers: vec![],
+        open_breakers: Vec::new(),
         reset_token: reset_token.map(str::to_string),
     }
 }

@@ -118,6 +118,7 @@ pub(crate) mod tests {
             namespace_tenant: "acme".into(),
             spec: serde_norway::from_str(spec).unwrap(),
             sealed_headers: vec![],
+            open_breakers: Vec::new(),
             reset_token: None,
         };
         let (set, rejected) =

@@ -33,6 +33,7 @@ fn cmd(ns: &str, name: &str, priority: i32, command: &str, extra: &str) -> Snaps
         },
         spec: serde_norway::from_str(&yaml).unwrap(),
         sealed_headers: vec![],
+        open_breakers: Vec::new(),
         reset_token: None,
     }
 }
@@ -392,33 +393,122 @@ async fn non_blocking_events_answer_allow_at_once() {
 }
 
 #[tokio::test]
-async fn a_tripped_breaker_stops_the_hook_on_this_dispatcher() {
-    let s = set(vec![
-        cmd("tenant-acme", "flaky-blocker", 2, "exit 2", ""),
-        cmd("tenant-acme", "after", 1, "exit 0", ""),
-    ]);
+async fn a_refused_call_retried_any_number_of_times_is_refused_every_time() {
+    // The talk-past of the seed's rule: five refused `rm -rf` tripped the breaker and the
+    // sixth ran. Blocks are answers; they never count.
+    let s = set(vec![cmd(
+        "tenant-acme",
+        "block-rm-rf",
+        1,
+        "grep -q 'rm -rf' && { echo 'no rm -rf' >&2; exit 2; }; exit 0",
+        "",
+    )]);
     let e = engine();
-    for _ in 0..crate::breaker::TRIP_THRESHOLD {
-        let d = decide(&e, &s, event(json!({}))).await;
+    for i in 0..10 {
+        let input = if i % 2 == 0 {
+            json!({"tool_input": {"cmd": "rm -rf /"}})
+        } else {
+            json!({"tool_input": {"cmd": format!("rm -rf /home/{i}")}})
+        };
+        let d = decide(&e, &s, event(input)).await;
         assert_eq!(
-            d.deciding_hook.as_deref(),
-            Some("tenant-acme/flaky-blocker")
+            (d.decision, d.reason.as_deref()),
+            (Verdict::Block, Some("no rm -rf")),
+            "attempt {i}"
         );
     }
+    assert_eq!(e.metrics.breaker_trips.get(), 0);
+    let d = decide(&e, &s, event(json!({"tool_input": {"cmd": "ls"}}))).await;
+    assert_eq!(d.decision, Verdict::Allow, "a harmless call right after");
+}
+
+#[tokio::test]
+async fn five_faults_open_the_breaker_of_that_tenant_only_and_it_answers_as_the_fault() {
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    let command = format!("echo x >> {}; exit 1", runs.display());
+    let mut global = cmd(MASTER, "guard", 2, &command, "scope: global");
+    global.namespace_tenant = MASTER.into();
+    let s = set(vec![global, cmd("tenant-acme", "after", 1, "exit 0", "")]);
+    let e = engine();
+    let count = || {
+        std::fs::read_to_string(&runs)
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    };
+    for i in 0..crate::breaker::FAULT_THRESHOLD {
+        let d = decide(&e, &s, event(json!({}))).await;
+        assert_eq!(d.decision, Verdict::Block, "an error fails closed ({i})");
+        assert_eq!(d.hooks[0].error_kind, Some("exit_status"));
+    }
     assert_eq!(e.metrics.breaker_trips.get(), 1);
+    assert_eq!(count(), 5);
+    // Open for acme: answered at once as the hook's fault, handler not run.
     let d = decide(&e, &s, event(json!({}))).await;
     assert_eq!(
-        ran(&d),
-        [("tenant-acme/after", Outcome::Allow)],
-        "the tripped hook no longer runs"
+        (
+            d.decision,
+            d.reason.as_deref(),
+            d.deciding_hook.as_deref(),
+            d.hooks[0].decision,
+            d.hooks[0].error_kind
+        ),
+        (
+            Verdict::Block,
+            Some("CircuitOpen"),
+            Some("agenthooks-system/guard"),
+            Outcome::Error,
+            Some("circuit_open")
+        )
     );
-    // a new generation (spec edit) starts closed
-    let mut edited = cmd("tenant-acme", "flaky-blocker", 2, "exit 2", "");
+    assert_eq!(count(), 5, "the handler did not run");
+    // Another tenant's events still run the handler.
+    let d = decide(&e, &s, event(json!({"tenant_id": "globex"}))).await;
+    assert_eq!(
+        (d.decision, d.hooks[0].error_kind),
+        (Verdict::Block, Some("exit_status"))
+    );
+    assert_eq!(count(), 6);
+    // A new generation (spec edit) starts closed.
+    let mut edited = cmd(MASTER, "guard", 2, &command, "scope: global");
+    edited.namespace_tenant = MASTER.into();
     edited.generation = 2;
     let (s2, _) = HookSet::build(vec![edited], MASTER, Edition::Lite, 2, Some(&s));
     let d = decide(&e, &s2, event(json!({}))).await;
-    assert_eq!(
-        d.deciding_hook.as_deref(),
-        Some("tenant-acme/flaky-blocker")
+    assert_eq!(d.hooks[0].error_kind, Some("exit_status"));
+    assert_eq!(count(), 7);
+}
+
+#[tokio::test]
+async fn an_open_breaker_of_timeouts_lets_on_timeout_decide() {
+    let s = set(vec![
+        cmd(
+            "tenant-acme",
+            "slow",
+            2,
+            "sleep 5",
+            "timeoutMs: 50\nonTimeout: allow",
+        ),
+        cmd("tenant-acme", "after", 1, "exit 0", ""),
+    ]);
+    let e = engine();
+    for _ in 0..crate::breaker::FAULT_THRESHOLD {
+        let d = decide(&e, &s, event(json!({}))).await;
+        assert_eq!(ran(&d)[0], ("tenant-acme/slow", Outcome::Timeout));
+        assert_eq!(d.decision, Verdict::Allow);
+    }
+    let started = Instant::now();
+    let d = decide(&e, &s, event(json!({}))).await;
+    assert!(
+        started.elapsed() < Duration::from_millis(40),
+        "answered at once"
     );
+    assert_eq!(
+        ran(&d),
+        [
+            ("tenant-acme/slow", Outcome::Timeout),
+            ("tenant-acme/after", Outcome::Allow)
+        ]
+    );
+    assert_eq!(d.hooks[0].reason.as_deref(), Some("CircuitOpen"));
 }

@@ -237,7 +237,8 @@ async fn blocking_dry_runs_never_touch_the_breaker_counters_or_metrics() {
         assert_eq!(r.decision, Some(Outcome::Block));
         assert!(!r.breaker_open);
     }
-    assert!(!h.breaker.is_open());
+    assert!(!h.breaker.is_open("tenant-a"));
+    assert!(h.breaker.take_observations().is_empty());
     assert_eq!(h.counters.take().total(), 0);
     assert_eq!(e.metrics.render(), before);
 }
@@ -324,6 +325,7 @@ fn the_namespace_tenant_comes_from_the_served_hooks() {
         namespace_tenant: "acme".into(),
         spec: serde_json::from_value(json!({"event": "stop", "handler": {"type": "command", "command": {"command": "true"}}})).unwrap(),
         sealed_headers: vec![],
+        open_breakers: Vec::new(),
         reset_token: None,
     };
     let (set, _) = HookSet::build(vec![served], MASTER, Edition::Lite, 1, None);

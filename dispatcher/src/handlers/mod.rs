@@ -105,6 +105,22 @@ impl HandlerResult {
             Some("timeout"),
         )
     }
+    /// The answer of an open breaker (CONTRACT §6.2): the handler did not run; the hook is
+    /// answered as its fault — an `error` when `fail_closed` (the run that opened it had an
+    /// error), else a `timeout`, so `onTimeout` decides — with reason
+    /// [`crate::breaker::REASON_CIRCUIT_OPEN`] and kind `circuit_open`.
+    pub fn circuit_open(fail_closed: bool) -> Self {
+        let outcome = if fail_closed {
+            Outcome::Error
+        } else {
+            Outcome::Timeout
+        };
+        Self::with(
+            outcome,
+            Some(crate::breaker::REASON_CIRCUIT_OPEN.to_string()),
+            Some("circuit_open"),
+        )
+    }
     fn with(outcome: Outcome, reason: Option<String>, error_kind: Option<&'static str>) -> Self {
         HandlerResult {
             outcome,

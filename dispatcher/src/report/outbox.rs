@@ -14,9 +14,10 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use agenthooks_crds::report::{BreakerObservation, RunOutcome, TripReport};
+use agenthooks_crds::report::{BreakerObservation, CloseReport, RunOutcome, TripReport};
 
 use crate::breaker::{Observation, Trip};
+
 use crate::hookset::{HookSet, LoadedHook};
 use crate::report::counters::{Counts, HookCounters, HookIdentity};
 
@@ -43,6 +44,7 @@ pub struct Outbox {
     active: AtomicBool,
     cells: Mutex<Vec<Cell>>,
     trips: Mutex<Vec<TripReport>>,
+    closes: Mutex<Vec<CloseReport>>,
     /// Wakes the reporter at once: a trip is queued.
     pub(crate) wake_trip: tokio::sync::Notify,
     /// Wakes the reporter soon: a breaker run grew.
@@ -76,9 +78,9 @@ impl Outbox {
         }
     }
 
-    /// Queues a trip of `hook` at `tripped_at` and wakes the reporter, which sends it at
-    /// once (CONTRACT §6.2).
-    pub fn trip(&self, hook: &LoadedHook, trip: &Trip, tripped_at: chrono::DateTime<chrono::Utc>) {
+    /// Queues the trip of `hook`'s breaker for `tenant` (inactive: ignored) and wakes the
+    /// reporter's breaker lane: the operator publishes it to every dispatcher.
+    pub fn trip(&self, hook: &LoadedHook, tenant: &str, trip: &Trip) {
         if !self.is_active() {
             return;
         }
@@ -88,7 +90,9 @@ impl Outbox {
             name: hook.name.clone(),
             generation: hook.generation,
             reset_token: hook.reset_token.clone(),
-            tripped_at: tripped_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            tenant: tenant.to_string(),
+            tripped_at: rfc3339_ms(trip.at_ms).unwrap_or_default(),
+            fail_closed: trip.fail_closed,
             reason: trip.reason(),
         };
         self.trips
@@ -96,6 +100,35 @@ impl Outbox {
             .unwrap_or_else(|p| p.into_inner())
             .push(report);
         self.wake_trip.notify_one();
+    }
+
+    /// Queues the close of `hook`'s breaker for `tenant` by a probe that answered at
+    /// `closed_ms` (the trip it ends opened at `opened_ms`) and wakes the breaker lane: the
+    /// operator closes it everywhere (CONTRACT §6.4).
+    pub fn close(&self, hook: &LoadedHook, tenant: &str, opened_ms: i64, closed_ms: i64) {
+        if !self.is_active() {
+            return;
+        }
+        let report = CloseReport {
+            uid: hook.uid.clone(),
+            namespace: hook.namespace.clone(),
+            name: hook.name.clone(),
+            generation: hook.generation,
+            reset_token: hook.reset_token.clone(),
+            tenant: tenant.to_string(),
+            opened_at: rfc3339_ms(opened_ms).unwrap_or_default(),
+            closed_at: rfc3339_ms(closed_ms).unwrap_or_default(),
+        };
+        self.closes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(report);
+        self.wake_trip.notify_one();
+    }
+
+    /// Takes the queued closes.
+    pub fn take_closes(&self) -> Vec<CloseReport> {
+        std::mem::take(&mut *self.closes.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// A hook's breaker run grew (a block or timeout): wakes the reporter, which sends
@@ -146,9 +179,10 @@ impl Outbox {
             .iter()
             .filter_map(|cell| {
                 let hook = cell.hook.upgrade()?;
-                let obs = hook.breaker.take_observation()?;
-                Some(observation(&hook, obs))
+                let obs = hook.breaker.take_observations();
+                Some(obs.into_iter().map(move |o| observation(&hook, o)))
             })
+            .flatten()
             .collect()
     }
 
@@ -158,8 +192,8 @@ impl Outbox {
     }
 }
 
-fn rfc3339_ms(unix_ms: u64) -> Option<String> {
-    chrono::DateTime::from_timestamp_millis(unix_ms as i64)
+fn rfc3339_ms(unix_ms: i64) -> Option<String> {
+    chrono::DateTime::from_timestamp_millis(unix_ms)
         .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
 }
 
@@ -171,7 +205,8 @@ fn observation(hook: &LoadedHook, obs: Observation) -> BreakerObservation {
         name: hook.name.clone(),
         generation: hook.generation,
         reset_token: hook.reset_token.clone(),
-        last_allow_at: obs.last_allow_ms.and_then(rfc3339_ms),
+        tenant: obs.tenant,
+        last_answer_at: obs.last_answer_ms.and_then(rfc3339_ms),
         run: obs
             .run
             .into_iter()
@@ -183,11 +218,11 @@ fn observation(hook: &LoadedHook, obs: Observation) -> BreakerObservation {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::breaker::TRIP_THRESHOLD;
+    use crate::breaker::FAULT_THRESHOLD;
     use crate::handlers::Outcome;
     use agenthooks_crds::Edition;
+    use agenthooks_crds::rules::breaker::Transition;
     use agenthooks_crds::snapshot::SnapshotHook;
-    use std::time::Instant;
 
     fn set(names: &[&str], version: u64, previous: Option<&HookSet>) -> HookSet {
         let sources = names
@@ -204,6 +239,7 @@ mod tests {
                 )
                 .unwrap(),
                 sealed_headers: vec![],
+                open_breakers: Vec::new(),
                 reset_token: Some("r1".into()),
             })
             .collect();
@@ -225,13 +261,17 @@ mod tests {
         let h = s.get("tenant-acme/a").unwrap();
         h.counters.record(Outcome::Block, 1);
         let trip = Trip {
-            blocks: 5,
-            timeouts: 0,
-            over_seconds: 1.0,
+            timeouts: 5,
+            errors: 0,
+            over_ms: 1000,
+            at_ms: 1,
+            fail_closed: false,
         };
-        outbox.trip(h, &trip, chrono::Utc::now());
+        outbox.trip(h, "acme", &trip);
+        outbox.close(h, "acme", 1, 2);
         assert_eq!(outbox.cells(), 0);
         assert!(outbox.take_trips().is_empty());
+        assert!(outbox.take_closes().is_empty());
         assert!(outbox.sweep().executions.is_empty());
     }
 
@@ -279,15 +319,20 @@ mod tests {
         let s = set(&["a"], 1, None);
         outbox.register(&s);
         let h = s.get("tenant-acme/a").unwrap();
-        let t0 = Instant::now();
+        let base = 1_767_225_600_000; // 2026-01-01T00:00:00Z
         let mut trip = None;
-        for i in 0..TRIP_THRESHOLD as u64 {
-            trip = h
+        for i in 0..FAULT_THRESHOLD as i64 {
+            let at = base + i * 1000;
+            let a = h.breaker.admit("globex", at);
+            if let Transition::Tripped(t) = h
                 .breaker
-                .record_at(Outcome::Block, t0, 1_767_225_600_000 + i * 1000);
+                .record("globex", a, Outcome::Timeout, at)
+                .transition
+            {
+                trip = Some(t);
+            }
         }
-        let at = chrono::DateTime::from_timestamp(1_767_225_604, 0).unwrap();
-        outbox.trip(h, &trip.unwrap(), at);
+        outbox.trip(h, "globex", &trip.expect("five timeouts trip"));
         let trips = outbox.take_trips();
         assert_eq!(
             trips,
@@ -297,8 +342,10 @@ mod tests {
                 name: "a".into(),
                 generation: 2,
                 reset_token: Some("r1".into()),
-                tripped_at: "2026-01-01T00:00:04Z".into(),
-                reason: "5 blocks and 0 timeouts in a row within 0 s (threshold 5 within 60 s)"
+                tenant: "globex".into(),
+                tripped_at: "2026-01-01T00:00:04.000Z".into(),
+                fail_closed: false,
+                reason: "5 timeouts and 0 errors of the handler in a row within 4 s (threshold 5 faults within 60 s; answers, allow or block, never count)"
                     .into(),
             }]
         );
@@ -315,17 +362,55 @@ mod tests {
             .await
             .expect("woken");
         });
-        let obs = outbox.sweep().observations;
-        assert_eq!(obs.len(), 1);
-        assert_eq!(obs[0].generation, 2);
-        assert_eq!(obs[0].reset_token.as_deref(), Some("r1"));
-        assert_eq!(obs[0].last_allow_at, None);
-        assert_eq!(obs[0].run.len(), 5);
-        assert_eq!(obs[0].run[0].at, "2026-01-01T00:00:00.000Z");
-        assert!(!obs[0].run[0].timeout);
+        // Another tenant's run of faults is its own observation.
+        let a = h.breaker.admit("acme", base);
+        h.breaker.record("acme", a, Outcome::Error, base);
+        let mut obs = outbox.sweep().observations;
+        obs.sort_by(|x, y| x.tenant.cmp(&y.tenant));
+        assert_eq!(obs.len(), 2);
+        assert_eq!(
+            (
+                obs[0].tenant.as_str(),
+                obs[0].generation,
+                obs[0].reset_token.as_deref()
+            ),
+            ("acme", 2, Some("r1"))
+        );
+        assert_eq!(obs[0].last_answer_at, None);
+        assert_eq!(
+            obs[0].run,
+            vec![RunOutcome {
+                at: "2026-01-01T00:00:00.000Z".into(),
+                timeout: false
+            }]
+        );
+        assert_eq!(obs[1].tenant, "globex");
         assert!(
             outbox.sweep().observations.is_empty(),
             "sent once per change"
+        );
+        // A probe that answers queues a close and wakes the breaker lane.
+        let probe_at = base + 4000 + crate::breaker::HALF_OPEN_AFTER_MS;
+        let a = h.breaker.admit("globex", probe_at);
+        assert_eq!(
+            h.breaker
+                .record("globex", a, Outcome::Allow, probe_at)
+                .transition,
+            Transition::Closed { since: base + 4000 }
+        );
+        outbox.close(h, "globex", base + 4000, probe_at);
+        assert_eq!(
+            outbox.take_closes(),
+            vec![CloseReport {
+                uid: "uid-a".into(),
+                namespace: "tenant-acme".into(),
+                name: "a".into(),
+                generation: 2,
+                reset_token: Some("r1".into()),
+                tenant: "globex".into(),
+                opened_at: "2026-01-01T00:00:04.000Z".into(),
+                closed_at: "2026-01-01T00:00:34.000Z".into(),
+            }]
         );
     }
 }

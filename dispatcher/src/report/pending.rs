@@ -17,7 +17,9 @@
 
 use std::collections::HashMap;
 
-use agenthooks_crds::report::{BreakerObservation, ExecutionDelta, Report, TripReport};
+use agenthooks_crds::report::{
+    BreakerObservation, CloseReport, ExecutionDelta, Report, TripReport,
+};
 
 use crate::report::counters::{Counts, HookIdentity};
 
@@ -31,6 +33,7 @@ fn trip_bytes(t: &TripReport) -> usize {
         + t.namespace.len()
         + t.name.len()
         + t.reason.len()
+        + t.tenant.len()
         + t.reset_token.as_ref().map_or(0, String::len)
 }
 
@@ -40,6 +43,7 @@ fn execution_bytes(id: &HookIdentity) -> usize {
 
 fn observation_bytes(o: &BreakerObservation) -> usize {
     150 + o.uid.len()
+        + o.tenant.len()
         + o.namespace.len()
         + o.name.len()
         + o.reset_token.as_ref().map_or(0, String::len)
@@ -51,6 +55,8 @@ fn observation_bytes(o: &BreakerObservation) -> usize {
 pub struct Batch {
     pub report_id: String,
     pub trips: Vec<TripReport>,
+    /// Breakers closed by a probe here (sent with the trips, first).
+    pub closes: Vec<CloseReport>,
     pub executions: Vec<(HookIdentity, Counts)>,
     pub observations: Vec<BreakerObservation>,
 }
@@ -64,6 +70,7 @@ impl Batch {
             trips: self.trips.clone(),
             executions: self.executions.iter().map(|(id, c)| delta(id, c)).collect(),
             breaker: self.observations.clone(),
+            closes: self.closes.clone(),
         }
     }
 }
@@ -101,9 +108,10 @@ pub struct Dropped {
 pub struct Pending {
     /// Counts by hook uid (generations of one hook merge).
     executions: HashMap<String, (HookIdentity, Counts)>,
-    /// The latest breaker run by hook uid.
-    observations: HashMap<String, BreakerObservation>,
+    /// The latest breaker run by (hook uid, tenant).
+    observations: HashMap<(String, String), BreakerObservation>,
     trips: Vec<TripReport>,
+    closes: Vec<CloseReport>,
     in_flight: Option<Batch>,
     cap: usize,
     batch_bytes: usize,
@@ -116,6 +124,7 @@ impl Pending {
             executions: HashMap::new(),
             observations: HashMap::new(),
             trips: Vec::new(),
+            closes: Vec::new(),
             in_flight: None,
             cap,
             batch_bytes: MAX_BATCH_BYTES,
@@ -135,7 +144,12 @@ impl Pending {
 
     /// Trips held: pending plus in flight.
     pub fn trips(&self) -> usize {
-        self.trips.len() + self.in_flight.as_ref().map_or(0, |b| b.trips.len())
+        self.trips.len()
+            + self.closes.len()
+            + self
+                .in_flight
+                .as_ref()
+                .map_or(0, |b| b.trips.len() + b.closes.len())
     }
 
     /// Breaker runs held: pending plus in flight.
@@ -153,11 +167,12 @@ impl Pending {
     pub fn add_observations(&mut self, observations: Vec<BreakerObservation>) -> Dropped {
         let mut dropped = Dropped::default();
         for o in observations {
-            if !self.observations.contains_key(&o.uid) && self.observations() >= self.cap {
+            let key = (o.uid.clone(), o.tenant.clone());
+            if !self.observations.contains_key(&key) && self.observations() >= self.cap {
                 dropped.observations += 1;
                 continue;
             }
-            self.observations.insert(o.uid.clone(), o);
+            self.observations.insert(key, o);
         }
         dropped
     }
@@ -183,9 +198,14 @@ impl Pending {
         dropped
     }
 
-    /// Queues trips (trips are few: one per hook version at most).
+    /// Queues trips (trips are few: one per hook version and tenant at most).
     pub fn add_trips(&mut self, trips: Vec<TripReport>) {
         self.trips.extend(trips);
+    }
+
+    /// Queues closes (few: one per probe that answered).
+    pub fn add_closes(&mut self, closes: Vec<CloseReport>) {
+        self.closes.extend(closes);
     }
 
     /// The batch to send now: the one in flight if any (same id), else a new one with
@@ -196,7 +216,11 @@ impl Pending {
         if let Some(b) = &self.in_flight {
             return Some(b.clone());
         }
-        if self.executions.is_empty() && self.trips.is_empty() && self.observations.is_empty() {
+        if self.executions.is_empty()
+            && self.trips.is_empty()
+            && self.closes.is_empty()
+            && self.observations.is_empty()
+        {
             return None;
         }
         let mut room = self.batch_bytes;
@@ -215,6 +239,7 @@ impl Pending {
             }
             trips.push(self.trips.remove(0));
         }
+        let closes = std::mem::take(&mut self.closes);
         let mut uids: Vec<String> = Vec::new();
         for (uid, (id, _)) in &self.executions {
             if !fits(execution_bytes(id), trips.is_empty() && uids.is_empty()) {
@@ -227,22 +252,23 @@ impl Pending {
             .filter_map(|u| self.executions.remove(u))
             .collect();
         executions.sort_by(|a, b| a.0.uid.cmp(&b.0.uid));
-        let mut uids: Vec<String> = Vec::new();
-        for (uid, o) in &self.observations {
-            let empty = trips.is_empty() && executions.is_empty() && uids.is_empty();
+        let mut keys: Vec<(String, String)> = Vec::new();
+        for (key, o) in &self.observations {
+            let empty = trips.is_empty() && executions.is_empty() && keys.is_empty();
             if !fits(observation_bytes(o), empty) {
                 break;
             }
-            uids.push(uid.clone());
+            keys.push(key.clone());
         }
-        let mut observations: Vec<_> = uids
+        let mut observations: Vec<_> = keys
             .iter()
-            .filter_map(|u| self.observations.remove(u))
+            .filter_map(|k| self.observations.remove(k))
             .collect();
-        observations.sort_by(|a, b| a.uid.cmp(&b.uid));
+        observations.sort_by(|a, b| (&a.uid, &a.tenant).cmp(&(&b.uid, &b.tenant)));
         let batch = Batch {
             report_id: uuid::Uuid::new_v4().to_string(),
             trips,
+            closes,
             executions,
             observations,
         };
@@ -278,6 +304,9 @@ impl Pending {
         let mut trips = b.trips;
         trips.append(&mut self.trips);
         self.trips = trips;
+        let mut closes = b.closes;
+        closes.append(&mut self.closes);
+        self.closes = closes;
         for (id, counts) in b.executions {
             match self.executions.get_mut(&id.uid) {
                 Some((_, held)) => held.merge(&counts),
@@ -287,7 +316,9 @@ impl Pending {
             }
         }
         for o in b.observations {
-            self.observations.entry(o.uid.clone()).or_insert(o);
+            self.observations
+                .entry((o.uid.clone(), o.tenant.clone()))
+                .or_insert(o);
         }
     }
 }
@@ -320,7 +351,9 @@ mod tests {
             name: name.into(),
             generation: 1,
             reset_token: None,
+            tenant: "acme".into(),
             tripped_at: "2026-01-01T00:00:00Z".into(),
+            fail_closed: false,
             reason: "5 blocks".into(),
         }
     }
@@ -407,9 +440,43 @@ mod tests {
             name: uid.into(),
             generation: 1,
             reset_token: None,
-            last_allow_at: Some(last_allow.into()),
+            tenant: "acme".into(),
+            last_answer_at: Some(last_allow.into()),
             run: vec![],
         }
+    }
+
+    #[test]
+    fn runs_are_kept_per_hook_and_tenant_and_closes_go_with_the_trips() {
+        let mut p = Pending::new(10);
+        let mut other = obs("a", "t1");
+        other.tenant = "globex".into();
+        p.add_observations(vec![obs("a", "t1"), other.clone(), obs("a", "t2")]);
+        let close = CloseReport {
+            uid: "uid-a".into(),
+            namespace: "tenant-acme".into(),
+            name: "a".into(),
+            generation: 1,
+            reset_token: None,
+            tenant: "acme".into(),
+            opened_at: "2026-01-01T00:00:00.000Z".into(),
+            closed_at: "2026-01-01T00:00:30.000Z".into(),
+        };
+        p.add_closes(vec![close.clone()]);
+        assert_eq!(p.trips(), 1, "a close is sent in the trip lane");
+        let b = p.next_batch().unwrap();
+        assert_eq!(b.observations, vec![obs("a", "t2"), other]);
+        assert_eq!(b.closes, vec![close.clone()]);
+        assert_eq!(b.to_report("d").closes, vec![close.clone()]);
+        p.not_applied();
+        let again = p.next_batch().unwrap();
+        assert_eq!(
+            again.closes,
+            vec![close],
+            "a close not applied is sent again"
+        );
+        p.acknowledged();
+        assert!(p.is_empty());
     }
 
     #[test]

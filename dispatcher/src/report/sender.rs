@@ -169,6 +169,7 @@ impl Reporter {
     async fn flush(&mut self) {
         if self.lane == Lane::Breaker {
             self.pending.add_trips(self.outbox.take_trips());
+            self.pending.add_closes(self.outbox.take_closes());
             let dropped_runs = self
                 .pending
                 .add_observations(self.outbox.sweep_observations());

@@ -44,6 +44,7 @@ fn hooks_for(event: &str, cmd: &str) -> HookSet {
         namespace_tenant: "acme".into(),
         spec,
         sealed_headers: vec![],
+        open_breakers: Vec::new(),
         reset_token: None,
     };
     HookSet::build(vec![src], "agenthooks-system", Edition::Lite, 7, None).0

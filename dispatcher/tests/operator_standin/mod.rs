@@ -314,6 +314,7 @@ pub fn snapshot(epoch: &str, version: u64, mark: &str) -> Snapshot {
             spec,
             reset_token: None,
             sealed_headers: vec![],
+            open_breakers: Vec::new(),
         }],
     }
 }

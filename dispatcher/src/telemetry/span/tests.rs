@@ -133,6 +133,7 @@ fn cmd(name: &str, command: &str) -> SnapshotHook {
         namespace_tenant: "acme".into(),
         spec: serde_norway::from_str(&yaml).unwrap(),
         sealed_headers: vec![],
+        open_breakers: Vec::new(),
         reset_token: None,
     }
 }
