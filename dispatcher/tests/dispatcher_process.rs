@@ -293,12 +293,12 @@ fn serve_flags_are_checked_before_anything_runs() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn standalone_reports_nothing_and_its_breaker_still_trips() {
+async fn standalone_reports_nothing_and_its_breaker_still_trips_closed() {
     let dir = tempfile::tempdir().unwrap();
     let hooks = dir.path().join("hooks.yaml");
     std::fs::write(
         &hooks,
-        "apiVersion: agenthooks.io/v1alpha1\nkind: AgentHook\nmetadata: {name: no, namespace: tenant-acme}\nspec:\n  event: pre_tool_use\n  matcher: '^exec$'\n  handler: {type: command, command: {command: 'exit 2'}}\n---\napiVersion: agenthooks.io/v1alpha1\nkind: TenantHookBudget\nmetadata: {name: b, namespace: tenant-acme}\nspec: {monthlyTokens: 100}\n",
+        "apiVersion: agenthooks.io/v1alpha1\nkind: AgentHook\nmetadata: {name: no, namespace: tenant-acme}\nspec:\n  event: pre_tool_use\n  matcher: '^exec$'\n  handler: {type: command, command: {command: 'exit 1'}}\n---\napiVersion: agenthooks.io/v1alpha1\nkind: TenantHookBudget\nmetadata: {name: b, namespace: tenant-acme}\nspec: {monthlyTokens: 100}\n",
     )
     .unwrap();
     let mut cmd = dispatcher_command();
@@ -307,14 +307,28 @@ async fn standalone_reports_nothing_and_its_breaker_still_trips() {
     let c = client();
     let event = json!({"event": "pre_tool_use", "tenant_id": "tenant-acme", "tool_name": "exec", "tool_input": {}});
     let mut decisions = Vec::new();
-    for _ in 0..6 {
+    for _ in 0..7 {
         let (code, body) = status(&c, &format!("{base}/v1/dispatch"), Some(&event)).await;
         assert_eq!(code, 200, "{body}");
-        decisions.push(body["decision"].as_str().unwrap().to_string());
+        decisions.push((
+            body["decision"].as_str().unwrap().to_string(),
+            body["hooks"][0]["errorKind"].as_str().unwrap().to_string(),
+        ));
     }
+    // Five handler errors trip the breaker; it then answers as the fault, never allow.
+    let faulted = ("block".to_string(), "exit_status".to_string());
+    let open = ("block".to_string(), "circuit_open".to_string());
     assert_eq!(
         decisions,
-        ["block", "block", "block", "block", "block", "allow"]
+        [
+            faulted.clone(),
+            faulted.clone(),
+            faulted.clone(),
+            faulted.clone(),
+            faulted,
+            open.clone(),
+            open
+        ]
     );
     let r = c.get(format!("{base}/metrics")).send().await.unwrap();
     let text = r.text().await.unwrap();

@@ -403,12 +403,11 @@ async fn every_unusable_answer_blocks_and_logs_a_parse_error() {
     }
 }
 
-/// Provider failures are errors to the circuit breaker (CONTRACT §6.1: errors neither
-/// count nor reset): a provider outage must not trip a prompt hook, which would drop it
-/// and let the next calls through unchecked. Six failing calls in a row all block, and
-/// the sixth still reaches the provider (the hook still runs).
+/// Provider failures are faults (CONTRACT §6.1): five in a row open the hook's breaker for
+/// the tenant, and the open breaker answers as the fault, an error: every call blocks,
+/// and from the sixth on the provider is not called any more (no spend on an outage).
 #[tokio::test]
-async fn a_provider_outage_blocks_every_call_and_never_trips_the_breaker() {
+async fn a_provider_outage_blocks_every_call_and_the_open_breaker_stops_calling() {
     let s = ProviderStandIn::start().await;
     let e = engine(&s, Some(1_000_000));
     let hooks = set(vec![hook("tenant-acme", "judge", 1, ", model: mini", "")]);
@@ -422,7 +421,13 @@ async fn a_provider_outage_blocks_every_call_and_never_trips_the_breaker() {
         .await;
         assert_eq!(d.decision, Verdict::Block, "call {i}");
         assert_eq!(only_run(&d).decision, Outcome::Error, "call {i}");
-        assert_eq!(s.count(), i + 1, "call {i} reached the provider");
+        if i < 5 {
+            assert_eq!(s.count(), i + 1, "call {i} reached the provider");
+        } else {
+            assert_eq!(only_run(&d).error_kind, Some("circuit_open"), "call {i}");
+            assert_eq!(d.reason.as_deref(), Some("CircuitOpen"));
+            assert_eq!(s.count(), 5, "the open breaker does not call the provider");
+        }
     }
 }
 

@@ -145,9 +145,9 @@ async fn a_trip_is_reported_at_once_with_its_hook_version() {
     );
     r.load(
         vec![hook(
-            "always-block",
+            "always-fails",
             "pre_tool_use",
-            "exit 2",
+            "exit 1",
             Some("reset-7"),
         )],
         1,
@@ -187,15 +187,16 @@ async fn a_trip_is_reported_at_once_with_its_hook_version() {
             trip.reset_token.as_deref()
         ),
         (
-            "uid-always-block",
+            "uid-always-fails",
             "tenant-acme",
-            "always-block",
+            "always-fails",
             3,
             Some("reset-7")
         )
     );
     assert!(
-        trip.reason.starts_with("5 blocks and 0 timeouts in a row"),
+        trip.reason
+            .starts_with("0 timeouts and 5 errors of the handler in a row"),
         "{}",
         trip.reason
     );
@@ -206,17 +207,20 @@ async fn a_trip_is_reported_at_once_with_its_hook_version() {
         applied.values().all(|rep| rep.dispatcher == "d-test"),
         "reports name the dispatcher"
     );
-    // The breaker run went out too (the operator counts it across dispatchers).
+    assert_eq!((trip.tenant.as_str(), trip.fail_closed), ("acme", true));
+    // The run of faults went out too, per tenant (the operator counts it across
+    // dispatchers).
     let run = applied
         .values()
         .flat_map(|rep| rep.breaker.clone())
         .max_by_key(|o| o.run.len())
         .unwrap();
-    assert_eq!((run.generation, run.run.len()), (3, 5));
-    // A sixth event does not run the open hook; the counts say five blocks.
-    assert_eq!(r.decide().await, "allow");
+    assert_eq!((run.generation, run.tenant.as_str()), (3, "acme"));
+    assert!(run.run.iter().all(|o| !o.timeout), "errors, not timeouts");
+    // A sixth event does not run the open hook and is refused as its error.
+    assert_eq!(r.decide().await, "block");
     r.stop().await;
-    assert_eq!(op.state.applied_counts("uid-always-block"), (0, 5, 0, 0));
+    assert_eq!(op.state.applied_counts("uid-always-fails"), (0, 0, 6, 0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -333,7 +337,7 @@ async fn a_trip_is_not_held_up_by_a_slow_report_of_counts() {
         1000,
     );
     r.load(
-        vec![hook("always-block", "pre_tool_use", "exit 2", None)],
+        vec![hook("always-fails", "pre_tool_use", "exit 1", None)],
         1,
     );
     assert_eq!(r.decide().await, "block");
