@@ -469,7 +469,10 @@ mod tests {
         // Bytes, not characters: 129 two-byte characters are 258 bytes.
         let err = parse(json!({"event": "stop", "turn_id": "é".repeat(129)})).unwrap_err();
         assert_eq!(err.status(), 400);
-        assert!(err.to_string().starts_with("turn_id: is 258 bytes"), "{err}");
+        assert!(
+            err.to_string().starts_with("turn_id: is 258 bytes"),
+            "{err}"
+        );
     }
 
     #[test]

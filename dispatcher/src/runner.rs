@@ -274,7 +274,11 @@ pub async fn run_matched(
         reason: result.reason.clone(),
         error_kind: result.error_kind,
         // A prompt judge's dropped rewrite (CONTRACT §5 prompt.2) is a denied mutation too.
-        mutation_denied: result.metadata.prompt.as_ref().is_some_and(|p| p.rewrite_denied),
+        mutation_denied: result
+            .metadata
+            .prompt
+            .as_ref()
+            .is_some_and(|p| p.rewrite_denied),
         prompt: result.metadata.prompt.clone(),
         result: Some(result),
     }

@@ -192,10 +192,7 @@ mod tests {
         assert_ne!(a, turn_key("h", "acme", "s2", "t1"));
         assert_ne!(a, turn_key("h2", "acme", "s1", "t1"));
         // Length prefixes: moving bytes from one part to the next is another key.
-        assert_ne!(
-            turn_key("h", "ab", "c", "t"),
-            turn_key("h", "a", "bc", "t")
-        );
+        assert_ne!(turn_key("h", "ab", "c", "t"), turn_key("h", "a", "bc", "t"));
         // A megabyte of turn id is still a 32-byte key.
         let big = "x".repeat(1 << 20);
         assert_eq!(turn_key("h", "acme", "s1", &big).len(), 32);
@@ -211,7 +208,11 @@ mod tests {
         assert!(!c.try_acquire(&k("h", "a"), 1, t0 + Duration::from_secs(7000)));
         assert!(c.try_acquire(&k("h", "a"), 1, t0 + Duration::from_secs(10_600)));
         for i in 0..10 {
-            c.try_acquire(&k("h", &format!("t{i}")), 1, t0 + Duration::from_secs(10_600));
+            c.try_acquire(
+                &k("h", &format!("t{i}")),
+                1,
+                t0 + Duration::from_secs(10_600),
+            );
         }
         assert_eq!(c.len(), 3);
     }
