@@ -295,9 +295,13 @@ fn allow_rewrite_only_in_the_master_namespace() {
     assert!(validate(&spec(JUDGE), &lite(MASTER)).is_ok());
     assert!(validate(&spec(JUDGE), &ctx(MASTER, Edition::Standard)).is_ok());
     // The default (absent) and an explicit false are accepted anywhere.
-    let default = spec("event: pre_tool_use\nmatcher: exec\nhandler: {type: prompt, prompt: {promptTemplate: 'x'}}");
+    let default = spec(
+        "event: pre_tool_use\nmatcher: exec\nhandler: {type: prompt, prompt: {promptTemplate: 'x'}}",
+    );
     assert!(!default.handler.prompt.as_ref().unwrap().allow_rewrite);
     assert!(validate(&default, &lite("tenant-acme")).is_ok());
-    let off = spec("event: pre_tool_use\nmatcher: exec\nhandler: {type: prompt, prompt: {promptTemplate: 'x', allowRewrite: false}}");
+    let off = spec(
+        "event: pre_tool_use\nmatcher: exec\nhandler: {type: prompt, prompt: {promptTemplate: 'x', allowRewrite: false}}",
+    );
     assert!(validate(&off, &lite("tenant-acme")).is_ok());
 }
