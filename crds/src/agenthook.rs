@@ -239,6 +239,12 @@ pub struct PromptHandlerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1000))]
     pub max_invocations_per_turn: Option<u32>,
+    /// Whether the model's `updated_input` may rewrite the tool call (CONTRACT §5
+    /// prompt.2). Default `false`: the judge only decides allow/block and any rewrite it
+    /// proposes is dropped. `true` is accepted only in the master namespace, and even then
+    /// a rewrite is never applied when the model reports `injection_detected`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_rewrite: bool,
 }
 
 /// Status of an AgentHook, written by the operator and dispatchers.

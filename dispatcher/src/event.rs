@@ -17,6 +17,10 @@ pub const MAX_TOOL_INPUT_BYTES: usize = 256 * 1024;
 pub const MAX_TOOL_INPUT_DEPTH: usize = 32;
 /// Sub-agent depth bound (seed `MaxLoopDepth`): `depth > 3` runs no hook.
 pub const MAX_LOOP_DEPTH: i64 = 3;
+/// Longest id or key taken from a caller (`event_id`, `session_id`, `tenant_id`,
+/// `agent_id`, `turn_id`, `tool_name`), in bytes (CONTRACT §10.2). Over it is a 400
+/// naming the field, before any hook runs or anything is kept for the request.
+pub const MAX_ID_BYTES: usize = 256;
 /// Longest field path reported in an error, in bytes (a cut path ends with `…`).
 pub const MAX_REPORTED_PATH_BYTES: usize = 200;
 /// Longest error message reported, in bytes (a cut message ends with `…`).
@@ -199,7 +203,7 @@ impl Event {
     }
 
     /// Checks shapes serde cannot: `tool_input` is an object within the caps, `depth`
-    /// is not negative, ids are short.
+    /// is not negative, ids are at most [`MAX_ID_BYTES`] and hold no control character.
     pub fn check(&self) -> Result<(), EventError> {
         if !self.tool_input.is_object() {
             return Err(EventError::invalid("tool_input", "must be a JSON object"));
@@ -207,29 +211,22 @@ impl Event {
         if self.depth < 0 {
             return Err(EventError::invalid("depth", "must not be negative"));
         }
-        for (field, v) in [
-            ("event_id", &self.event_id),
-            ("session_id", &self.session_id),
-            ("tenant_id", &self.tenant_id),
-            ("agent_id", &self.agent_id),
-        ] {
-            if v.len() > 256 {
-                return Err(EventError::invalid(field, "is longer than 256 bytes"));
+        // Every id and key the caller chose (CONTRACT §10.2): bounded, and, as names and
+        // ids end up in logs, metrics labels and audit rows, free of NUL, newline, escape
+        // and other control characters. The one list of them.
+        for (field, v) in self.caller_ids() {
+            let Some(v) = v else { continue };
+            if v.len() > MAX_ID_BYTES {
+                return Err(EventError::invalid(
+                    field,
+                    format!(
+                        "is {} bytes, longer than the {MAX_ID_BYTES}-byte limit on ids (CONTRACT §10.2)",
+                        v.len()
+                    ),
+                ));
             }
         }
-        if self.tool_name.as_ref().is_some_and(|t| t.len() > 256) {
-            return Err(EventError::invalid("tool_name", "is longer than 256 bytes"));
-        }
-        // Names and ids end up in logs, metrics labels and audit rows: no NUL, newline,
-        // escape or other control character.
-        for (field, v) in [
-            ("tool_name", self.tool_name.as_deref()),
-            ("event_id", Some(self.event_id.as_str())),
-            ("session_id", Some(self.session_id.as_str())),
-            ("tenant_id", Some(self.tenant_id.as_str())),
-            ("agent_id", Some(self.agent_id.as_str())),
-            ("turn_id", self.turn_id.as_deref()),
-        ] {
+        for (field, v) in self.caller_ids() {
             if let Some(c) = v.and_then(|v| v.chars().find(|c| c.is_control())) {
                 return Err(EventError::invalid(
                     field,
@@ -248,6 +245,19 @@ impl Event {
         }
         let mut size = 0usize;
         check_caps(&self.tool_input, &mut Vec::new(), &mut size)
+    }
+
+    /// Every string id or key of the body the caller chose, by field name (`None` when
+    /// absent): what [`MAX_ID_BYTES`] bounds.
+    fn caller_ids(&self) -> [(&'static str, Option<&str>); 6] {
+        [
+            ("event_id", Some(self.event_id.as_str())),
+            ("session_id", Some(self.session_id.as_str())),
+            ("tenant_id", Some(self.tenant_id.as_str())),
+            ("agent_id", Some(self.agent_id.as_str())),
+            ("turn_id", self.turn_id.as_deref()),
+            ("tool_name", self.tool_name.as_deref()),
+        ]
     }
 
     /// The tool name, `None` when absent or empty.
@@ -429,6 +439,40 @@ mod tests {
         );
         let e = parse(json!({"event": "stop", "event_id": "ev-1"})).unwrap();
         assert_eq!(e.event_id, "ev-1");
+    }
+
+    #[test]
+    fn every_caller_id_is_at_most_256_bytes_else_400_naming_it() {
+        for field in [
+            "event_id",
+            "session_id",
+            "tenant_id",
+            "agent_id",
+            "turn_id",
+            "tool_name",
+        ] {
+            let mut v = json!({"event": "pre_tool_use"});
+            v[field] = json!("x".repeat(MAX_ID_BYTES));
+            assert!(parse(v.clone()).is_ok(), "{field} of 256 bytes is accepted");
+            v[field] = json!("x".repeat(MAX_ID_BYTES + 1));
+            let err = parse(v).unwrap_err();
+            assert_eq!(err.status(), 400, "{field}");
+            assert_eq!(
+                err,
+                EventError::Invalid {
+                    field: field.into(),
+                    message: "is 257 bytes, longer than the 256-byte limit on ids (CONTRACT §10.2)"
+                        .into()
+                }
+            );
+        }
+        // Bytes, not characters: 129 two-byte characters are 258 bytes.
+        let err = parse(json!({"event": "stop", "turn_id": "é".repeat(129)})).unwrap_err();
+        assert_eq!(err.status(), 400);
+        assert!(
+            err.to_string().starts_with("turn_id: is 258 bytes"),
+            "{err}"
+        );
     }
 
     #[test]

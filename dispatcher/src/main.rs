@@ -143,6 +143,13 @@ struct ServeArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
+    /// Requests the port serves at once (CONTRACT §10.2); past it a request is answered
+    /// 503 at once, not queued (callers treat 503 as block), and counted in
+    /// `agenthooks_requests_shed_total`. `/healthz` and `/metrics` are not limited.
+    #[arg(long, env = "AGENTHOOKS_MAX_CONCURRENT_REQUESTS",
+          default_value_t = agenthooks_dispatcher::server::DEFAULT_MAX_CONCURRENT_REQUESTS,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
+    max_concurrent_requests: usize,
     /// Key shared with the operator for sealed header values (32 bytes or 64 hex).
     #[arg(long)]
     seal_key_file: Option<PathBuf>,
@@ -391,7 +398,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 telemetry::budget_remaining::BudgetRemaining::new(engine.budgets.clone()),
             ))?;
             tracing::info!(hooks = loaded.hooks.len(), budgets, path = %path.display(), edition = %args.common.edition, "standalone: hooks loaded; nothing is reported to an operator");
-            let state = AppState::new(engine);
+            let state = AppState::with_request_limit(engine, args.max_concurrent_requests);
             state.set_hooks(loaded.hooks);
             state
         }
@@ -414,7 +421,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 RemoteBudgets::new(Arc::clone(&urls), id.clone(), RemoteConfig::default()),
                 Some(engine.metrics.clone()),
             );
-            let state = AppState::new(engine);
+            let state = AppState::with_request_limit(engine, args.max_concurrent_requests);
             let operators: Vec<&str> = urls.urls().iter().map(|u| u.as_str()).collect();
             tracing::info!(operators = ?operators, dispatcher = %id, report_interval_ms = args.report_interval_ms, "synced mode: following the operator; not ready until the first snapshot");
             let mut config = ReporterConfig::new(id.clone());
@@ -453,7 +460,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         shutdown_signal().await;
         shutdown.cancel();
     });
-    agenthooks_dispatcher::server::serve(listener, router(state), cancel).await?;
+    agenthooks_dispatcher::server::serve(listener, router(Arc::clone(&state)), cancel).await?;
+    // Blocking chains of clients that went away run on after their connection (CONTRACT
+    // §10.3): let them finish, so their rows are in the queue flushed below.
+    if !state.wait_idle(Duration::from_secs(15)).await {
+        tracing::warn!("decisions still running 15 s after the server drained; exiting");
+    }
     if let Some(reporter) = reporter {
         stop_reporter.cancel();
         let _ = reporter.await;

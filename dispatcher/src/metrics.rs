@@ -26,7 +26,8 @@ pub struct Metrics {
     pub handler_errors: IntCounterVec,
     /// Events refused for `depth > 3` (seed `security.hook.loop_depth_exceeded`).
     pub loop_depth_exceeded: IntCounter,
-    /// `updatedInput` dropped from hooks outside the master namespace.
+    /// `updatedInput` dropped: from hooks outside the master namespace, or from a prompt
+    /// judge not allowed to rewrite (CONTRACT §4.5, §5 prompt.2).
     pub mutation_denied: IntCounter,
     /// Circuit-breaker trips (seed `security.hook.circuit_breaker`).
     pub breaker_trips: IntCounter,
@@ -34,6 +35,9 @@ pub struct Metrics {
     pub breaker_closes: IntCounter,
     /// Non-blocking hook runs shed because the background queue was full.
     pub background_shed: IntCounter,
+    /// Requests answered 503 at once because the port already served its concurrency
+    /// limit (`--max-concurrent-requests`, CONTRACT §10.2).
+    pub requests_shed: IntCounter,
     /// Version of the snapshot or hooks file served.
     pub snapshot_version: IntGauge,
     /// Hooks served.
@@ -202,6 +206,11 @@ impl Metrics {
                 "Non-blocking hook runs shed: queue full",
             )
             .unwrap(),
+            requests_shed: IntCounter::new(
+                "agenthooks_requests_shed_total",
+                "Requests answered 503 at once: the port's concurrency limit was reached",
+            )
+            .unwrap(),
             snapshot_version: IntGauge::new(
                 "agenthooks_snapshot_version",
                 "Version of the hooks served",
@@ -335,6 +344,7 @@ impl Metrics {
             Box::new(m.loop_depth_exceeded.clone()),
             Box::new(m.mutation_denied.clone()),
             Box::new(m.background_shed.clone()),
+            Box::new(m.requests_shed.clone()),
             Box::new(m.breaker_trips.clone()),
             Box::new(m.breaker_closes.clone()),
             Box::new(m.snapshot_version.clone()),

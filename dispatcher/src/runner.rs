@@ -93,7 +93,8 @@ pub struct HookRun {
     pub reason: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error_kind: Option<&'static str>,
-    /// `updatedInput` was offered by a hook outside the master namespace and dropped.
+    /// `updatedInput` was offered and dropped: by a hook outside the master namespace
+    /// (CONTRACT §4.5), or by a prompt judge not allowed to rewrite (§5 prompt.2).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub mutation_denied: bool,
     /// A prompt run's model, tokens, `injectionDetected` and `cacheHit`.
@@ -267,7 +268,12 @@ pub async fn run_matched(
         duration_ms: (elapsed.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0,
         reason: result.reason.clone(),
         error_kind: result.error_kind,
-        mutation_denied: false,
+        // A prompt judge's dropped rewrite (CONTRACT §5 prompt.2) is a denied mutation too.
+        mutation_denied: result
+            .metadata
+            .prompt
+            .as_ref()
+            .is_some_and(|p| p.rewrite_denied),
         prompt: result.metadata.prompt.clone(),
         result: Some(result),
     }

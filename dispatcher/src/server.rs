@@ -2,7 +2,16 @@
 //!
 //! - `POST /v1/dispatch`: an [`Event`] → a [`crate::chain::Decision`]. 400 for invalid
 //!   input, 413 over a cap (both `{"error", "field"}`), 503 before any hooks are
-//!   loaded (the caller must treat it as `block`).
+//!   loaded (the caller must treat it as `block`). A blocking event's chain runs in a
+//!   task of its own that outlives the connection (CONTRACT §10.3): a client that goes
+//!   away does not cut a hook run short, and every run that started writes its audit row.
+//!
+//! Bounds of the port (CONTRACT §10.2): at most [`AppState::max_requests`] requests in
+//! flight (`--max-concurrent-requests`); past it a request is answered 503 at once, not
+//! queued (`{"error", "field": ""}`, counted in `agenthooks_requests_shed_total`), except
+//! the liveness and metrics probes. A body is refused at [`MAX_BODY_BYTES`] before it is
+//! parsed: a `Content-Length` over it gets 413 without reading a byte, a chunked body
+//! stops being read at the cap.
 //! - `GET /v1/hooks`: the hooks served and the version of their source.
 //! - `GET /v1/executions`, `GET /v1/executions/{id}`: audit history ([`executions`]).
 //! - `POST /v1/test`: dry run of one hook on a sample event ([`dry_run`]; admin token,
@@ -26,22 +35,54 @@ use crate::event::{Event, MAX_BODY_BYTES};
 use crate::hookset::HookSet;
 use crate::runner::Engine;
 
+/// Requests one port serves at once by default (`--max-concurrent-requests`).
+pub const DEFAULT_MAX_CONCURRENT_REQUESTS: usize = 1024;
+
 /// Shared state of the server: the engine and the hook set currently served.
 pub struct AppState {
     pub engine: Engine,
     hooks: RwLock<Option<Arc<HookSet>>>,
     /// `--admin-token-file`: what `POST /v1/test` and error detail reads ask for.
     admin_token: std::sync::OnceLock<admin::AdminToken>,
+    /// One permit per request in flight on the port (CONTRACT §10.2).
+    request_slots: Arc<tokio::sync::Semaphore>,
+    max_requests: usize,
 }
 
 impl AppState {
-    /// A state with no hooks yet (not ready).
+    /// A state with no hooks yet (not ready), serving at most
+    /// [`DEFAULT_MAX_CONCURRENT_REQUESTS`] requests at once.
     pub fn new(engine: Engine) -> Arc<AppState> {
+        AppState::with_request_limit(engine, DEFAULT_MAX_CONCURRENT_REQUESTS)
+    }
+
+    /// A state with no hooks yet serving at most `max_requests` (at least 1) requests at
+    /// once; the excess is answered 503 at once.
+    pub fn with_request_limit(engine: Engine, max_requests: usize) -> Arc<AppState> {
+        let max_requests = max_requests.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
         Arc::new(AppState {
             engine,
             hooks: RwLock::new(None),
             admin_token: std::sync::OnceLock::new(),
+            request_slots: Arc::new(tokio::sync::Semaphore::new(max_requests)),
+            max_requests,
         })
+    }
+
+    /// Requests served at once at most; the excess gets 503.
+    pub fn max_requests(&self) -> usize {
+        self.max_requests
+    }
+
+    /// Waits until no request holds a slot (blocking chains whose client went away
+    /// included), at most `within`; `false` when some were still running. Called after
+    /// the server drained on shutdown, so their hook runs reach the audit queue before
+    /// it is flushed.
+    pub async fn wait_idle(&self, within: Duration) -> bool {
+        let all = u32::try_from(self.max_requests).unwrap_or(u32::MAX);
+        tokio::time::timeout(within, self.request_slots.acquire_many(all))
+            .await
+            .is_ok_and(|p| p.is_ok())
     }
 
     /// The hook set served now, if any. The lock is held only to clone an `Arc`.
@@ -138,8 +179,46 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            limit_concurrency,
+        ))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
+}
+
+/// A request's slot among the port's [`AppState::max_requests`]. `dispatch` moves a
+/// clone into the task that runs the chain, so a request whose client went away holds
+/// its slot until its hooks finished: disconnecting cannot pile up unbounded work.
+#[derive(Clone)]
+struct RequestSlot(#[allow(dead_code)] Arc<tokio::sync::OwnedSemaphorePermit>);
+
+/// Takes a slot for the request or answers 503 at once (CONTRACT §10.2; callers treat
+/// 503 as `block`). `/healthz` and `/metrics` are not limited: a liveness probe failing
+/// under load would restart a dispatcher that is only busy.
+async fn limit_concurrency(
+    State(state): State<Arc<AppState>>,
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if matches!(request.uri().path(), "/healthz" | "/metrics") {
+        return next.run(request).await;
+    }
+    let Ok(permit) = Arc::clone(&state.request_slots).try_acquire_owned() else {
+        state.engine.metrics.requests_shed.inc();
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "",
+            format!(
+                "over {} concurrent requests on this port; treat as block",
+                state.max_requests
+            ),
+        );
+    };
+    request
+        .extensions_mut()
+        .insert(RequestSlot(Arc::new(permit)));
+    next.run(request).await
 }
 
 fn error(status: StatusCode, field: &str, message: String) -> Response {
@@ -150,10 +229,29 @@ fn error(status: StatusCode, field: &str, message: String) -> Response {
         .into_response()
 }
 
+fn body_too_large() -> Response {
+    error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body",
+        format!("body: larger than {MAX_BODY_BYTES} bytes"),
+    )
+}
+
 /// Reads a request body of at most [`MAX_BODY_BYTES`] within [`BODY_READ_TIMEOUT`].
-/// Errors are the answer to send: 413 over the cap, 408 too slow, 400 otherwise (all
-/// `{"error", "field": "body"}`).
-async fn read_body(body: axum::body::Body) -> Result<bytes::Bytes, Response> {
+/// A `Content-Length` over the cap is refused before a byte is read; a chunked body is
+/// read up to the cap and no further. Errors are the answer to send: 413 over the cap,
+/// 408 too slow, 400 otherwise (all `{"error", "field": "body"}`).
+async fn read_body(
+    headers: &axum::http::HeaderMap,
+    body: axum::body::Body,
+) -> Result<bytes::Bytes, Response> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return Err(body_too_large());
+    }
     match tokio::time::timeout(
         BODY_READ_TIMEOUT,
         axum::body::to_bytes(body, MAX_BODY_BYTES),
@@ -165,11 +263,7 @@ async fn read_body(body: axum::body::Body) -> Result<bytes::Bytes, Response> {
             // axum reports the size cap as a `LengthLimitError` ("length limit exceeded").
             let too_large = e.to_string().contains("length limit");
             Err(if too_large {
-                error(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "body",
-                    format!("body: larger than {MAX_BODY_BYTES} bytes"),
-                )
+                body_too_large()
             } else {
                 error(StatusCode::BAD_REQUEST, "body", format!("body: {e}"))
             })
@@ -189,7 +283,7 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: axum::extract::Re
     let (parts, body) = request.into_parts();
     // The caller's span (W3C `traceparent`), read only when tracing is on (CONTRACT §8.1).
     let trace_parent = state.engine.telemetry.extract(&parts.headers);
-    let body = match read_body(body).await {
+    let body = match read_body(&parts.headers, body).await {
         Ok(b) => b,
         Err(refused) => return refused,
     };
@@ -212,7 +306,25 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: axum::extract::Re
         }
     };
     let decision = if event.event.is_blocking() {
-        decide(&state.engine, &set, event).await
+        // In a task of its own (CONTRACT §10.3): if the client goes away, this handler
+        // is dropped but the chain runs on, so every hook run that started finishes,
+        // settles its budget and writes its audit row. It keeps the request's slot.
+        let slot = parts.extensions.get::<RequestSlot>().cloned();
+        let chain = tokio::spawn(async move {
+            let _slot = slot;
+            decide(&state.engine, &set, event).await
+        });
+        match chain.await {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::error!(error = %e, "the decision task failed");
+                return error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "",
+                    "the decision failed; treat as block".into(),
+                );
+            }
+        }
     } else {
         observe(&state.engine, set, event).0
     };

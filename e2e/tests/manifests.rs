@@ -239,6 +239,7 @@ fn check_wiring(items: &[Value], op: &str, disp: &str, edition: &str, seal_secre
     for want in [
         &format!("--operator-url=http://{leader_svc}:9090"),
         "--listen=0.0.0.0:8080",
+        "--max-concurrent-requests=1024",
         "--seal-key-file=/etc/agenthooks/seal/seal.key",
         &format!("--edition={edition}"),
     ] {

@@ -40,6 +40,7 @@ pub enum Reason {
     HandlerMismatch,
     PromptNeedsFilter,
     GlobalOutsideMasterNamespace,
+    RewriteOutsideMasterNamespace,
     TenantMismatch,
     AgentIdsRequired,
     AgentIdsWithoutAgentScope,
@@ -59,6 +60,7 @@ impl Reason {
             Reason::HandlerMismatch => "HandlerMismatch",
             Reason::PromptNeedsFilter => "PromptNeedsFilter",
             Reason::GlobalOutsideMasterNamespace => "GlobalOutsideMasterNamespace",
+            Reason::RewriteOutsideMasterNamespace => "RewriteOutsideMasterNamespace",
             Reason::TenantMismatch => "TenantMismatch",
             Reason::AgentIdsRequired => "AgentIdsRequired",
             Reason::AgentIdsWithoutAgentScope => "AgentIdsWithoutAgentScope",
@@ -308,6 +310,20 @@ pub fn validate(
 
     // §2.5 scope and tenant
     let master = ctx.namespace == ctx.master_namespace;
+    // §5 prompt.2: only a master-namespace judge may opt in to rewriting the call.
+    if let Some(p) = &h.prompt
+        && p.allow_rewrite
+        && !master
+    {
+        err(
+            "spec.handler.prompt.allowRewrite",
+            Reason::RewriteOutsideMasterNamespace,
+            format!(
+                "allowRewrite: true is accepted only in the master namespace {:?} (CONTRACT §5 prompt.2: a tenant's judge decides allow or block, it never rewrites the call); remove it or create the hook there",
+                ctx.master_namespace
+            ),
+        );
+    }
     match spec.scope {
         HookScope::Global if !master => err(
             "spec.scope",

@@ -272,3 +272,36 @@ fn messages_name_the_field_and_rule() {
     );
     assert_eq!(e.reason().as_str(), "InvalidTimeout");
 }
+
+#[test]
+fn allow_rewrite_only_in_the_master_namespace() {
+    const JUDGE: &str = "event: pre_tool_use\nmatcher: exec\nhandler: {type: prompt, prompt: {promptTemplate: 'x', allowRewrite: true}}";
+    let e = validate(&spec(JUDGE), &lite("tenant-acme")).unwrap_err();
+    assert_eq!(
+        reasons(Err(e.clone())),
+        vec![(
+            "spec.handler.prompt.allowRewrite",
+            Reason::RewriteOutsideMasterNamespace
+        )]
+    );
+    assert_eq!(e.reason().as_str(), "RewriteOutsideMasterNamespace");
+    let message = e.to_string();
+    assert!(
+        message.starts_with("spec.handler.prompt.allowRewrite: allowRewrite: true is accepted only in the master namespace \"agenthooks-system\""),
+        "{message}"
+    );
+    assert!(message.contains("prompt.2"), "{message}");
+    // Accepted in the master namespace, on Standard too.
+    assert!(validate(&spec(JUDGE), &lite(MASTER)).is_ok());
+    assert!(validate(&spec(JUDGE), &ctx(MASTER, Edition::Standard)).is_ok());
+    // The default (absent) and an explicit false are accepted anywhere.
+    let default = spec(
+        "event: pre_tool_use\nmatcher: exec\nhandler: {type: prompt, prompt: {promptTemplate: 'x'}}",
+    );
+    assert!(!default.handler.prompt.as_ref().unwrap().allow_rewrite);
+    assert!(validate(&default, &lite("tenant-acme")).is_ok());
+    let off = spec(
+        "event: pre_tool_use\nmatcher: exec\nhandler: {type: prompt, prompt: {promptTemplate: 'x', allowRewrite: false}}",
+    );
+    assert!(validate(&off, &lite("tenant-acme")).is_ok());
+}

@@ -219,6 +219,7 @@ pub(crate) mod tests {
                 tokens: Some(321),
                 injection_detected: Some(false),
                 cache_hit: false,
+                rewrite_denied: false,
             }),
             ..Default::default()
         };

@@ -205,6 +205,7 @@ impl Budgets {
                 tokens,
                 grant,
                 done: false,
+                charge_on_drop: 0,
             }),
             Err(refusal) => {
                 // Counted by reason in agenthooks_budget_refusals_total; a log line per
@@ -254,7 +255,8 @@ impl Budgets {
 
 /// Tokens held for one call. Settle it with the real cost, or release it when the call
 /// failed before the provider counted anything; dropped unsettled, it is released in
-/// the background.
+/// the background — or, once [`Reservation::charge_in_full_if_dropped`] was called (the
+/// provider request went out), charged in full (CONTRACT §10.3).
 #[derive(Debug)]
 pub struct Reservation {
     budgets: Budgets,
@@ -262,6 +264,8 @@ pub struct Reservation {
     tokens: i64,
     grant: Grant,
     done: bool,
+    /// Tokens charged when dropped unsettled: 0 (released) until the call was sent.
+    charge_on_drop: i64,
 }
 
 impl Reservation {
@@ -300,6 +304,14 @@ impl Reservation {
             .await
     }
 
+    /// Marks the provider request as sent (CONTRACT §10.3): from now on, a reservation
+    /// dropped without a settle (the run was cancelled, cut by a timeout, its task
+    /// dropped) charges the whole reservation instead of releasing it, because the
+    /// provider may have counted tokens nobody will report.
+    pub fn charge_in_full_if_dropped(&mut self) {
+        self.charge_on_drop = self.tokens;
+    }
+
     /// Frees the hold without charging anything: `settle(0)` (the call failed before
     /// the provider counted tokens).
     pub async fn release(self) -> Result<SettleResponse, SettleError> {
@@ -315,14 +327,18 @@ impl Drop for Reservation {
         let budgets = self.budgets.clone();
         let tenant = std::mem::take(&mut self.tenant);
         let id = std::mem::take(&mut self.grant.reservation_id);
+        let tokens = self.charge_on_drop;
+        if tokens > 0 {
+            tracing::info!(tenant, reservation_id = %id, tokens, "a prompt call ended without the provider's usage after it was sent; charging the whole reservation");
+        }
         if let Backend::Local(l) = &*budgets.backend {
-            let _ = l.settle(&tenant, &id, 0);
+            let _ = l.settle(&tenant, &id, tokens);
             return;
         }
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
                 rt.spawn(async move {
-                    let _ = budgets.settle_id(&tenant, &id, 0).await;
+                    let _ = budgets.settle_id(&tenant, &id, tokens).await;
                 });
             }
             Err(_) => tracing::error!(

@@ -61,7 +61,7 @@ pub(super) async fn test(
     if let Err(denied) = authorize(state.admin_token(), &headers) {
         return denied.response("POST /v1/test");
     }
-    let body = match read_body(body).await {
+    let body = match read_body(&headers, body).await {
         Ok(b) => b,
         Err(refused) => return refused,
     };

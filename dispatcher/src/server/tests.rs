@@ -288,3 +288,234 @@ async fn a_body_shorter_than_its_content_length_gets_408() {
         String::from_utf8_lossy(&buf[..n])
     );
 }
+
+/// Posts `body` to `/v1/dispatch` on its own connection: (status, JSON body, time taken).
+async fn post_alone(base: &str, body: String) -> (u16, Value, std::time::Duration) {
+    let started = std::time::Instant::now();
+    let c = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let r = c
+        .post(format!("{base}/v1/dispatch"))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let body = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap_or(Value::Null);
+    (status, body, started.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_concurrency_limit_requests_get_503_at_once_and_are_counted() {
+    let engine = Engine::new(HttpCaller::new(vec![]), Edition::Lite, SealKey::generate());
+    let state = AppState::with_request_limit(engine, 2);
+    assert_eq!(state.max_requests(), 2);
+    // Every matching call holds its request for a second.
+    state.set_hooks(hooks("sleep 1; exit 0"));
+    let base = serve_state(Arc::clone(&state)).await;
+    let ev = json!({"event": "pre_tool_use", "tenant_id": "acme", "tool_name": "exec"}).to_string();
+    let mut calls = Vec::new();
+    for _ in 0..6 {
+        let (base, ev) = (base.clone(), ev.clone());
+        calls.push(tokio::spawn(async move { post_alone(&base, ev).await }));
+        // In order, so the first two hold the slots when the others arrive.
+        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    }
+    // The last one had time to be answered; the first two still run.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // The probes are never shed while the port is full.
+    let c = reqwest::Client::new();
+    assert_eq!(
+        c.get(format!("{base}/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let metrics = c
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("agenthooks_requests_shed_total 4"),
+        "{metrics}"
+    );
+    let mut answers = Vec::new();
+    for call in calls {
+        answers.push(call.await.unwrap());
+    }
+    let served: Vec<_> = answers.iter().filter(|a| a.0 == 200).collect();
+    let shed: Vec<_> = answers.iter().filter(|a| a.0 == 503).collect();
+    assert_eq!((served.len(), shed.len()), (2, 4), "{answers:?}");
+    for (_, body, took) in &shed {
+        assert_eq!(
+            body,
+            &json!({"error": "over 2 concurrent requests on this port; treat as block", "field": ""})
+        );
+        assert!(
+            *took < std::time::Duration::from_millis(500),
+            "a shed request is answered at once, not queued: {took:?}"
+        );
+    }
+    for (_, body, took) in &served {
+        assert_eq!(body["decision"], "allow");
+        assert!(*took >= std::time::Duration::from_millis(900), "{took:?}");
+    }
+    assert_eq!(state.engine.metrics.requests_shed.get(), 4);
+    // The slots came back: the port serves again.
+    let (status, body, _) = post_alone(&base, ev).await;
+    assert_eq!((status, body["decision"].as_str()), (200, Some("allow")));
+    assert!(state.wait_idle(std::time::Duration::from_secs(1)).await);
+}
+
+/// Reads one HTTP response head from `sock` (up to the blank line), within `within`.
+async fn response_head(sock: &mut tokio::net::TcpStream, within: std::time::Duration) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 1024];
+    let read = async {
+        loop {
+            let n = sock.read(&mut chunk).await.unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            if buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                break;
+            }
+        }
+    };
+    tokio::time::timeout(within, read)
+        .await
+        .expect("a response in time");
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+#[tokio::test]
+async fn a_content_length_over_the_cap_is_refused_before_any_byte_is_read() {
+    use tokio::io::AsyncWriteExt;
+    let state = new_state();
+    state.set_hooks(hooks("exit 0"));
+    let base = serve_state(state).await;
+    let addr = base.trim_start_matches("http://").to_string();
+    // (`POST /v1/test` reads its body the same way, after checking the admin token.)
+    for path in ["/v1/dispatch"] {
+        let mut sock = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        // 100 MiB announced, nothing sent: reading it would wait for the body deadline.
+        sock.write_all(
+            format!("POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 104857600\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+        let started = std::time::Instant::now();
+        let head = response_head(&mut sock, BODY_READ_TIMEOUT / 2).await;
+        assert!(head.starts_with("HTTP/1.1 413"), "{path}: {head}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(2),
+            "{path}: {:?}",
+            started.elapsed()
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_chunked_body_stops_being_read_at_the_cap() {
+    use tokio::io::AsyncWriteExt;
+    let state = new_state();
+    state.set_hooks(hooks("exit 0"));
+    let base = serve_state(state).await;
+    let addr = base.trim_start_matches("http://").to_string();
+    let sock = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let (mut rd, mut wr) = sock.into_split();
+    wr.write_all(b"POST /v1/dispatch HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+        .await
+        .unwrap();
+    // An endless body: 64 KiB chunks until the server stops taking them (never the
+    // final chunk). The answer must come while the body is still "being sent".
+    let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = Arc::clone(&sent);
+    let writer = tokio::spawn(async move {
+        let chunk = vec![b' '; 64 * 1024];
+        let head = format!("{:x}\r\n", chunk.len());
+        for _ in 0..1024 {
+            let ok = wr.write_all(head.as_bytes()).await.is_ok()
+                && wr.write_all(&chunk).await.is_ok()
+                && wr.write_all(b"\r\n").await.is_ok();
+            if !ok {
+                break;
+            }
+            counter.fetch_add(chunk.len(), std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        use tokio::io::AsyncReadExt;
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = rd.read(&mut buf).await.unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            head.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await
+    .expect("an answer before the body ends");
+    let head = String::from_utf8_lossy(&head);
+    assert!(head.starts_with("HTTP/1.1 413"), "{head}");
+    writer.abort();
+    let sent = sent.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        sent < 64 * 1024 * 1024,
+        "the server kept reading: {sent} bytes"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_chain_outlives_a_client_that_goes_away() {
+    let marker = std::env::temp_dir().join(format!("agenthooks-outlived-{}", std::process::id()));
+    let _ = std::fs::remove_file(&marker);
+    let state = AppState::with_request_limit(
+        Engine::new(HttpCaller::new(vec![]), Edition::Lite, SealKey::generate()),
+        1,
+    );
+    // The hook is still running when the client gives up; it finishes all the same.
+    state.set_hooks(hooks(&format!(
+        "sleep 0.6; touch {}; exit 2",
+        marker.display()
+    )));
+    let base = serve_state(Arc::clone(&state)).await;
+    let ev = json!({"event": "pre_tool_use", "tenant_id": "acme", "tool_name": "exec"}).to_string();
+    let c = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_millis(150))
+        .build()
+        .unwrap();
+    let gave_up = c
+        .post(format!("{base}/v1/dispatch"))
+        .body(ev.clone())
+        .send()
+        .await;
+    assert!(gave_up.is_err(), "the client gave up before the answer");
+    assert!(!marker.exists(), "the hook had not finished yet");
+    // The chain keeps the port's one slot while it runs: a second request is shed.
+    let (status, body, _) = post_alone(&base, ev.clone()).await;
+    assert_eq!((status, body["field"].as_str()), (503, Some("")), "{body}");
+    assert!(state.wait_idle(std::time::Duration::from_secs(3)).await);
+    assert!(marker.exists(), "the hook run that started finished");
+    let runs = state
+        .engine
+        .metrics
+        .executions
+        .with_label_values(&["block", "command", "pre_tool_use"])
+        .get();
+    assert_eq!(runs, 1, "the run was recorded");
+    let _ = std::fs::remove_file(&marker);
+}

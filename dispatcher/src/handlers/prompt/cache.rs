@@ -26,16 +26,18 @@ pub const CACHE_CAPACITY: usize = 10_000;
 /// A cache key: 32 bytes of SHA-256.
 pub type CacheKey = [u8; 32];
 
-/// The key of one (hook version, tenant, tool call): CONTRACT §5 prompt.3's
-/// sha256(hook uid, version, tool_name, canonical tool_input), with the event's tenant
-/// added so a global hook's decision (and the tokens it cost) is never served to another
-/// tenant.
+/// The key of one (hook version, tenant, tool call, rewrite setting): CONTRACT §5
+/// prompt.3's sha256(hook uid, version, tool_name, canonical tool_input), with the
+/// event's tenant added so a global hook's decision (and the tokens it cost) is never
+/// served to another tenant, and the effective `allowRewrite` (§5 prompt.2) so a decision
+/// whose rewrite was dropped is never served where it would be applied, or the reverse.
 pub fn cache_key(
     uid: &str,
     generation: i64,
     tenant: &str,
     tool_name: &str,
     tool_input: &Value,
+    allow_rewrite: bool,
 ) -> CacheKey {
     let mut h = Sha256::new();
     h.update(uid.as_bytes());
@@ -47,6 +49,7 @@ pub fn cache_key(
     h.update(tool_name.as_bytes());
     h.update([0]);
     h.update(canonical_json(tool_input).as_bytes());
+    h.update([0, u8::from(allow_rewrite)]);
     h.finalize().into()
 }
 
@@ -56,7 +59,11 @@ pub struct CachedDecision {
     pub allow: bool,
     pub reason: String,
     pub injection_detected: bool,
+    /// The rewrite the chain may apply (already filtered by the hook's `allowRewrite`
+    /// and `injection_detected`, CONTRACT §5 prompt.2).
     pub updated_input: Option<Value>,
+    /// The model proposed a rewrite that was dropped.
+    pub rewrite_denied: bool,
     pub additional_context: Option<String>,
     /// The provider model that decided.
     pub model: String,
@@ -136,6 +143,13 @@ impl DecisionCache {
                 break;
             }
         }
+        // Stale slots of replaced keys behind a live front: never more than the cap.
+        if state.order.len() > 2 * self.capacity {
+            let map = &state.map;
+            state
+                .order
+                .retain(|(k, s)| map.get(k).is_some_and(|e| e.seq == *s));
+        }
     }
 
     /// Entries held (expired ones not yet dropped included).
@@ -164,6 +178,7 @@ mod tests {
             reason: reason.into(),
             injection_detected: false,
             updated_input: None,
+            rewrite_denied: false,
             additional_context: None,
             model: "m".into(),
         }
@@ -171,7 +186,7 @@ mod tests {
 
     #[test]
     fn the_key_changes_with_generation_tool_and_input_not_with_key_order() {
-        let a = cache_key("u1", 1, "acme", "exec", &json!({"a": 1, "b": 2}));
+        let a = cache_key("u1", 1, "acme", "exec", &json!({"a": 1, "b": 2}), false);
         assert_eq!(
             a,
             cache_key(
@@ -179,34 +194,40 @@ mod tests {
                 1,
                 "acme",
                 "exec",
-                &serde_json::from_str(r#"{"b":2,"a":1}"#).unwrap()
+                &serde_json::from_str(r#"{"b":2,"a":1}"#).unwrap(),
+                false
             )
         );
         assert_ne!(
             a,
-            cache_key("u1", 2, "acme", "exec", &json!({"a": 1, "b": 2}))
+            cache_key("u1", 1, "acme", "exec", &json!({"a": 1, "b": 2}), true),
+            "the rewrite setting is part of the key (CONTRACT §5 prompt.2)"
         );
         assert_ne!(
             a,
-            cache_key("u2", 1, "acme", "exec", &json!({"a": 1, "b": 2}))
+            cache_key("u1", 2, "acme", "exec", &json!({"a": 1, "b": 2}), false)
         );
         assert_ne!(
             a,
-            cache_key("u1", 1, "acme", "shell", &json!({"a": 1, "b": 2}))
+            cache_key("u2", 1, "acme", "exec", &json!({"a": 1, "b": 2}), false)
         );
         assert_ne!(
             a,
-            cache_key("u1", 1, "acme", "exec", &json!({"a": 1, "b": 3}))
+            cache_key("u1", 1, "acme", "shell", &json!({"a": 1, "b": 2}), false)
         );
         assert_ne!(
             a,
-            cache_key("u1", 1, "beta", "exec", &json!({"a": 1, "b": 2})),
+            cache_key("u1", 1, "acme", "exec", &json!({"a": 1, "b": 3}), false)
+        );
+        assert_ne!(
+            a,
+            cache_key("u1", 1, "beta", "exec", &json!({"a": 1, "b": 2}), false),
             "another tenant never shares a decision"
         );
         // The separators keep ("u1", "exec") apart from ("u1e", "xec").
         assert_ne!(
-            cache_key("u1", 1, "acme", "exec", &json!({})),
-            cache_key("u1e", 1, "acme", "xec", &json!({}))
+            cache_key("u1", 1, "acme", "exec", &json!({}), false),
+            cache_key("u1e", 1, "acme", "xec", &json!({}), false)
         );
     }
 
@@ -245,5 +266,12 @@ mod tests {
         assert_eq!(c.len(), 3);
         assert_eq!(c.get(&[4; 32], t0).unwrap().reason, "4b");
         assert!(c.get(&[2; 32], t0).is_none());
+        // One key replaced many times behind a live front: its stale order slots are
+        // dropped too, so the cache's memory stays bounded by its capacity.
+        for i in 0..1000 {
+            c.insert([5; 32], d(&i.to_string()), t0);
+        }
+        assert_eq!(c.len(), 3);
+        assert!(c.state.lock().unwrap().order.len() <= 2 * 3);
     }
 }

@@ -16,9 +16,15 @@
 //! 6. Call the provider ([`client`]) within the hook's timeout; read the answer
 //!    ([`response`]). Settled in the background with the tokens the provider reports
 //!    (input + output; the whole reservation when it reported none or may have counted
-//!    without answering), released when the call failed before any usage.
+//!    without answering), released when the call failed before any usage. A run that
+//!    ends in between (cancelled, cut, its task dropped) is charged the whole
+//!    reservation, never released (CONTRACT §10.3).
 //! 7. A valid `decide` → its decision (cached); anything else → `block`, logged on target
-//!    `security.hook.prompt_parse_error` with its kind, counted.
+//!    `security.hook.prompt_parse_error` with its kind, counted. The model's
+//!    `updated_input` is kept only for a master-namespace hook with `allowRewrite: true`
+//!    and never when it reports `injection_detected` (CONTRACT §5 prompt.2); otherwise it
+//!    is dropped (`prompt.rewriteDenied`, log `hooks.mutation_denied`, metric) and the
+//!    decision stands. The cache key includes that setting.
 //!
 //! Every failure is a `block` (never `error`/`timeout`, which `onTimeout: allow` could
 //! turn into an allow), with an `error_kind`: `prompt_unconfigured`,
@@ -42,6 +48,7 @@ use std::time::Duration;
 use agenthooks_crds::agenthook::PromptHandlerSpec;
 use bytes::Bytes;
 use serde::Serialize;
+use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::budget::{BudgetRefusal, Budgets, Reservation};
@@ -53,7 +60,7 @@ use cache::{CachedDecision, DecisionCache, cache_key};
 use client::ProviderClient;
 use config::{ProvidersConfig, ResolvedModel};
 use request::{MAX_OUTPUT_TOKENS, estimate_input_tokens, prompt_text, request_body};
-use turns::{DEFAULT_MAX_PER_TURN, PER_TURN_CAP_REACHED, TurnCaps};
+use turns::{DEFAULT_MAX_PER_TURN, PER_TURN_CAP_REACHED, TurnCaps, turn_key};
 
 /// What a prompt run tells the audit row (CONTRACT §7.5: `prompt_model`,
 /// `prompt_tokens`, `injection_detected`) and the dispatch response (`hooks[].prompt`).
@@ -72,6 +79,11 @@ pub struct PromptMetadata {
     pub injection_detected: Option<bool>,
     /// Answered from the decision cache.
     pub cache_hit: bool,
+    /// The model proposed an `updated_input` and it was dropped (CONTRACT §5 prompt.2):
+    /// the hook did not opt in (`allowRewrite`, master namespace only) or the model
+    /// reported `injection_detected`. The decision stands; the call is not rewritten.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub rewrite_denied: bool,
 }
 
 /// How a prompt run treats the dispatcher's shared state.
@@ -156,6 +168,11 @@ impl PromptEvaluator {
         &self.inner.cache
     }
 
+    /// Turns whose evaluator calls are counted now (inspection and tests).
+    pub fn turns_held(&self) -> usize {
+        self.inner.turns.len()
+    }
+
     /// Runs one prompt hook on `event` within `timeout` (see the module doc).
     pub async fn evaluate(
         &self,
@@ -225,12 +242,14 @@ impl PromptEvaluator {
             ..PromptMetadata::default()
         };
         let tool_name = event.tool().unwrap_or("");
+        let rewrite = RewritePolicy::of(hook, spec);
         let key = cache_key(
             &hook.uid,
             hook.generation,
             &event.tenant_id,
             tool_name,
             &event.tool_input,
+            rewrite.allowed,
         );
         if let Mode::Live { metrics, .. } = mode
             && let Some(hit) = self.inner.cache.get(&key, std::time::Instant::now())
@@ -245,26 +264,26 @@ impl PromptEvaluator {
             .max_invocations_per_turn
             .unwrap_or(DEFAULT_MAX_PER_TURN);
         // A turn belongs to one tenant's session: another tenant or session reusing the
-        // same `turn_id` never spends this one's cap.
+        // same `turn_id` never spends this one's cap. Held under a fixed-size digest.
         let turn_key = match mode {
             Mode::Live { .. } => {
-                turn.map(|t| format!("{}\0{}\0{t}", event.tenant_id, event.session_id))
+                turn.map(|t| turn_key(&hook.uid, &event.tenant_id, &event.session_id, t))
             }
             Mode::DryRun => None,
         };
-        if let Some(turn_key) = turn_key.as_deref()
+        if let Some(turn_key) = &turn_key
             && !self
                 .inner
                 .turns
-                .try_acquire(&hook.uid, turn_key, max, std::time::Instant::now())
+                .try_acquire(turn_key, max, std::time::Instant::now())
         {
             tracing::info!(hook = %hook.key, turn_id = turn, max, "prompt hook over its per-turn cap");
             return blocked("per_turn_cap", PER_TURN_CAP_REACHED.into(), meta);
         }
         // Under the key it was counted with (tenant, session, turn).
         let give_back_turn = || {
-            if let Some(turn_key) = turn_key.as_deref() {
-                self.inner.turns.undo(&hook.uid, turn_key);
+            if let Some(turn_key) = &turn_key {
+                self.inner.turns.undo(turn_key);
             }
         };
 
@@ -312,6 +331,12 @@ impl PromptEvaluator {
             }
         };
 
+        // From here the request goes out: a run that ends without the provider's usage
+        // (cancelled, cut, its task dropped) pays the whole reservation (CONTRACT §10.3).
+        let mut reservation = reservation;
+        if let Some(r) = reservation.as_mut() {
+            r.charge_in_full_if_dropped();
+        }
         let provider = resolved.provider;
         let answer = self.inner.client.call(provider, body, deadline).await;
         let answer = match answer {
@@ -368,11 +393,25 @@ impl PromptEvaluator {
                 );
             }
         };
+        let (updated_input, rewrite_denied) =
+            rewrite.apply(decided.updated_input, decided.injection_detected);
+        if rewrite_denied {
+            if let Some(metrics) = mode.metrics() {
+                metrics.mutation_denied.inc();
+            }
+            tracing::warn!(
+                target: "hooks.mutation_denied",
+                hook = %hook.key, event_id = %event.event_id,
+                allow_rewrite = rewrite.allowed, injection_detected = decided.injection_detected,
+                "hooks.mutation_denied: the prompt judge's updated_input was dropped (CONTRACT §5 prompt.2); its decision stands"
+            );
+        }
         let cached = CachedDecision {
             allow: decided.allow,
             reason: decided.reason,
             injection_detected: decided.injection_detected,
-            updated_input: decided.updated_input,
+            updated_input,
+            rewrite_denied,
             additional_context: decided.additional_context,
             model: resolved.model.to_owned(),
         };
@@ -382,6 +421,7 @@ impl PromptEvaluator {
         let mut result = decision_result(&cached);
         result.metadata.prompt = Some(PromptMetadata {
             injection_detected: Some(cached.injection_detected),
+            rewrite_denied: cached.rewrite_denied,
             ..meta
         });
         if let Mode::Live { .. } = mode {
@@ -390,6 +430,33 @@ impl PromptEvaluator {
                 .insert(key, cached, std::time::Instant::now());
         }
         result
+    }
+}
+
+/// Whether a prompt hook's judge may rewrite the call (CONTRACT §5 prompt.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RewritePolicy {
+    /// `allowRewrite: true` on a master-namespace hook. The validation refuses the
+    /// opt-in elsewhere; this re-checks it, so a hooks file or snapshot that slipped past
+    /// it still never rewrites.
+    allowed: bool,
+}
+
+impl RewritePolicy {
+    fn of(hook: &LoadedHook, spec: &PromptHandlerSpec) -> RewritePolicy {
+        RewritePolicy {
+            allowed: spec.allow_rewrite && hook.compiled.master,
+        }
+    }
+
+    /// The `updated_input` the chain may apply, and whether a proposed one was dropped:
+    /// kept only when allowed and the model reported no injection.
+    fn apply(self, proposed: Option<Value>, injection_detected: bool) -> (Option<Value>, bool) {
+        match proposed {
+            Some(v) if self.allowed && !injection_detected => (Some(v), false),
+            Some(_) => (None, true),
+            None => (None, false),
+        }
     }
 }
 
@@ -426,6 +493,7 @@ fn from_cached(d: &CachedDecision) -> HandlerResult {
         tokens: Some(0),
         injection_detected: Some(d.injection_detected),
         cache_hit: true,
+        rewrite_denied: d.rewrite_denied,
     });
     r
 }
