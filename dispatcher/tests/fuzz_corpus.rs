@@ -102,3 +102,51 @@ fn a_panicking_body_is_reported() {
     );
     assert!(failed[0].contains("boom"), "{}", failed[0]);
 }
+
+/// The SSRF target's oracle, written from CONTRACT §5 http.2 independently of the guard,
+/// says what the contract says about the field cases' addresses.
+#[test]
+fn the_ssrf_oracle_follows_the_contract() {
+    use std::net::IpAddr;
+    let denied = [
+        "127.0.0.1",
+        "10.1.2.3",
+        "172.16.0.1",
+        "192.168.1.1",
+        "169.254.169.254",
+        "100.64.0.1",
+        "198.18.0.1",
+        "192.0.0.1",
+        "240.0.0.1",
+        "255.255.255.255",
+        "224.0.0.1",
+        "0.0.0.1",
+        "::1",
+        "::",
+        "fe80::1",
+        "fc00::1",
+        "ff02::1",
+        "::ffff:127.0.0.1",
+        "::ffff:169.254.169.254",
+        "64:ff9b::a00:1",
+        "2002:c0a8:101::1",
+        "::127.0.0.1",
+        "2001::1",
+        "2001:db8::1",
+        "64:ff9b:1::1",
+    ];
+    for ip in denied {
+        let ip: IpAddr = ip.parse().unwrap();
+        assert!(!targets::ssrf::public(ip), "{ip} must not count as public");
+    }
+    for ip in [
+        "8.8.8.8",
+        "1.1.1.1",
+        "2606:4700::1111",
+        "::ffff:8.8.8.8",
+        "2002:808:808::1",
+    ] {
+        let ip: IpAddr = ip.parse().unwrap();
+        assert!(targets::ssrf::public(ip), "{ip} is public");
+    }
+}
