@@ -4,7 +4,7 @@ CARGO ?= cargo
 LISTEN ?= 127.0.0.1:8080
 CLUSTER_DIR ?= $(CURDIR)/.cluster
 
-.PHONY: run test deps build crds lint bench cluster cluster-down controlplane
+.PHONY: run test deps build crds lint bench cluster cluster-down controlplane fuzz fuzz-build fuzz-replay
 
 ## run: the dispatcher in standalone mode on the sample hooks, on $(LISTEN)
 ## (history and dry runs need the admin token: made once into .agenthooks-admin-token)
@@ -55,3 +55,30 @@ cluster:
 
 cluster-down:
 	bash scripts/cluster.sh down "$(CLUSTER_DIR)"
+
+## fuzz: each cargo-fuzz target (fuzz/, nightly) for $(FUZZ_SECONDS) s in turn, one process,
+## a hang over 1 s or $(FUZZ_RSS_MB) MB of RSS counts as a crash; new inputs land in
+## fuzz/corpus/<target>/, which is then minimised (cargo fuzz cmin). Crashers go to
+## fuzz/artifacts/<target>/ and stop the run. `make test` replays seeds and corpus.
+FUZZ_SECONDS ?= 300
+FUZZ_RSS_MB ?= 2048
+FUZZ_TARGETS ?= dispatch_body manifest cel ssrf provider_answer
+FUZZ_NICE ?= nice -n 10
+fuzz: fuzz-build
+	cd fuzz && for t in $(FUZZ_TARGETS); do \
+	  mkdir -p corpus/$$t; \
+	  dict=; test -f dict/$$t.dict && dict=-dict=dict/$$t.dict; \
+	  $(FUZZ_NICE) $(CARGO) +nightly fuzz run $$t corpus/$$t seeds/$$t -- \
+	    -max_total_time=$(FUZZ_SECONDS) -timeout=1 -rss_limit_mb=$(FUZZ_RSS_MB) \
+	    -print_final_stats=1 $$dict || exit 1; \
+	  $(FUZZ_NICE) $(CARGO) +nightly fuzz cmin $$t corpus/$$t -- -rss_limit_mb=$(FUZZ_RSS_MB) -timeout=5 || exit 1; \
+	done
+	@du -sh fuzz/corpus
+
+fuzz-build:
+	@$(CARGO) +nightly fuzz --version >/dev/null 2>&1 || $(CARGO) install cargo-fuzz
+	cd fuzz && $(FUZZ_NICE) $(CARGO) +nightly fuzz build
+
+## fuzz-replay: only the stable replay of fuzz/seeds and fuzz/corpus (also part of `make test`)
+fuzz-replay:
+	$(CARGO) test -p agenthooks-dispatcher --test fuzz_corpus

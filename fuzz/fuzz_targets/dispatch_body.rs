@@ -1,0 +1,4 @@
+#![no_main]
+//! libFuzzer entry point; the body is [`agenthooks_fuzz::targets::dispatch_body::run`].
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| agenthooks_fuzz::targets::dispatch_body::run(data));
