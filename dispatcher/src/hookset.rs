@@ -15,7 +15,9 @@ use std::sync::Arc;
 use agenthooks_crds::agenthook::HookScope;
 use agenthooks_crds::sealed::SealKey;
 use agenthooks_crds::snapshot::{Snapshot, SnapshotHook};
-use agenthooks_crds::validation::{CompiledHook, ValidationContext, ValidationErrors, validate};
+use agenthooks_crds::validation::{
+    CommandHookPolicy, CompiledHook, ValidationContext, ValidationErrors, validate,
+};
 use agenthooks_crds::{Edition, HookEvent};
 
 use crate::report::counters::{HookCounters, HookIdentity};
@@ -168,6 +170,9 @@ impl HookSet {
                         namespace_tenant: &s.namespace_tenant,
                         master_namespace,
                         edition,
+                        // A hooks file has no tenants; a snapshot holds only what the
+                        // operator accepted under its own setting (CONTRACT §10.1).
+                        command_hooks: CommandHookPolicy::AnyNamespace,
                     };
                     match validate(&s.spec, &ctx) {
                         Ok(compiled) => Arc::new(LoadedHook {

@@ -8,6 +8,7 @@
 //! - [`runner`]: one hook run: filters, then its handler, under its timeout.
 //! - [`dry_run`]: one hook on a sample event, leaving nothing behind (`POST /v1/test`).
 //! - [`handlers`]: command, http and prompt handlers, SSRF guard (CONTRACT §5).
+//! - [`sandbox`]: where command hooks run: the per-run supervisor, the command runner (CONTRACT §10.1).
 //! - [`server`]: the HTTP API (DESIGN "Dispatch API").
 //! - [`sync`]: the long-poll client that follows the operator's snapshots.
 //! - [`metrics`]: Prometheus series (CONTRACT §8.2).
@@ -30,6 +31,7 @@ pub mod metrics;
 pub mod operator_urls;
 pub mod report;
 pub mod runner;
+pub mod sandbox;
 pub mod server;
 pub mod sync;
 pub mod telemetry;

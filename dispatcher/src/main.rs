@@ -1,6 +1,7 @@
 //! `agenthooks-dispatcher`: serve decisions (standalone on a hooks file, or synced from
-//! the operator), `check` one event against a hooks file, or drive a budget with
-//! `budget-load` (e2e tests).
+//! the operator), `check` one event against a hooks file, drive a budget with
+//! `budget-load` (e2e tests), or run command hooks for a dispatcher as its
+//! `command-runner` (CONTRACT §10.1).
 //!
 //! Exit codes of `check`: 0 allow, 2 block, 1 error (bad hooks, bad event). Of
 //! `budget-load`: 0 once it ran (refusals and settle errors are in its JSON line), 1
@@ -28,6 +29,10 @@ use agenthooks_dispatcher::metrics::Metrics;
 use agenthooks_dispatcher::operator_urls::OperatorUrls;
 use agenthooks_dispatcher::report::sender::{self, ReporterConfig};
 use agenthooks_dispatcher::runner::Engine;
+use agenthooks_dispatcher::sandbox::CommandRunner;
+use agenthooks_dispatcher::sandbox::local::LocalConfig;
+use agenthooks_dispatcher::sandbox::server::{self, ServerConfig};
+use agenthooks_dispatcher::sandbox::supervise::RunAs;
 use agenthooks_dispatcher::server::admin::AdminToken;
 use agenthooks_dispatcher::server::{AppState, router};
 use agenthooks_dispatcher::{audit, manifests, sync, telemetry};
@@ -57,6 +62,29 @@ enum Command {
     /// (the same code handlers use) and prints one JSON line: {"granted", "refused",
     /// "refusedReasons", "settledTokens", "errors"}. For load and e2e tests.
     BudgetLoad(BudgetLoadArgs),
+    /// Runs command hooks for a dispatcher over a Unix socket (CONTRACT §10.1): one run
+    /// per connection, each under a supervisor that ends its whole process tree, in a
+    /// private directory, with its limits checked here. Meant for a second container of
+    /// the dispatcher Pod, with no secrets and another uid.
+    #[command(name = "command-runner")]
+    Runner(CommandRunnerArgs),
+}
+
+#[derive(Args)]
+struct CommandRunnerArgs {
+    /// The Unix socket to listen on (created mode 0660; a stale socket is replaced).
+    #[arg(long, value_name = "PATH")]
+    socket: PathBuf,
+    /// Parent of the runs' private directories (default: $TMPDIR or /tmp).
+    #[arg(long, value_name = "PATH")]
+    tmp_dir: Option<PathBuf>,
+    /// Runs in flight at most; past it a run is refused at once (runner_unavailable).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    max_runs: u64,
+    /// When the runner is root: the uid (and gid) every run switches to before `sh`
+    /// starts. Required when running as root, so no hook ever runs as root.
+    #[arg(long, value_name = "UID")]
+    run_as_uid: Option<u32>,
 }
 
 #[derive(Args)]
@@ -161,6 +189,11 @@ struct ServeArgs {
     /// decrypted error detail), which are refused (403) without it.
     #[arg(long, value_name = "PATH", env = "AGENTHOOKS_ADMIN_TOKEN_FILE")]
     admin_token_file: Option<PathBuf>,
+    /// Where command hooks run: `unix:PATH`, the socket of a `command-runner` (in a
+    /// cluster: the runner container of this Pod). Without it they run here, under the
+    /// same per-run supervisor (standalone).
+    #[arg(long, value_name = "unix:PATH", env = "AGENTHOOKS_COMMAND_RUNNER")]
+    command_runner: Option<CommandRunner>,
     #[command(flatten)]
     common: Common,
     #[command(flatten)]
@@ -272,6 +305,13 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
+        Some(Command::Runner(args)) => match runtime.block_on(command_runner(args)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::from(1)
+            }
+        },
         Some(Command::Check(args)) => match runtime.block_on(check(args)) {
             Ok(Verdict::Allow) => ExitCode::from(0),
             Ok(Verdict::Block) => ExitCode::from(2),
@@ -288,6 +328,36 @@ fn main() -> ExitCode {
             }
         },
     }
+}
+
+async fn command_runner(args: CommandRunnerArgs) -> anyhow::Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let run_as = match (root, args.run_as_uid) {
+        (true, None) => {
+            bail!("command-runner runs as root: give --run-as-uid UID so no hook runs as root")
+        }
+        (true, Some(0)) => bail!("--run-as-uid 0: hooks must not run as root"),
+        (true, Some(uid)) => Some(RunAs { uid, gid: uid }),
+        (false, Some(_)) => bail!("--run-as-uid needs the runner to run as root"),
+        (false, None) => None,
+    };
+    let config = ServerConfig {
+        socket: args.socket,
+        max_runs: usize::try_from(args.max_runs).unwrap_or(64),
+        local: LocalConfig {
+            tmp_root: args.tmp_dir.unwrap_or_else(std::env::temp_dir),
+            run_as,
+        },
+    };
+    let cancel = CancellationToken::new();
+    let stop = cancel.clone();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        stop.cancel();
+    });
+    server::serve(config, cancel).await?;
+    Ok(())
 }
 
 async fn budget_load(args: BudgetLoadArgs) -> anyhow::Result<()> {
@@ -365,6 +435,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         key.clone(),
     );
     engine.prompt = prompt_evaluator(&args.common)?;
+    if let Some(runner) = &args.command_runner {
+        engine.command_runner = runner.clone();
+        if let CommandRunner::Remote(p) = runner {
+            tracing::info!(socket = %p.display(), "command hooks run in the command runner");
+        }
+    }
     // A span per hook run, exported over OTLP/HTTP, only when OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT
     // is set (CONTRACT §8.1); otherwise no exporter and no spans.
     let tracer_provider = telemetry::export::install_from_env().context("OpenTelemetry")?;

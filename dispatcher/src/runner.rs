@@ -54,6 +54,9 @@ pub struct Engine {
     /// The audit trail: one `hook_executions` row per hook run, written off the decision
     /// path (CONTRACT §7). Disabled (nothing recorded) unless `main` started a writer.
     pub audit: AuditSink,
+    /// Where command hooks run (CONTRACT §10.1): here under the per-run supervisor, or
+    /// in the command runner container (`--command-runner unix:PATH`).
+    pub command_runner: crate::sandbox::CommandRunner,
 }
 
 /// Chain budget of a blocking event (seed "Safeguards summary": 10 s, not overridable).
@@ -76,6 +79,7 @@ impl Engine {
             prompt: PromptEvaluator::unconfigured(),
             telemetry: Telemetry::disabled(),
             audit: AuditSink::disabled(),
+            command_runner: Default::default(),
         }
     }
 }
@@ -162,7 +166,7 @@ pub async fn run_handler(
                 let Some(c) = &hook.spec.handler.command else {
                     return HandlerResult::error("bad_spec", "handler.command is missing");
                 };
-                command::run(c, event_json, timeout).await
+                command::run(&engine.command_runner, c, event_json, timeout).await
             }
             HandlerType::Http => {
                 let Some(h) = &hook.spec.handler.http else {

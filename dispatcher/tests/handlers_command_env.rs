@@ -6,8 +6,16 @@
 
 use std::time::Duration;
 
+use agenthooks_dispatcher::handlers::HandlerResult;
 use agenthooks_dispatcher::handlers::Outcome;
-use agenthooks_dispatcher::handlers::command::{CommandSpec, run};
+use agenthooks_dispatcher::handlers::command::CommandSpec;
+use agenthooks_dispatcher::sandbox::CommandRunner;
+
+/// The handler with the local runner (standalone mode).
+async fn run(spec: &CommandSpec, event: &[u8], timeout: Duration) -> HandlerResult {
+    agenthooks_dispatcher::handlers::command::run(&CommandRunner::default(), spec, event, timeout)
+        .await
+}
 
 #[test]
 fn only_allow_listed_variables_reach_the_command() {
@@ -48,7 +56,7 @@ fn only_allow_listed_variables_reach_the_command() {
             assert!(
                 matches!(
                     name,
-                    "AGENTHOOKS_TEST_ALLOWED" | "PATH" | "PWD" | "SHLVL" | "_"
+                    "AGENTHOOKS_TEST_ALLOWED" | "PATH" | "PWD" | "SHLVL" | "_" | "TMPDIR" | "HOME"
                 ),
                 "unexpected variable {line:?} in {out}"
             );

@@ -177,6 +177,9 @@ impl OperatorProc {
             master,
             "--identity",
             identity,
+            // The suites' fixtures are command hooks in tenant namespaces; the default
+            // refusal (CommandHookNotAllowed) is tested in the operator's own tests.
+            "--allow-tenant-command-hooks",
         ]
         .iter()
         .map(|s| s.to_string())

@@ -737,6 +737,12 @@ fn helm_values_schema_refuses_typos_and_bad_enums() {
         ("dispatcher.adminTokenSecret.nme=x", "nme"),
         ("dispatcher.prompt.providers[0].kind=gemini", "kind"),
         ("dispatcher.prompt.providers[0].baseUrl=ftp://x", "baseUrl"),
+        ("dispatcher.commandRunner.runAsUser=65532", "runAsUser"),
+        ("dispatcher.commandRunner.maxRun=3", "maxRun"),
+        (
+            "operator.allowTenantCommandHooks=maybe",
+            "allowTenantCommandHooks",
+        ),
     ] {
         let out = helm_template(ns, &["--set", set]);
         let stderr = text(&out.stderr);
@@ -768,6 +774,135 @@ fn helm_values_schema_refuses_typos_and_bad_enums() {
         ),
         "helm template with valid values",
     );
+}
+
+/// CONTRACT §10.1 in the chart: on Lite each dispatcher Pod has a `command-runner`
+/// container (another uid, only the socket and its own /tmp mounted, no ServiceAccount
+/// token) and the dispatcher is pointed at its socket; Standard has neither; the
+/// operator gets `--allow-tenant-command-hooks` only from its value; the runner's image
+/// is a value.
+#[test]
+fn helm_command_runner_runs_hooks_away_from_the_dispatchers_secrets() {
+    let cp = cp();
+    let ns = "agenthooks-system";
+    let yaml = ok(
+        helm_template(
+            ns,
+            &[
+                "--set",
+                "dispatcher.adminTokenSecret.name=agenthooks-admin",
+                "--set",
+                "dispatcher.audit.keySecret=audit-keys",
+                "--set",
+                "dispatcher.audit.keys={k1}",
+            ],
+        ),
+        "helm template (lite)",
+    );
+    let items = to_json(cp, &yaml);
+    let d = find(&items, "Deployment", "agenthooks-dispatcher");
+    let pod = &d["spec"]["template"]["spec"];
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    let containers = pod["containers"].as_array().unwrap();
+    assert_eq!(containers.len(), 2, "{containers:?}");
+    assert_eq!(containers[0]["name"], "dispatcher");
+    assert!(has_arg(
+        &args_of(d),
+        "--command-runner=unix:/run/agenthooks-runner/runner.sock"
+    ));
+    let r = &containers[1];
+    assert_eq!(r["name"], "command-runner");
+    assert_eq!(
+        r["image"], containers[0]["image"],
+        "the chart's image by default"
+    );
+    let r_args: Vec<&str> = r["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        r_args,
+        [
+            "command-runner",
+            "--socket=/run/agenthooks-runner/runner.sock",
+            "--tmp-dir=/tmp",
+            "--max-runs=64"
+        ]
+    );
+    let sc = &r["securityContext"];
+    assert_eq!(sc["runAsUser"], 65533);
+    assert_eq!(sc["runAsGroup"], 65533);
+    assert_ne!(sc["runAsUser"], pod["securityContext"]["runAsUser"]);
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    // Only the socket and its own /tmp: no Secret, no audit storage, no dispatcher /tmp.
+    let mounts: Vec<&str> = r["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(mounts, ["runner-socket", "runner-tmp"]);
+    assert!(r.get("envFrom").is_none());
+    for e in r["env"].as_array().unwrap() {
+        assert!(e.get("valueFrom").is_none(), "{e}");
+    }
+    assert!(
+        volume(pod, "runner-socket").unwrap()["emptyDir"].is_object(),
+        "{pod}"
+    );
+    assert!(volume(pod, "runner-tmp").unwrap()["emptyDir"].is_object());
+    assert_eq!(
+        containers[0]["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["name"] == "runner-socket")
+            .count(),
+        1
+    );
+    let op_args = args_of(find(&items, "Deployment", "agenthooks-operator"));
+    assert!(!has_arg(&op_args, "--allow-tenant-command-hooks"));
+
+    // The image and the tenant setting are values.
+    let yaml = ok(
+        helm_template(
+            ns,
+            &[
+                "--set",
+                "dispatcher.commandRunner.image.repository=registry.example.com/hooks-tools",
+                "--set-string",
+                "dispatcher.commandRunner.image.tag=2026.1",
+                "--set",
+                "operator.allowTenantCommandHooks=true",
+            ],
+        ),
+        "helm template (runner image)",
+    );
+    let items = to_json(cp, &yaml);
+    let d = find(&items, "Deployment", "agenthooks-dispatcher");
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][1]["image"],
+        "registry.example.com/hooks-tools:2026.1"
+    );
+    assert!(has_arg(
+        &args_of(find(&items, "Deployment", "agenthooks-operator")),
+        "--allow-tenant-command-hooks"
+    ));
+
+    // Standard: no runner, no flag, no socket volume.
+    let yaml = ok(
+        helm_template(ns, &["--set", "edition=standard"]),
+        "helm template (standard)",
+    );
+    let items = to_json(cp, &yaml);
+    let d = find(&items, "Deployment", "agenthooks-dispatcher");
+    let pod = &d["spec"]["template"]["spec"];
+    assert_eq!(pod["containers"].as_array().unwrap().len(), 1);
+    assert!(!args_of(d).iter().any(|a| a.starts_with("--command-runner")));
+    assert!(volume(pod, "runner-socket").is_none());
 }
 
 /// Chart values giving the dispatchers two model providers (issue 4 point 1).

@@ -15,6 +15,10 @@ pub struct Config {
     pub master_namespace: String,
     /// `lite` or `standard` (`--edition`); Standard refuses the command handler.
     pub edition: Edition,
+    /// Lite: accept command hooks outside the master namespace
+    /// (`--allow-tenant-command-hooks`; default false: `CommandHookNotAllowed`,
+    /// CONTRACT §10.1).
+    pub allow_tenant_command_hooks: bool,
     /// Address of the dispatchers' long-poll server (`--sync-addr`).
     pub sync_addr: SocketAddr,
     /// Address of `/healthz`, `/readyz`, `/metrics` (`--metrics-addr`).

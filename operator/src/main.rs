@@ -27,6 +27,11 @@ struct Args {
     /// Product edition: lite runs command hooks, standard refuses them.
     #[arg(long, default_value = "lite")]
     edition: Edition,
+    /// Lite: accept command hooks in tenant namespaces too. Off by default: a command
+    /// hook runs a shell in the platform's runner, so only the master namespace may
+    /// have one; others get Accepted=False (CommandHookNotAllowed).
+    #[arg(long)]
+    allow_tenant_command_hooks: bool,
     /// Address of the dispatchers' long-poll server (GET /v1/snapshot).
     #[arg(long, default_value = "127.0.0.1:9090")]
     sync_addr: SocketAddr,
@@ -134,6 +139,7 @@ async fn main() -> anyhow::Result<()> {
         },
         master_namespace: args.master_namespace,
         edition: args.edition,
+        allow_tenant_command_hooks: args.allow_tenant_command_hooks,
         sync_addr: args.sync_addr,
         metrics_addr: args.metrics_addr,
         seal_key,

@@ -215,6 +215,7 @@ pub(crate) mod tests {
         Config {
             master_namespace: "agenthooks-system".into(),
             edition: Default::default(),
+            allow_tenant_command_hooks: false,
             sync_addr: "127.0.0.1:0".parse().unwrap(),
             metrics_addr: "127.0.0.1:0".parse().unwrap(),
             seal_key: None,

@@ -152,3 +152,13 @@ The audit values the dispatcher would refuse or could not use, failing with the 
 {{- fail "dispatcher.audit.keys: name the keys of dispatcher.audit.keySecret to use, current first" }}
 {{- end }}
 {{- end }}
+
+{{/* Image of the command runner: dispatcher.commandRunner.image, else the chart's image. */}}
+{{- define "agenthooks.runnerImage" -}}
+{{- $i := .Values.dispatcher.commandRunner.image -}}
+{{- if $i.repository -}}
+{{ $i.repository }}:{{ $i.tag | default .Values.image.tag }}
+{{- else -}}
+{{ include "agenthooks.image" . }}
+{{- end -}}
+{{- end }}

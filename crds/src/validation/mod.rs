@@ -28,6 +28,23 @@ pub struct ValidationContext<'a> {
     /// The master namespace (`--master-namespace`).
     pub master_namespace: &'a str,
     pub edition: Edition,
+    /// Where command hooks are accepted on Lite (CONTRACT §10.1).
+    pub command_hooks: CommandHookPolicy,
+}
+
+/// Which namespaces may hold command hooks on Lite (CONTRACT §10.1). A command hook runs
+/// a shell in the platform's runner, so by default in a cluster only the master
+/// namespace may have one; the platform team opts tenant namespaces in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CommandHookPolicy {
+    /// Only hooks in the master namespace (the operator's default; refusal reason
+    /// `CommandHookNotAllowed`).
+    #[default]
+    MasterOnly,
+    /// Any namespace (operator `--allow-tenant-command-hooks`; the dispatcher's own
+    /// check, since a hooks file has no tenants and a snapshot was checked by the
+    /// operator).
+    AnyNamespace,
 }
 
 /// Reason of a refusal: the `reason` of the `Accepted=False` condition (CamelCase, as
@@ -45,6 +62,7 @@ pub enum Reason {
     AgentIdsRequired,
     AgentIdsWithoutAgentScope,
     EditionForbidsCommand,
+    CommandHookNotAllowed,
     InvalidUrl,
     InvalidHeader,
     InvalidField,
@@ -65,6 +83,7 @@ impl Reason {
             Reason::AgentIdsRequired => "AgentIdsRequired",
             Reason::AgentIdsWithoutAgentScope => "AgentIdsWithoutAgentScope",
             Reason::EditionForbidsCommand => "EditionForbidsCommand",
+            Reason::CommandHookNotAllowed => "CommandHookNotAllowed",
             Reason::InvalidUrl => "InvalidUrl",
             Reason::InvalidHeader => "InvalidHeader",
             Reason::InvalidField => "InvalidField",
@@ -272,6 +291,20 @@ pub fn validate(
                 Reason::EditionForbidsCommand,
                 "the command handler runs only on the Lite edition; use http or prompt on Standard"
                     .into(),
+            );
+        }
+        if h.type_ == HandlerType::Command
+            && ctx.edition == Edition::Lite
+            && ctx.command_hooks == CommandHookPolicy::MasterOnly
+            && ctx.namespace != ctx.master_namespace
+        {
+            err(
+                "spec.handler.type",
+                Reason::CommandHookNotAllowed,
+                format!(
+                    "command hooks are accepted only in the master namespace {:?} here; use an http or prompt hook, or ask the platform team to allow tenant namespaces (operator --allow-tenant-command-hooks, Helm value operator.allowTenantCommandHooks)",
+                    ctx.master_namespace
+                ),
             );
         }
         if c.command.trim().is_empty() {

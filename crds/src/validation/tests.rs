@@ -13,6 +13,7 @@ fn ctx(ns: &'static str, edition: Edition) -> ValidationContext<'static> {
         namespace_tenant: if ns == "tenant-acme" { "acme" } else { ns },
         master_namespace: MASTER,
         edition,
+        command_hooks: CommandHookPolicy::AnyNamespace,
     }
 }
 
@@ -304,4 +305,42 @@ fn allow_rewrite_only_in_the_master_namespace() {
         "event: pre_tool_use\nmatcher: exec\nhandler: {type: prompt, prompt: {promptTemplate: 'x', allowRewrite: false}}",
     );
     assert!(validate(&off, &lite("tenant-acme")).is_ok());
+}
+
+const COMMAND: &str =
+    "event: pre_tool_use\nhandler: {type: command, command: {command: 'exit 0'}}\n";
+
+#[test]
+fn command_hooks_only_in_the_master_namespace_unless_allowed() {
+    let master_only = |ns: &'static str| ValidationContext {
+        command_hooks: CommandHookPolicy::MasterOnly,
+        ..lite(ns)
+    };
+    let r = validate(&spec(COMMAND), &master_only("tenant-acme"));
+    assert_eq!(
+        reasons(r),
+        vec![("spec.handler.type", Reason::CommandHookNotAllowed)]
+    );
+    let e = validate(&spec(COMMAND), &master_only("tenant-acme")).unwrap_err();
+    assert_eq!(e.reason().as_str(), "CommandHookNotAllowed");
+    assert!(e.to_string().contains("agenthooks-system"), "{e}");
+    assert!(
+        e.to_string().contains("--allow-tenant-command-hooks"),
+        "{e}"
+    );
+    // The master namespace, and tenants when allowed, are fine.
+    assert!(validate(&spec(COMMAND), &master_only(MASTER)).is_ok());
+    assert!(validate(&spec(COMMAND), &lite("tenant-acme")).is_ok());
+    // Other handlers are not concerned.
+    assert!(validate(&spec(HTTP), &master_only("tenant-acme")).is_ok());
+    // Standard refuses command everywhere, with its own reason only.
+    let std_ctx = ValidationContext {
+        command_hooks: CommandHookPolicy::MasterOnly,
+        ..ctx("tenant-acme", Edition::Standard)
+    };
+    assert_eq!(
+        reasons(validate(&spec(COMMAND), &std_ctx)),
+        vec![("spec.handler.type", Reason::EditionForbidsCommand)]
+    );
+    assert_eq!(CommandHookPolicy::default(), CommandHookPolicy::MasterOnly);
 }

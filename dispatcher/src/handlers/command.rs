@@ -1,32 +1,34 @@
 //! The `command` handler (Lite edition only): runs `sh -c <command>` with the event JSON
 //! on stdin and turns its exit status and stdout into an outcome.
 //!
-//! Rules: CONTRACT §5 command.1–4; seed "Handler reference / command".
+//! Rules: CONTRACT §5 command.1–4, §10.1; seed "Handler reference / command".
 //!
+//! * Where the command runs is the engine's [`CommandRunner`]: the command runner
+//!   container in a cluster (`--command-runner unix:PATH`), else this host. Both run it
+//!   the same way ([`crate::sandbox::local`]): under a per-run supervisor that ends the
+//!   whole process tree (a `setsid` or double-forked child too) when `sh` exits, on
+//!   timeout, past the output cap and when the run is dropped; in a private directory
+//!   (`TMPDIR`, `HOME`, and the working directory unless `cwd` is set); with the
+//!   environment built from nothing (see [`build_env`]) out of *that* process's
+//!   environment.
 //! * The event reaches the process only on stdin; it is never put into the shell string.
-//! * The environment is built from nothing (see [`build_env`]).
 //! * Exit 2 → block (stderr is the reason); exit 0 → allow unless stdout is a JSON
 //!   object with `"continue": false`; anything else → error. Exit 126/127 (not
 //!   executable / not found) are errors of kind `spawn_failed`, so metrics tell them
 //!   apart from a hook that ran and failed (`exit_status`).
-//! * The child runs in its own process group. On timeout, on output past the cap, and
-//!   when the run is dropped half-way, the whole group gets `SIGKILL` and the child is
-//!   reaped. When the command finishes normally, processes it left behind in its group
-//!   are killed too: a hook's processes never outlive the hook.
-//! * Stdout and stderr are read as they come, each capped at [`MAX_OUTPUT_BYTES`]; past
-//!   the cap the group is killed and the run is an error (`output_too_large`).
+//! * Stdout and stderr are each capped at [`MAX_OUTPUT_BYTES`] where the command runs,
+//!   and checked again here; past the cap the run is an error (`output_too_large`).
 
 use std::ffi::OsString;
-use std::io;
 use std::os::unix::process::ExitStatusExt;
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::process::{Child, Command};
 
 use super::{HandlerResult, MAX_OUTPUT_BYTES, cut};
+use crate::sandbox::CommandRunner;
+use crate::sandbox::protocol::{RunOutcome, RunRequest, Stream};
 
 /// The `PATH` a command gets unless `PATH` itself is in `allowed_env_vars`
 /// (CONTRACT §5 command.2).
@@ -68,188 +70,91 @@ pub fn build_env(
     env
 }
 
-/// Runs one command hook on one event.
+/// Runs one command hook on one event, where `runner` says.
 ///
 /// * `event_json`: the event as JSON (CONTRACT §1.3), written to the child's stdin; a
 ///   child that does not read it (EPIPE) is fine.
-/// * `timeout`: the hook's `timeoutMs`. When it passes, the process group is killed, the
-///   child reaped, and the result is [`HandlerResult::timeout`]. A background process
-///   that keeps stdout open keeps the run going until then.
+/// * `timeout`: the hook's `timeoutMs`. When it passes, the process tree is killed and
+///   the result is [`HandlerResult::timeout`].
 ///
 /// Outcomes: exit 2 → `Block` (reason: stderr, cut); exit 0 → `Allow` with
 /// `additionalContext` (string) and `updatedInput` (any non-null JSON) from a stdout JSON
 /// object, or `Block` if that object has `"continue": false` (reason: its `stopReason` or
 /// `reason` string, else stderr); exit 126/127 → `Error` kind `spawn_failed`; any other
 /// exit or a signal → `Error` kind `exit_status`. Other error kinds: `cwd_missing`,
-/// `spawn_failed` (sh could not start), `output_too_large`. `metadata.stdout_len`,
+/// `spawn_failed` (sh could not start), `output_too_large`, `runner_unavailable` (the
+/// command runner could not be reached or refused the run). `metadata.stdout_len`,
 /// `metadata.stdout` and `metadata.stderr` (cut) are filled whenever the run completed.
-pub async fn run(spec: &CommandSpec, event_json: &[u8], timeout: Duration) -> HandlerResult {
-    let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-    let deadline = tokio::time::Instant::now() + timeout;
-
-    if let Some(cwd) = &spec.cwd {
-        match tokio::fs::metadata(cwd).await {
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => {
-                return HandlerResult::error(
-                    "cwd_missing",
-                    format!("working directory {cwd:?} is not a directory"),
-                );
-            }
-            Err(e) => {
-                return HandlerResult::error(
-                    "cwd_missing",
-                    format!("working directory {cwd:?} does not exist or is not reachable: {e}"),
-                );
-            }
-        }
-    }
-
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c")
-        .arg(&spec.command)
-        .env_clear()
-        .envs(build_env(&spec.allowed_env_vars, |n| std::env::var_os(n)))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    if let Some(cwd) = &spec.cwd {
-        cmd.current_dir(cwd);
-    }
-
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => return HandlerResult::error("spawn_failed", format!("could not start sh: {e}")),
-    };
-    // With process_group(0) the child's pid is its process group id.
-    let Some(pgid) = child.id().and_then(|p| i32::try_from(p).ok()) else {
-        return HandlerResult::error("spawn_failed", "child has no pid");
-    };
-    let mut group = GroupKiller { pgid, armed: true };
-
-    let (Some(stdin), Some(stdout), Some(stderr)) =
-        (child.stdin.take(), child.stdout.take(), child.stderr.take())
-    else {
-        return HandlerResult::error("spawn_failed", "child pipes missing");
-    };
-
-    let work = collect(&mut child, stdin, stdout, stderr, event_json);
-    let collected = tokio::time::timeout_at(deadline, work).await;
-
-    match collected {
-        Err(_elapsed) => {
-            group.kill();
-            reap(&mut child).await;
-            HandlerResult::timeout(timeout_ms)
-        }
-        Ok(Err(Failure::TooLarge(which))) => {
-            group.kill();
-            reap(&mut child).await;
-            HandlerResult::error(
-                "output_too_large",
-                format!("command wrote more than {MAX_OUTPUT_BYTES} bytes to {which}"),
-            )
-        }
-        Ok(Err(Failure::Io(e))) => {
-            group.kill();
-            reap(&mut child).await;
-            HandlerResult::error(
-                "exit_status",
-                format!("could not collect command output: {e}"),
-            )
-        }
-        Ok(Ok((stdout, stderr, status))) => {
-            // Leftover background processes of the hook (e.g. `cmd >/dev/null &`) die with
-            // it. The leader is reaped already; its pid cannot name another group while
-            // any member of this one is alive, and a freshly recycled pid would not be a
-            // group leader yet, so this reaches only our stragglers.
-            group.kill();
-            interpret(status, &stdout, &stderr)
-        }
-    }
-}
-
-/// Why collecting output stopped early.
-enum Failure {
-    TooLarge(&'static str),
-    Io(io::Error),
-}
-
-/// Sends `SIGKILL` to the whole process group, once, and on drop if not done yet (a
-/// cancelled run must not leave processes behind).
-struct GroupKiller {
-    pgid: i32,
-    armed: bool,
-}
-
-impl GroupKiller {
-    fn kill(&mut self) {
-        if self.armed && self.pgid > 1 {
-            // SAFETY: kill(2) with a negative pid signals the process group `pgid`, which
-            // is the group our child leads; it touches no memory.
-            unsafe {
-                libc::kill(-self.pgid, libc::SIGKILL);
-            }
-        }
-        self.armed = false;
-    }
-}
-
-impl Drop for GroupKiller {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// Reaps the (killed) child so no zombie is left; bounded in case it is stuck in an
-/// uninterruptible sleep, after which tokio's orphan reaper (kill_on_drop) finishes.
-async fn reap(child: &mut Child) {
-    let _ = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
-}
-
-/// Writes stdin, reads stdout and stderr to EOF (capped) and waits for the exit status.
-async fn collect(
-    child: &mut Child,
-    mut stdin: tokio::process::ChildStdin,
-    stdout: tokio::process::ChildStdout,
-    stderr: tokio::process::ChildStderr,
+pub async fn run(
+    runner: &CommandRunner,
+    spec: &CommandSpec,
     event_json: &[u8],
-) -> Result<(Vec<u8>, Vec<u8>, ExitStatus), Failure> {
-    // Feeding stdin never decides the result: a child that exits without reading gives
-    // EPIPE, which is ignored. After writing, stdin is closed so readers see EOF.
-    let feed = async move {
-        let _ = stdin.write_all(event_json).await;
-        let _ = stdin.shutdown().await;
-        drop(stdin);
-        std::future::pending::<()>().await;
+    timeout: Duration,
+) -> HandlerResult {
+    let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+    let req = RunRequest {
+        command: spec.command.clone(),
+        allowed_env_vars: spec.allowed_env_vars.clone(),
+        cwd: spec.cwd.clone(),
+        timeout_ms,
+        stdin: event_json.to_vec(),
     };
-    let main = async {
-        let (out, err) =
-            futures::future::try_join(read_capped(stdout, "stdout"), read_capped(stderr, "stderr"))
-                .await?;
-        let status = child.wait().await.map_err(Failure::Io)?;
-        Ok((out, err, status))
+    // The runner enforces the timeout; this bounds a local run the same way should the
+    // supervisor be slow to answer.
+    let limit = timeout + crate::sandbox::remote::TRANSPORT_GRACE;
+    let outcome = match tokio::time::timeout(limit, runner.run(&req)).await {
+        Ok(o) => o,
+        Err(_) => RunOutcome::Timeout,
     };
-    tokio::select! {
-        r = main => r,
-        () = feed => unreachable!("feed never completes"),
-    }
+    from_outcome(outcome, timeout_ms)
 }
 
-/// Reads `r` to EOF, keeping at most [`MAX_OUTPUT_BYTES`]; one byte more is a failure.
-async fn read_capped<R: AsyncRead + Unpin>(r: R, which: &'static str) -> Result<Vec<u8>, Failure> {
-    let mut buf = Vec::new();
-    let limit = u64::try_from(MAX_OUTPUT_BYTES).unwrap_or(u64::MAX) + 1;
-    r.take(limit)
-        .read_to_end(&mut buf)
-        .await
-        .map_err(Failure::Io)?;
-    if buf.len() > MAX_OUTPUT_BYTES {
-        return Err(Failure::TooLarge(which));
+/// Turns what the runner reported into a result; output over the cap is refused here
+/// too, whatever the runner did.
+fn from_outcome(outcome: RunOutcome, timeout_ms: u64) -> HandlerResult {
+    let too_large = |stream: Stream| {
+        HandlerResult::error(
+            "output_too_large",
+            format!(
+                "command wrote more than {MAX_OUTPUT_BYTES} bytes to {}",
+                stream.as_str()
+            ),
+        )
+    };
+    match outcome {
+        RunOutcome::Completed {
+            exit_code,
+            signal,
+            stdout,
+            stderr,
+        } => {
+            if stdout.len() > MAX_OUTPUT_BYTES {
+                return too_large(Stream::Stdout);
+            }
+            if stderr.len() > MAX_OUTPUT_BYTES {
+                return too_large(Stream::Stderr);
+            }
+            let raw = match (exit_code, signal) {
+                (Some(code), _) => (code & 0xff) << 8,
+                (None, Some(sig)) => sig & 0x7f,
+                (None, None) => {
+                    return HandlerResult::error(
+                        "exit_status",
+                        "the command runner reported neither an exit code nor a signal",
+                    );
+                }
+            };
+            interpret(ExitStatus::from_raw(raw), &stdout, &stderr)
+        }
+        RunOutcome::Timeout => HandlerResult::timeout(timeout_ms),
+        RunOutcome::OutputTooLarge { stream } => too_large(stream),
+        RunOutcome::CwdMissing { message } => HandlerResult::error("cwd_missing", message),
+        RunOutcome::SpawnFailed { message } => HandlerResult::error("spawn_failed", message),
+        RunOutcome::Failed { message } => HandlerResult::error("exit_status", message),
+        RunOutcome::RunnerUnavailable { message } => {
+            HandlerResult::error("runner_unavailable", message)
+        }
     }
-    Ok(buf)
 }
 
 /// Turns a finished run into a result (CONTRACT §5 command.3).
@@ -336,6 +241,11 @@ mod tests {
             allowed_env_vars: vec![],
             cwd: None,
         }
+    }
+
+    /// The handler with the default (local) runner.
+    async fn run(spec: &CommandSpec, event: &[u8], timeout: Duration) -> HandlerResult {
+        super::run(&CommandRunner::default(), spec, event, timeout).await
     }
 
     async fn run_cmd(command: &str) -> HandlerResult {
@@ -684,10 +594,11 @@ mod tests {
         assert_eq!(r.outcome, Outcome::Allow, "{r:?}");
         let out = r.metadata.stdout.unwrap();
         for line in out.lines() {
-            // dash/bash may add PWD (and bash SHLVL/_) of its own; nothing inherited.
+            // dash/bash may add PWD (and bash SHLVL/_) of its own; TMPDIR and HOME
+            // are the run's private directory; nothing inherited.
             let name = line.split('=').next().unwrap();
             assert!(
-                matches!(name, "PWD" | "SHLVL" | "_" | "OLDPWD"),
+                matches!(name, "PWD" | "SHLVL" | "_" | "OLDPWD" | "TMPDIR" | "HOME"),
                 "unexpected variable {line:?}"
             );
         }
@@ -707,7 +618,10 @@ mod tests {
     #[tokio::test]
     async fn timeout_kills_the_whole_group_and_leaves_no_process() {
         let pidfile = tmp_path("pgid");
-        let cmd = format!("echo $$ > {}; sleep 30 & echo '{{}}'", pidfile.display());
+        let cmd = format!(
+            "echo $$ > {}; sleep 30 & sleep 30; echo '{{}}'",
+            pidfile.display()
+        );
         let started = Instant::now();
         let r = run(&spec(&cmd), EVENT, Duration::from_secs(1)).await;
         let took = started.elapsed();
@@ -721,6 +635,175 @@ mod tests {
         let left = wait_group_gone(pgid).await;
         assert!(left.is_empty(), "processes left in group {pgid}: {left:?}");
         assert!(!is_zombie_child_of_us(pgid), "sh {pgid} left as a zombie");
+    }
+
+    #[tokio::test]
+    async fn a_background_process_holding_stdout_ends_with_sh() {
+        // The run ends when sh exits: what it left behind (here a sleep that keeps stdout
+        // open) is killed then, instead of holding the run until its timeout.
+        let pidfile = tmp_path("pgid-hold");
+        let cmd = format!("echo $$ > {}; sleep 30 & echo '{{}}'", pidfile.display());
+        let started = Instant::now();
+        let r = run(&spec(&cmd), EVENT, Duration::from_secs(5)).await;
+        assert_eq!(r.outcome, Outcome::Allow, "{r:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        let pgid = take_pgid(&pidfile);
+        let left = wait_group_gone(pgid).await;
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    /// Live (not zombie) processes that have `marker` as an argument.
+    fn processes_with_arg(marker: &str) -> Vec<(i32, String)> {
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+                continue;
+            };
+            if !cmdline.split(|&b| b == 0).any(|a| a == marker.as_bytes()) {
+                continue;
+            }
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let state = stat.rfind(')').and_then(|i| stat[i + 2..].chars().next());
+            if !matches!(state, Some('Z' | 'X') | None) {
+                found.push((pid, String::from_utf8_lossy(&cmdline).replace('\0', " ")));
+            }
+        }
+        found
+    }
+
+    /// A hook script that starts three `sleep MARKER` processes that try to outlive it
+    /// (`setsid`, a double fork, both), waits until all three wrote their pid to
+    /// `pids`, then runs `tail` (e.g. `sleep 30` or `echo '{}'`).
+    fn escaping_script(dir: &std::path::Path, marker: &str, tail: &str) -> CommandSpec {
+        let pids = dir.join("pids");
+        let script = dir.join("escape.sh");
+        let p = pids.display();
+        std::fs::write(
+            &script,
+            format!(
+                "setsid sh -c 'echo $$ >> {p}; exec sleep {marker}' </dev/null >/dev/null 2>&1 &\n\
+                 ( sh -c 'echo $$ >> {p}; exec sleep {marker}' </dev/null >/dev/null 2>&1 & )\n\
+                 setsid sh -c '( sh -c \"echo \\$\\$ >> {p}; exec sleep {marker}\" </dev/null >/dev/null 2>&1 & )' &\n\
+                 while [ \"$(wc -l < {p} 2>/dev/null || echo 0)\" -lt 3 ]; do sleep 0.01; done\n\
+                 {tail}\n"
+            ),
+        )
+        .unwrap();
+        spec(&format!("sh {}", script.display()))
+    }
+
+    fn escaped_pids(dir: &std::path::Path) -> Vec<i32> {
+        std::fs::read_to_string(dir.join("pids"))
+            .unwrap()
+            .lines()
+            .map(|l| l.trim().parse().unwrap())
+            .collect()
+    }
+
+    fn marker() -> String {
+        // `sleep` takes fractional seconds; the fraction makes the argument unique.
+        format!("600.{}", uuid::Uuid::new_v4().as_u128() % 1_000_000_007)
+    }
+
+    #[tokio::test]
+    async fn setsid_and_double_forks_do_not_outlive_a_finished_hook() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = marker();
+        let s = escaping_script(dir.path(), &m, "echo '{}'");
+        let started = Instant::now();
+        let r = run(&s, EVENT, Duration::from_secs(5)).await;
+        assert_eq!(r.outcome, Outcome::Allow, "{r:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+        let pids = escaped_pids(dir.path());
+        assert_eq!(pids.len(), 3, "{pids:?}");
+        // At once: the handler returns only after the tree is gone.
+        let left = processes_with_arg(&m);
+        assert!(
+            left.is_empty(),
+            "left running after the hook returned: {left:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn timeout_kills_a_tree_that_left_its_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = marker();
+        let s = escaping_script(dir.path(), &m, "sleep 30");
+        let started = Instant::now();
+        let r = run(&s, EVENT, Duration::from_millis(1500)).await;
+        assert_eq!(r.outcome, Outcome::Timeout, "{r:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(escaped_pids(dir.path()).len(), 3);
+        let left = processes_with_arg(&m);
+        assert!(left.is_empty(), "left running after the timeout: {left:?}");
+    }
+
+    #[tokio::test]
+    async fn dropping_the_run_kills_a_tree_that_left_its_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = marker();
+        let s = escaping_script(dir.path(), &m, "sleep 30");
+        let fut = run(&s, EVENT, Duration::from_secs(10));
+        // Cancel from outside, as the chain budget would, once all three started.
+        let _ = tokio::time::timeout(Duration::from_millis(1500), fut).await;
+        assert_eq!(escaped_pids(dir.path()).len(), 3);
+        let mut left = processes_with_arg(&m);
+        for _ in 0..100 {
+            if left.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            left = processes_with_arg(&m);
+        }
+        assert!(
+            left.is_empty(),
+            "left running after the run was dropped: {left:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn each_run_has_its_own_private_directory_removed_after() {
+        let r = run_cmd(r#"printf '%s %s ' "$TMPDIR" "$HOME"; pwd; stat -c %a "$TMPDIR""#).await;
+        assert_eq!(r.outcome, Outcome::Allow, "{r:?}");
+        let out = r.metadata.stdout.unwrap();
+        let fields: Vec<&str> = out.split_whitespace().collect();
+        assert_eq!(fields.len(), 4, "{out:?}");
+        let (tmp, home, cwd, mode) = (fields[0], fields[1], fields[2], fields[3]);
+        assert!(tmp.contains("agenthooks-run-"), "{tmp}");
+        assert_eq!(home, tmp);
+        assert_eq!(
+            std::path::Path::new(cwd).canonicalize().ok(),
+            None,
+            "the working directory {cwd} was removed"
+        );
+        assert!(
+            cwd.ends_with(tmp.rsplit('/').next().unwrap()),
+            "{cwd} vs {tmp}"
+        );
+        assert_eq!(mode, "700");
+        assert!(!std::path::Path::new(tmp).exists(), "{tmp} left behind");
+
+        let other = run_cmd(r#"printf %s "$TMPDIR""#).await;
+        assert_ne!(
+            other.metadata.stdout.as_deref(),
+            Some(tmp),
+            "dirs are per run"
+        );
     }
 
     #[tokio::test]

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use agenthooks_crds::snapshot::SnapshotHook;
 use agenthooks_crds::tenancy::namespace_tenant;
-use agenthooks_crds::validation::{ValidationContext, validate};
+use agenthooks_crds::validation::{CommandHookPolicy, ValidationContext, validate};
 use agenthooks_crds::{AgentHook, AgentHookSpec, RESET_BREAKER_ANNOTATION};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::PartialObjectMeta;
@@ -164,6 +164,11 @@ pub fn spec_verdict(
         namespace_tenant: tenant,
         master_namespace: &config.master_namespace,
         edition: config.edition,
+        command_hooks: if config.allow_tenant_command_hooks {
+            CommandHookPolicy::AnyNamespace
+        } else {
+            CommandHookPolicy::MasterOnly
+        },
     };
     match validate(spec, &ctx) {
         Ok(_) => Verdict::Accepted,
@@ -464,5 +469,38 @@ mod tests {
             Verdict::Refused(r) => assert_eq!(r.reason, "EditionForbidsCommand"),
             v => panic!("expected a refusal, got {v:?}"),
         }
+    }
+
+    #[test]
+    fn tenant_command_hooks_are_refused_unless_allowed() {
+        let spec: AgentHookSpec = serde_json::from_value(serde_json::json!({
+            "event": "pre_tool_use",
+            "handler": {"type": "command", "command": {"command": "true"}}
+        }))
+        .unwrap();
+        let mut cfg = config();
+        assert!(!cfg.allow_tenant_command_hooks, "refused by default");
+        match spec_verdict(&spec, "tenant-acme", "acme", &cfg) {
+            Verdict::Refused(r) => {
+                assert_eq!(r.reason, "CommandHookNotAllowed");
+                assert!(r.message.starts_with("spec.handler.type:"), "{}", r.message);
+            }
+            v => panic!("expected a refusal, got {v:?}"),
+        }
+        assert_eq!(
+            spec_verdict(
+                &spec,
+                &cfg.master_namespace.clone(),
+                "agenthooks-system",
+                &cfg
+            ),
+            Verdict::Accepted,
+            "the master namespace may"
+        );
+        cfg.allow_tenant_command_hooks = true;
+        assert_eq!(
+            spec_verdict(&spec, "tenant-acme", "acme", &cfg),
+            Verdict::Accepted
+        );
     }
 }

@@ -77,6 +77,7 @@ pub fn config(master: &str) -> Config {
     Config {
         master_namespace: master.to_string(),
         edition: Default::default(),
+        allow_tenant_command_hooks: false,
         sync_addr: "127.0.0.1:0".parse().expect("addr"),
         metrics_addr: "127.0.0.1:0".parse().expect("addr"),
         seal_key: None,
