@@ -6,23 +6,38 @@
 //! into a new version. Tested by feeding it objects (linkerd policy-controller style).
 //!
 //! Rules:
-//! - A hook is *published* when it is accepted and its breaker is not open (DESIGN
-//!   "Sync", CONTRACT §6.2). Disabled hooks are published too: dispatchers filter them.
+//! - A hook is *published* when it is accepted (DESIGN "Sync"), whatever its breakers:
+//!   a hook whose breaker is open for some tenants stays in the snapshot and carries them
+//!   in [`SnapshotHook::open_breakers`] (CONTRACT §6.2–6.3), so one tenant's faults never
+//!   take a guard away from the others. Disabled hooks are published too: dispatchers
+//!   filter them.
 //! - Any change of the published set (a hook added, removed, or its published content —
-//!   generation, spec, tenant, sealed headers — changed) marks the index dirty;
-//!   [`Index::publish`] then bumps the version by exactly one and stamps every hook that
-//!   changed with that version (`served_from`), which is what `Ready` waits for.
+//!   generation, spec, tenant, sealed headers, open breakers — changed) marks the index
+//!   dirty; [`Index::publish`] then bumps the version by exactly one, so a trip or a close
+//!   reaches every dispatcher within one sync. It stamps every hook whose content *apart
+//!   from its open breakers* changed with that version (`served_from`), which is what
+//!   `Ready` waits for: a trip or a close does not make `Ready` flap (`CircuitOpen` says
+//!   which tenants are open).
 //! - Versions only grow, also across [`Index::reset`] (a new leader session of the same
 //!   process keeps its epoch, so its versions must keep growing).
-//! - A breaker, once open for a hook's (uid, generation, reset token) — by
-//!   [`Index::trip`] (a dispatcher's report) or by [`Index::apply`] of a hook whose status
-//!   says so — stays open for that triple: a reconcile that read the hook before its
-//!   breaker status was written cannot put it back into a snapshot. A new generation or
-//!   reset token (CONTRACT §6.3), or a new uid, ends it.
+//! - A tenant's breaker, once open for a hook's (uid, generation, reset token) — by
+//!   [`Index::trip`] (a dispatcher's report, or the merged window) or by [`Index::apply`]
+//!   of a hook whose status says so — stays open for that triple until [`Index::close`]
+//!   (a probe answered) removes it: a reconcile that read the hook before its breaker
+//!   status was written cannot undo a trip, and one that read it before a close was
+//!   written cannot undo the close (the index remembers, per tenant, the newest trip a
+//!   close ended). A new generation or reset token (CONTRACT §6.4), or a new uid, starts
+//!   with the breakers its status shows for it: none, as a reset clears them.
+//! - At most [`MAX_OPEN_TENANTS`] tenants are open per hook: a further trip is refused
+//!   here ([`TripMatch::TooMany`]); the dispatchers' own breakers still open (and fail
+//!   closed) for it locally.
 
 use std::collections::BTreeMap;
 
-use agenthooks_crds::snapshot::SnapshotHook;
+use agenthooks_crds::snapshot::{OpenBreaker, SnapshotHook};
+
+/// Most tenants whose breaker the index keeps open per hook (as `status.breaker.open`).
+pub const MAX_OPEN_TENANTS: usize = 256;
 
 /// Identity of a hook in the index: `namespace/name`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -61,7 +76,7 @@ pub struct Refusal {
 /// Outcome of validating a hook in its namespace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
-    /// Passed every rule; goes into snapshots unless its breaker is open.
+    /// Passed every rule; goes into snapshots (with its open breakers).
     Accepted,
     /// Refused; never published.
     Refused(Refusal),
@@ -77,13 +92,12 @@ impl Verdict {
 /// One reconciled hook, as the reconciler hands it to the index.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IndexedHook {
-    /// What a dispatcher receives when the hook is published.
+    /// What a dispatcher receives when the hook is published. Its `open_breakers` are the
+    /// tenants whose breaker is open for this generation and reset token
+    /// ([`crate::status::breaker_open`], or trips recorded by [`Index::trip`]).
     pub hook: SnapshotHook,
     /// Validation outcome (including Secret and seal-key checks).
     pub verdict: Verdict,
-    /// The breaker is open for this generation and reset token
-    /// ([`crate::status::breaker_open`], or a trip recorded by [`Index::trip`]).
-    pub breaker_open: bool,
     /// SHA-256 of each plain Secret value, parallel to `hook.sealed_headers`: lets a later
     /// reconcile keep the sealed string (random nonce) when the value did not change, so an
     /// unchanged Secret never bumps the snapshot version.
@@ -96,9 +110,14 @@ impl IndexedHook {
         HookKey::new(&self.hook.namespace, &self.hook.name)
     }
 
-    /// Accepted and breaker closed.
+    /// Accepted (so in every snapshot, open breakers included).
     pub fn is_published(&self) -> bool {
-        self.verdict.is_accepted() && !self.breaker_open
+        self.verdict.is_accepted()
+    }
+
+    /// The open breakers of the hook's current version, one per tenant, in tenant order.
+    pub fn open_breakers(&self) -> &[OpenBreaker] {
+        &self.hook.open_breakers
     }
 
     /// Same uid, generation and reset token: what a breaker's state is kept for.
@@ -106,6 +125,11 @@ impl IndexedHook {
         self.hook.uid == other.hook.uid
             && self.hook.generation == other.hook.generation
             && self.hook.reset_token == other.hook.reset_token
+    }
+
+    /// Whether `generation` and `reset_token` are this hook's current ones.
+    fn matches(&self, generation: i64, reset_token: Option<&str>) -> bool {
+        self.hook.generation == generation && self.hook.reset_token.as_deref() == reset_token
     }
 }
 
@@ -116,12 +140,39 @@ pub enum TripMatch {
     Unknown,
     /// The hook is at another generation or reset token now: the trip is ignored.
     Stale,
-    /// The breaker was already open (nothing changed).
+    /// A probe already closed this trip (or a newer one) of the tenant: ignored.
+    AlreadyClosed,
+    /// The hook already has [`MAX_OPEN_TENANTS`] other tenants open: refused here.
+    TooMany,
+    /// The tenant's breaker was already open from this time or later (nothing changed).
     AlreadyOpen,
-    /// Opened now; `published_changed` when that dropped the hook from the published set
-    /// (the index is then dirty and wants a publish).
+    /// Opened (or moved to a later trip) now; `published_changed` when that changed the
+    /// published content (the hook is accepted; the index is then dirty and wants a
+    /// publish).
     Opened {
-        /// The hook left the published set.
+        /// The published content changed.
+        published_changed: bool,
+    },
+}
+
+/// What [`Index::close`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseMatch {
+    /// No hook under that key with that uid: ignored.
+    Unknown,
+    /// The hook is at another generation or reset token now: ignored.
+    Stale,
+    /// The tenant's breaker is not open (nothing changed).
+    NotOpen,
+    /// The tenant's breaker opened after the closed trip (a newer trip, `since` ms): it
+    /// stays open.
+    Newer {
+        /// When the open breaker opened, ms since the epoch.
+        since_ms: i64,
+    },
+    /// Closed now; `published_changed` as in [`TripMatch::Opened`].
+    Closed {
+        /// The published content changed.
         published_changed: bool,
     },
 }
@@ -129,9 +180,35 @@ pub enum TripMatch {
 #[derive(Debug, Clone)]
 struct Entry {
     hook: IndexedHook,
-    /// Version of the first snapshot holding this hook's current published content;
-    /// `None` while that content is not yet published (or the hook is not published).
+    /// Version of the first snapshot holding this hook's current published content (open
+    /// breakers aside); `None` while that content is not yet published (or the hook is not
+    /// published).
     served_from: Option<u64>,
+    /// Per tenant, the newest `opened_at` (ms) a close ended for the current breaker
+    /// identity: a trip or a status entry at or before it is over. At most
+    /// [`MAX_OPEN_TENANTS`] (the oldest goes first).
+    closed: BTreeMap<String, i64>,
+}
+
+impl Entry {
+    fn remember_close(&mut self, tenant: &str, opened_at_ms: i64) {
+        let at = self
+            .closed
+            .entry(tenant.to_string())
+            .or_insert(opened_at_ms);
+        *at = (*at).max(opened_at_ms);
+        while self.closed.len() > MAX_OPEN_TENANTS {
+            let oldest = self
+                .closed
+                .iter()
+                .min_by_key(|(_, at)| **at)
+                .map(|(t, _)| t.clone());
+            match oldest {
+                Some(t) => self.closed.remove(&t),
+                None => break,
+            };
+        }
+    }
 }
 
 /// Where a hook stands with respect to the published snapshots.
@@ -139,13 +216,47 @@ struct Entry {
 pub enum Publication {
     /// Refused: never published.
     NotAccepted,
-    /// Accepted but left out because its breaker is open.
-    BreakerOpen,
-    /// Published from this snapshot version on (`None`: waiting for the next publish).
+    /// Published from this snapshot version on (`None`: waiting for the next publish),
+    /// open breakers or not.
     Published {
         /// First snapshot version holding the hook's current content.
         served_from: Option<u64>,
     },
+}
+
+/// `hook` without its open breakers: what `served_from` (and `Ready`) follows.
+fn content_sans_breakers(hook: &SnapshotHook) -> SnapshotHook {
+    SnapshotHook {
+        open_breakers: Vec::new(),
+        ..hook.clone()
+    }
+}
+
+/// `old` and `new` merged per tenant (the later `since` wins; at equal `since`, fail
+/// closed if either does), leaving out what a close ended (`since <= closed[tenant]`);
+/// old entries first when more than [`MAX_OPEN_TENANTS`]; in tenant order.
+fn merge_open(
+    old: &[OpenBreaker],
+    new: &[OpenBreaker],
+    closed: &BTreeMap<String, i64>,
+) -> Vec<OpenBreaker> {
+    let mut by_tenant: BTreeMap<&str, OpenBreaker> = BTreeMap::new();
+    for b in old.iter().chain(new) {
+        if closed.get(&b.tenant).is_some_and(|c| b.since_ms <= *c) {
+            continue;
+        }
+        let full = by_tenant.len() >= MAX_OPEN_TENANTS;
+        match by_tenant.get_mut(b.tenant.as_str()) {
+            Some(cur) if cur.since_ms > b.since_ms => {}
+            Some(cur) if cur.since_ms == b.since_ms => cur.fail_closed |= b.fail_closed,
+            Some(cur) => *cur = b.clone(),
+            None if !full => {
+                by_tenant.insert(&b.tenant, b.clone());
+            }
+            None => {}
+        }
+    }
+    by_tenant.into_values().collect()
 }
 
 /// The index. See the module documentation for its rules.
@@ -200,8 +311,6 @@ impl Index {
         let e = self.entries.get(key)?;
         Some(if !e.hook.verdict.is_accepted() {
             Publication::NotAccepted
-        } else if e.hook.breaker_open {
-            Publication::BreakerOpen
         } else {
             Publication::Published {
                 served_from: e.served_from,
@@ -212,55 +321,134 @@ impl Index {
     /// Stores `hook` (replacing what was under its key). Returns whether the published
     /// set changed (and so the index became dirty).
     ///
-    /// A breaker open in the stored entry stays open when `hook` has the same uid,
-    /// generation and reset token (see the module rules).
+    /// When the stored entry has the same uid, generation and reset token, its open
+    /// breakers are kept and merged with `hook`'s, and status entries a close already
+    /// ended are left out (see the module rules).
     pub fn apply(&mut self, mut hook: IndexedHook) -> bool {
         let key = hook.key();
         let old = self.entries.get(&key);
-        if let Some(o) = old
-            && o.hook.breaker_open
-            && o.hook.same_breaker_identity(&hook)
-        {
-            hook.breaker_open = true;
-        }
+        let closed = old
+            .filter(|o| o.hook.same_breaker_identity(&hook))
+            .map(|o| o.closed.clone())
+            .unwrap_or_default();
+        let kept: &[OpenBreaker] = old
+            .filter(|o| o.hook.same_breaker_identity(&hook))
+            .map_or(&[], |o| o.hook.hook.open_breakers.as_slice());
+        hook.hook.open_breakers = merge_open(kept, &hook.hook.open_breakers, &closed);
         let old_published = old.filter(|e| e.hook.is_published()).map(|e| &e.hook.hook);
         let new_published = hook.is_published().then_some(&hook.hook);
         let changed = old_published != new_published;
-        let served_from = if changed {
+        let content_changed =
+            old_published.map(content_sans_breakers) != new_published.map(content_sans_breakers);
+        let served_from = if content_changed {
             None
         } else {
             old.and_then(|e| e.served_from)
         };
         self.dirty |= changed;
-        self.entries.insert(key, Entry { hook, served_from });
+        self.entries.insert(
+            key,
+            Entry {
+                hook,
+                served_from,
+                closed,
+            },
+        );
         changed
     }
 
-    /// Opens the breaker of the hook under `key` when it has `uid`, `generation` and
-    /// `reset_token` (a dispatcher's trip, CONTRACT §6.2). Opening drops the hook from the
-    /// published set, so the next publish leaves it out of snapshots.
+    /// Opens `tenant`'s breaker of the hook under `key` from `since_ms` (ms since the
+    /// epoch; `fail_closed`: answered as an error while open) when the hook has `uid`,
+    /// `generation` and `reset_token` (a dispatcher's trip or the merged window's,
+    /// CONTRACT §6.2). An entry of the tenant that opened later stays; one that opened
+    /// earlier moves to this trip. The hook stays published: the next publish carries the
+    /// open breaker to every dispatcher.
+    #[allow(clippy::too_many_arguments)]
     pub fn trip(
         &mut self,
         key: &HookKey,
         uid: &str,
         generation: i64,
         reset_token: Option<&str>,
+        tenant: &str,
+        since_ms: i64,
+        fail_closed: bool,
     ) -> TripMatch {
         let Some(e) = self.entries.get_mut(key).filter(|e| e.hook.hook.uid == uid) else {
             return TripMatch::Unknown;
         };
-        if e.hook.hook.generation != generation || e.hook.hook.reset_token.as_deref() != reset_token
-        {
+        if !e.hook.matches(generation, reset_token) {
             return TripMatch::Stale;
         }
-        if e.hook.breaker_open {
-            return TripMatch::AlreadyOpen;
+        if e.closed.get(tenant).is_some_and(|c| since_ms <= *c) {
+            return TripMatch::AlreadyClosed;
+        }
+        let open = &mut e.hook.hook.open_breakers;
+        let full = open.len() >= MAX_OPEN_TENANTS;
+        match open.iter_mut().find(|b| b.tenant == tenant) {
+            Some(b)
+                if b.since_ms > since_ms
+                    || (b.since_ms == since_ms && (b.fail_closed || !fail_closed)) =>
+            {
+                return TripMatch::AlreadyOpen;
+            }
+            Some(b) if b.since_ms == since_ms => b.fail_closed = true,
+            Some(b) => {
+                b.since_ms = since_ms;
+                b.fail_closed = fail_closed;
+            }
+            None if full => return TripMatch::TooMany,
+            None => {
+                let at = open.partition_point(|b| b.tenant.as_str() < tenant);
+                open.insert(
+                    at,
+                    OpenBreaker {
+                        tenant: tenant.to_string(),
+                        since_ms,
+                        fail_closed,
+                    },
+                );
+            }
         }
         let published_changed = e.hook.is_published();
-        e.hook.breaker_open = true;
-        e.served_from = None;
         self.dirty |= published_changed;
         TripMatch::Opened { published_changed }
+    }
+
+    /// Closes `tenant`'s breaker of the hook under `key` when the hook has `uid`,
+    /// `generation` and `reset_token` and the breaker opened at or before `opened_at_ms`
+    /// (the trip a dispatcher's half-open probe ended, CONTRACT §6.4); a breaker that
+    /// opened later (a newer trip) stays open. Remembered, so a later trip or status entry
+    /// at or before `opened_at_ms` cannot reopen it.
+    pub fn close(
+        &mut self,
+        key: &HookKey,
+        uid: &str,
+        generation: i64,
+        reset_token: Option<&str>,
+        tenant: &str,
+        opened_at_ms: i64,
+    ) -> CloseMatch {
+        let Some(e) = self.entries.get_mut(key).filter(|e| e.hook.hook.uid == uid) else {
+            return CloseMatch::Unknown;
+        };
+        if !e.hook.matches(generation, reset_token) {
+            return CloseMatch::Stale;
+        }
+        e.remember_close(tenant, opened_at_ms);
+        let open = &mut e.hook.hook.open_breakers;
+        let Some(at) = open.iter().position(|b| b.tenant == tenant) else {
+            return CloseMatch::NotOpen;
+        };
+        if open[at].since_ms > opened_at_ms {
+            return CloseMatch::Newer {
+                since_ms: open[at].since_ms,
+            };
+        }
+        open.remove(at);
+        let published_changed = e.hook.is_published();
+        self.dirty |= published_changed;
+        CloseMatch::Closed { published_changed }
     }
 
     /// Removes the hook under `key` if it has uid `uid` (`None`: whatever its uid), so a
@@ -318,7 +506,7 @@ impl Index {
 
     /// The published hooks in resolution order (CONTRACT §3.2): priority descending,
     /// then creation time ascending, then namespace/name. Dispatchers re-sort; the fixed
-    /// order only makes snapshots deterministic.
+    /// order only makes snapshots deterministic. Each carries its open breakers.
     pub fn published_hooks(&self) -> Vec<SnapshotHook> {
         let mut hooks: Vec<SnapshotHook> = self
             .entries
@@ -371,9 +559,9 @@ pub(crate) mod tests {
                 spec: spec(0),
                 sealed_headers: vec![],
                 reset_token: None,
+                open_breakers: vec![],
             },
             verdict: Verdict::Accepted,
-            breaker_open: false,
             secret_digests: vec![],
         }
     }
@@ -458,7 +646,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn refused_and_breaker_open_hooks_are_not_published() {
+    fn refused_hooks_are_not_published() {
         let mut idx = Index::new();
         assert!(
             !idx.apply(refused(hook("a", "bad", "u1", 1))),
@@ -472,67 +660,232 @@ pub(crate) mod tests {
         assert!(idx.apply(hook("a", "bad", "u1", 2)), "fixed: now published");
         idx.publish();
         assert_eq!(idx.published_len(), 1);
-        let mut open = hook("a", "bad", "u1", 2);
-        open.breaker_open = true;
-        assert!(idx.apply(open), "breaker open drops it");
-        assert_eq!(idx.publish(), Some(2));
-        assert!(idx.published_hooks().is_empty());
-        assert_eq!(
-            idx.publication(&HookKey::new("a", "bad")),
-            Some(Publication::BreakerOpen)
-        );
-        assert!(
-            !idx.delete(&HookKey::new("a", "bad"), None),
-            "deleting an unpublished hook changes nothing published"
-        );
+        assert!(idx.delete(&HookKey::new("a", "bad"), None));
         assert_eq!(idx.len(), 0);
     }
 
+    fn open(tenant: &str, since_ms: i64, fail_closed: bool) -> OpenBreaker {
+        OpenBreaker {
+            tenant: tenant.into(),
+            since_ms,
+            fail_closed,
+        }
+    }
+
     #[test]
-    fn a_trip_drops_the_hook_and_sticks_until_generation_or_token_change() {
+    fn a_trip_keeps_the_hook_published_with_that_tenant_open_only() {
         let mut idx = Index::new();
         let key = HookKey::new("a", "h");
         idx.apply(hook("a", "h", "u1", 2));
-        idx.publish();
-        assert_eq!(idx.trip(&key, "other", 2, None), TripMatch::Unknown);
+        assert_eq!(idx.publish(), Some(1));
         assert_eq!(
-            idx.trip(&HookKey::new("a", "nope"), "u1", 2, None),
+            idx.trip(&key, "other", 2, None, "ta", 10, false),
             TripMatch::Unknown
         );
-        assert_eq!(idx.trip(&key, "u1", 1, None), TripMatch::Stale);
-        assert_eq!(idx.trip(&key, "u1", 2, Some("x")), TripMatch::Stale);
+        assert_eq!(
+            idx.trip(&HookKey::new("a", "nope"), "u1", 2, None, "ta", 10, false),
+            TripMatch::Unknown
+        );
+        assert_eq!(
+            idx.trip(&key, "u1", 1, None, "ta", 10, false),
+            TripMatch::Stale
+        );
+        assert_eq!(
+            idx.trip(&key, "u1", 2, Some("x"), "ta", 10, false),
+            TripMatch::Stale
+        );
         assert!(!idx.is_dirty(), "ignored trips change nothing");
         assert_eq!(
-            idx.trip(&key, "u1", 2, None),
+            idx.trip(&key, "u1", 2, None, "ta", 10, false),
             TripMatch::Opened {
                 published_changed: true
             }
         );
-        assert_eq!(idx.trip(&key, "u1", 2, None), TripMatch::AlreadyOpen);
-        assert_eq!(idx.publish(), Some(2));
-        assert!(idx.published_hooks().is_empty());
-        assert_eq!(idx.publication(&key), Some(Publication::BreakerOpen));
-
-        // a reconcile that read the hook before its breaker status was written
-        assert!(!idx.apply(hook("a", "h", "u1", 2)), "stays open");
-        assert_eq!(idx.publication(&key), Some(Publication::BreakerOpen));
-
-        // the reset annotation changed: back in
-        let mut reset = hook("a", "h", "u1", 2);
-        reset.hook.reset_token = Some("1".into());
-        assert!(idx.apply(reset));
-        assert_eq!(idx.publish(), Some(3));
-        assert_eq!(idx.published_len(), 1);
-
-        // tripped again at that token, then the spec changes: back in
+        assert_eq!(
+            idx.trip(&key, "u1", 2, None, "ta", 10, false),
+            TripMatch::AlreadyOpen
+        );
+        assert_eq!(
+            idx.trip(&key, "u1", 2, None, "ta", 9, true),
+            TripMatch::AlreadyOpen,
+            "older trip"
+        );
+        assert_eq!(idx.publish(), Some(2), "a trip bumps the version");
+        let hooks = idx.published_hooks();
+        assert_eq!(hooks.len(), 1, "the hook stays in the snapshot");
+        assert_eq!(hooks[0].open_breakers, [open("ta", 10, false)]);
+        assert_eq!(
+            idx.publication(&key),
+            Some(Publication::Published {
+                served_from: Some(1)
+            }),
+            "open breakers do not move served_from (Ready does not flap)"
+        );
+        // Same time, now failing closed; then a later trip of that tenant; then tenant b.
         assert!(matches!(
-            idx.trip(&key, "u1", 2, Some("1")),
+            idx.trip(&key, "u1", 2, None, "ta", 10, true),
             TripMatch::Opened { .. }
         ));
+        assert!(matches!(
+            idx.trip(&key, "u1", 2, None, "ta", 20, false),
+            TripMatch::Opened { .. }
+        ));
+        assert!(matches!(
+            idx.trip(&key, "u1", 2, None, "a-first", 15, true),
+            TripMatch::Opened { .. }
+        ));
+        assert_eq!(idx.publish(), Some(3));
+        assert_eq!(
+            idx.get(&key).unwrap().open_breakers(),
+            [open("a-first", 15, true), open("ta", 20, false)],
+            "tenant order; a later trip replaces the earlier one"
+        );
+    }
+
+    #[test]
+    fn a_stale_reconcile_undoes_neither_a_trip_nor_a_close() {
+        let mut idx = Index::new();
+        let key = HookKey::new("a", "h");
+        idx.apply(hook("a", "h", "u1", 2));
+        idx.publish();
+        idx.trip(&key, "u1", 2, None, "ta", 10, false);
+        idx.publish();
+        // A reconcile that read the hook before the trip's status was written.
+        assert!(!idx.apply(hook("a", "h", "u1", 2)), "stays open");
+        assert_eq!(
+            idx.get(&key).unwrap().open_breakers(),
+            [open("ta", 10, false)]
+        );
+        // A reconcile reading status with another tenant open adds it.
+        let mut from_status = hook("a", "h", "u1", 2);
+        from_status.hook.open_breakers = vec![open("tb", 5, true)];
+        assert!(idx.apply(from_status));
+        assert_eq!(
+            idx.get(&key).unwrap().open_breakers(),
+            [open("ta", 10, false), open("tb", 5, true)]
+        );
+        idx.publish();
+        // A probe closes ta's trip.
+        assert_eq!(
+            idx.close(&key, "other", 2, None, "ta", 10),
+            CloseMatch::Unknown
+        );
+        assert_eq!(idx.close(&key, "u1", 3, None, "ta", 10), CloseMatch::Stale);
+        assert_eq!(
+            idx.close(&key, "u1", 2, None, "tc", 10),
+            CloseMatch::NotOpen
+        );
+        assert!(!idx.is_dirty());
+        assert_eq!(
+            idx.close(&key, "u1", 2, None, "ta", 9),
+            CloseMatch::Newer { since_ms: 10 },
+            "a close older than the trip"
+        );
+        assert_eq!(
+            idx.close(&key, "u1", 2, None, "ta", 10),
+            CloseMatch::Closed {
+                published_changed: true
+            }
+        );
+        assert_eq!(idx.publish(), Some(4), "a close bumps the version");
+        assert_eq!(
+            idx.get(&key).unwrap().open_breakers(),
+            [open("tb", 5, true)]
+        );
+        // A reconcile that read the status before the close was written, and a late trip
+        // report of the closed trip, do not reopen it; a newer trip does.
+        let mut stale = hook("a", "h", "u1", 2);
+        stale.hook.open_breakers = vec![open("ta", 10, false), open("tb", 5, true)];
+        assert!(!idx.apply(stale));
+        assert_eq!(
+            idx.get(&key).unwrap().open_breakers(),
+            [open("tb", 5, true)]
+        );
+        assert_eq!(
+            idx.trip(&key, "u1", 2, None, "ta", 10, false),
+            TripMatch::AlreadyClosed
+        );
+        assert!(matches!(
+            idx.trip(&key, "u1", 2, None, "ta", 11, false),
+            TripMatch::Opened { .. }
+        ));
+    }
+
+    #[test]
+    fn a_new_generation_reset_token_or_uid_starts_with_what_its_status_says() {
+        let mut idx = Index::new();
+        let key = HookKey::new("a", "h");
+        idx.apply(hook("a", "h", "u1", 2));
+        idx.trip(&key, "u1", 2, None, "ta", 10, false);
+        idx.trip(&key, "u1", 2, None, "tb", 10, false);
+        idx.close(&key, "u1", 2, None, "tb", 10);
+        idx.publish();
+        // The reset annotation changed: none open (status shows none for the new token).
+        let mut reset = hook("a", "h", "u1", 2);
+        reset.hook.reset_token = Some("1".into());
+        assert!(idx.apply(reset.clone()));
+        assert!(idx.get(&key).unwrap().open_breakers().is_empty());
+        assert_eq!(
+            idx.publication(&key),
+            Some(Publication::Published { served_from: None })
+        );
+        // The closes of the old version are forgotten too: tb may trip at any time.
+        assert!(matches!(
+            idx.trip(&key, "u1", 2, Some("1"), "tb", 10, false),
+            TripMatch::Opened { .. }
+        ));
+        // A spec edit: none open.
         let mut edited = hook("a", "h", "u1", 3);
         edited.hook.reset_token = Some("1".into());
         assert!(idx.apply(edited));
-        assert_eq!(idx.published_len(), 1);
+        assert!(idx.get(&key).unwrap().open_breakers().is_empty());
+        // A re-created hook (new uid) with open breakers in its status (after a restart).
+        let mut recreated = hook("a", "h", "u2", 1);
+        recreated.hook.open_breakers = vec![open("tz", 1, false), open("ty", 2, true)];
+        idx.apply(recreated);
+        assert_eq!(
+            idx.get(&key).unwrap().open_breakers(),
+            [open("ty", 2, true), open("tz", 1, false)]
+        );
+    }
+
+    #[test]
+    fn open_tenants_are_capped() {
+        let mut idx = Index::new();
+        let key = HookKey::new("a", "h");
+        idx.apply(hook("a", "h", "u1", 1));
+        for i in 0..MAX_OPEN_TENANTS {
+            let t = format!("t{i:03}");
+            assert!(matches!(
+                idx.trip(&key, "u1", 1, None, &t, 1, false),
+                TripMatch::Opened { .. }
+            ));
+        }
+        assert_eq!(
+            idx.trip(&key, "u1", 1, None, "one-more", 1, false),
+            TripMatch::TooMany
+        );
+        assert!(
+            matches!(
+                idx.trip(&key, "u1", 1, None, "t000", 2, false),
+                TripMatch::Opened { .. }
+            ),
+            "an open tenant may still move on"
+        );
+        assert_eq!(
+            idx.get(&key).unwrap().open_breakers().len(),
+            MAX_OPEN_TENANTS
+        );
+        let mut many = hook("a", "h", "u2", 1);
+        many.hook.open_breakers = (0..300)
+            .map(|i| open(&format!("s{i:03}"), 1, false))
+            .collect();
+        idx.apply(many);
+        assert_eq!(
+            idx.get(&key).unwrap().open_breakers().len(),
+            MAX_OPEN_TENANTS,
+            "status entries too"
+        );
     }
 
     #[test]
@@ -540,7 +893,7 @@ pub(crate) mod tests {
         let mut idx = Index::new();
         idx.apply(refused(hook("a", "h", "u1", 1)));
         assert_eq!(
-            idx.trip(&HookKey::new("a", "h"), "u1", 1, None),
+            idx.trip(&HookKey::new("a", "h"), "u1", 1, None, "t", 1, false),
             TripMatch::Opened {
                 published_changed: false
             }

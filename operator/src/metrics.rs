@@ -43,17 +43,24 @@ pub struct Metrics {
     /// for another body), `unavailable` (not the synced leader) or `not_persisted` (504:
     /// not yet written, retry with the same id).
     pub reports_total: IntCounterVec,
-    /// `agenthooks_operator_breaker_trips_total{result}`: reported trips by outcome,
-    /// `recorded` (breaker written open), `already_open`, `stale` (another generation or
-    /// reset annotation), `unknown` (no such hook or uid), `refused` (the API server
-    /// refused the status write permanently, e.g. 403: the hook stays out of snapshots but
-    /// its status does not show it) or `failed` (not written, transient).
+    /// `agenthooks_operator_breaker_trips_total{result}`: tenant breaker trips (reported
+    /// or decided by the merged window) by outcome, `recorded` (written open),
+    /// `already_open`, `already_closed` (a probe already ended that trip), `too_many` (the
+    /// hook has the most open tenants already), `stale` (another generation or reset
+    /// annotation), `unknown` (no such hook or uid), `refused` (the API server refused the
+    /// status write permanently, e.g. 403: the snapshots carry the open breaker but the
+    /// status does not show it) or `failed` (not written, transient).
     pub breaker_trips_total: IntCounterVec,
+    /// `agenthooks_operator_breaker_closes_total{result}`: reported closes (a half-open
+    /// probe answered) by outcome, `recorded` (the tenant written closed), `not_open`,
+    /// `newer` (the tenant's breaker is a newer trip: stays open), `stale`, `unknown`,
+    /// `refused` or `failed` (as for trips).
+    pub breaker_closes_total: IntCounterVec,
     /// `agenthooks_operator_breaker_resets_total`: breakers written closed after a spec or
     /// reset-annotation change.
     pub breaker_resets_total: IntCounter,
-    /// `agenthooks_operator_breaker_trip_publish_seconds`: from receiving a trip to the
-    /// publish of the snapshot without the hook (the status write comes after).
+    /// `agenthooks_operator_breaker_trip_publish_seconds`: from receiving a trip or a close
+    /// to the publish of the snapshot carrying it (the status write comes after).
     pub breaker_trip_publish_seconds: Histogram,
     /// `agenthooks_operator_execution_status_writes_total`: `status.executions` patches
     /// that succeeded (a bench divides by hooks and seconds: at most one per hook per
@@ -155,7 +162,14 @@ impl Metrics {
         let breaker_trips_total = IntCounterVec::new(
             Opts::new(
                 "agenthooks_operator_breaker_trips_total",
-                "Reported breaker trips by outcome (recorded, already_open, stale, unknown, refused, failed).",
+                "Tenant breaker trips by outcome (recorded, already_open, already_closed, too_many, stale, unknown, refused, failed).",
+            ),
+            &["result"],
+        )?;
+        let breaker_closes_total = IntCounterVec::new(
+            Opts::new(
+                "agenthooks_operator_breaker_closes_total",
+                "Tenant breaker closes by half-open probes, by outcome (recorded, not_open, newer, stale, unknown, refused, failed).",
             ),
             &["result"],
         )?;
@@ -166,7 +180,7 @@ impl Metrics {
         let breaker_trip_publish_seconds = Histogram::with_opts(
             HistogramOpts::new(
                 "agenthooks_operator_breaker_trip_publish_seconds",
-                "From receiving a breaker trip to publishing the snapshot without the hook.",
+                "From receiving a breaker trip or close to publishing the snapshot carrying it.",
             )
             .buckets(vec![
                 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
@@ -187,12 +201,19 @@ impl Metrics {
         for result in [
             "recorded",
             "already_open",
+            "already_closed",
+            "too_many",
             "stale",
             "unknown",
             "refused",
             "failed",
         ] {
             breaker_trips_total.with_label_values(&[result]);
+        }
+        for result in [
+            "recorded", "not_open", "newer", "stale", "unknown", "refused", "failed",
+        ] {
+            breaker_closes_total.with_label_values(&[result]);
         }
         let execution_counts_dropped_total = IntCounterVec::new(
             Opts::new(
@@ -213,6 +234,7 @@ impl Metrics {
         registry.register(Box::new(execution_counts_dropped_total.clone()))?;
         registry.register(Box::new(reports_total.clone()))?;
         registry.register(Box::new(breaker_trips_total.clone()))?;
+        registry.register(Box::new(breaker_closes_total.clone()))?;
         registry.register(Box::new(breaker_resets_total.clone()))?;
         registry.register(Box::new(breaker_trip_publish_seconds.clone()))?;
         registry.register(Box::new(execution_status_writes_total.clone()))?;
@@ -235,6 +257,7 @@ impl Metrics {
             watch_healthy,
             reports_total,
             breaker_trips_total,
+            breaker_closes_total,
             breaker_resets_total,
             breaker_trip_publish_seconds,
             execution_status_writes_total,
@@ -277,6 +300,9 @@ mod tests {
             "agenthooks_operator_execution_status_conflicts_total 0",
             "agenthooks_operator_breaker_trip_publish_seconds_count 0",
             "agenthooks_operator_breaker_trips_total{result=\"refused\"} 0",
+            "agenthooks_operator_breaker_trips_total{result=\"too_many\"} 0",
+            "agenthooks_operator_breaker_closes_total{result=\"recorded\"} 0",
+            "agenthooks_operator_breaker_closes_total{result=\"newer\"} 0",
             "agenthooks_operator_execution_counts_dropped_total{reason=\"unknown_hook\"} 0",
             "agenthooks_operator_execution_counts_dropped_total{reason=\"forbidden\"} 0",
         ] {

@@ -198,10 +198,14 @@ impl DispatcherTracker {
 /// | publication | live dispatchers | Ready |
 /// |---|---|---|
 /// | refused | any | `False` `NotAccepted` |
-/// | breaker open | any | `False` `CircuitOpen` |
 /// | published | none | `Unknown` `NoDispatchers` |
 /// | published, not yet in a snapshot, or some live dispatcher holds an older version (or another epoch) | ≥ 1 | `Unknown` `Pending` |
 /// | published from version V | every live one holds ≥ V | `True` `Served` |
+///
+/// A hook with open breakers is published (it stays in every snapshot, carrying the open
+/// tenants): `Ready` says whether the dispatchers serve its current generation, and the
+/// `CircuitOpen` condition which tenants get its fault instead of its handler. A trip or
+/// a close does not move `served_from`, so `Ready` does not flap with the breaker.
 ///
 /// Messages name no counts or versions that move while the condition stays put, so a
 /// status is rewritten only when the outcome changes.
@@ -212,11 +216,6 @@ pub fn ready_condition(publication: Publication, live: &LiveDispatchers) -> Desi
             "NotAccepted",
             "the hook is not accepted (see the Accepted condition), so no dispatcher runs it"
                 .to_string(),
-        ),
-        Publication::BreakerOpen => (
-            CondStatus::False,
-            "CircuitOpen",
-            "the circuit breaker is open: the hook is left out of snapshots until its spec or its agenthooks.io/reset-breaker annotation changes".to_string(),
         ),
         Publication::Published { .. } if live.is_empty() => (
             CondStatus::Unknown,
@@ -349,15 +348,11 @@ mod tests {
     }
 
     #[test]
-    fn refused_and_breaker_open_ignore_dispatchers() {
+    fn refused_ignores_dispatchers() {
         let live = LiveDispatchers::default();
         assert_eq!(
             reason(&ready_condition(Publication::NotAccepted, &live)),
             ("False", "NotAccepted")
-        );
-        assert_eq!(
-            reason(&ready_condition(Publication::BreakerOpen, &live)),
-            ("False", "CircuitOpen")
         );
     }
 

@@ -18,6 +18,7 @@
 
 use std::time::Duration;
 
+use agenthooks_crds::snapshot::OpenBreaker;
 use agenthooks_crds::{AgentHook, AgentHookStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};
@@ -33,9 +34,10 @@ pub const READY: &str = "Ready";
 /// Condition type of the breaker (CONTRACT §6.2), written by the breaker manager
 /// ([`crate::report::breaker`]), never by [`write()`].
 pub const CIRCUIT_OPEN: &str = "CircuitOpen";
-/// `status.breaker.state` of a tripped breaker.
+/// `status.breaker.state` while some tenant's breaker is open.
 pub const BREAKER_OPEN: &str = "Open";
-/// `status.breaker.state` of a breaker closed again by a spec or annotation change.
+/// `status.breaker.state` once no tenant's breaker is open (a probe answered, or a spec or
+/// annotation change reset it).
 pub const BREAKER_CLOSED: &str = "Closed";
 
 /// How many times a status write meeting 409 Conflict is tried in all.
@@ -207,28 +209,52 @@ pub fn plan(
     })
 }
 
-/// Whether the hook's breaker is open for what the hook is now (CONTRACT §6.3): the
-/// recorded `status.breaker` has `state: Open`, was tripped at `generation` (the hook's
-/// current `metadata.generation`) and with `reset_annotation` equal to the hook's current
+/// The open breakers recorded for what the hook is now (CONTRACT §6.3–6.4), one per
+/// tenant in tenant order (the index's order): the entries of `status.breaker.open` when
+/// `status.breaker` has `state: Open`, was written at `generation` (the hook's current
+/// `metadata.generation`) and with `reset_annotation` equal to the hook's current
 /// `agenthooks.io/reset-breaker` annotation (`None` when absent; absent on both sides
-/// counts as equal). A spec edit (new generation) or an annotation change therefore
-/// closes it without anything writing status first. The `CircuitOpen` condition only
-/// mirrors `status.breaker` and is not read.
+/// counts as equal); otherwise none. A spec edit (new generation) or an annotation change
+/// therefore closes every tenant without anything writing status first. After an operator
+/// restart the index is rebuilt from this. `since_ms` is `trippedAt` in ms since the epoch
+/// (0 when it does not parse: the dispatchers then probe at once). The `CircuitOpen`
+/// condition only mirrors `status.breaker` and is not read; a legacy `Open` without
+/// `open` entries (written before breakers were kept per tenant) opens nothing.
 pub fn breaker_open(
     status: Option<&AgentHookStatus>,
     generation: i64,
     reset_annotation: Option<&str>,
-) -> bool {
-    status.and_then(|s| s.breaker.as_ref()).is_some_and(|b| {
+) -> Vec<OpenBreaker> {
+    let Some(b) = status.and_then(|s| s.breaker.as_ref()).filter(|b| {
         b.state.as_deref() == Some(BREAKER_OPEN)
             && b.generation == Some(generation)
             && b.reset_annotation.as_deref() == reset_annotation
-    })
+    }) else {
+        return Vec::new();
+    };
+    let mut open: Vec<OpenBreaker> = b
+        .open
+        .iter()
+        .map(|t| OpenBreaker {
+            tenant: t.tenant.clone(),
+            since_ms: status_time_ms(&t.tripped_at),
+            fail_closed: t.fail_closed,
+        })
+        .collect();
+    open.sort();
+    open.dedup_by(|a, b| a.tenant == b.tenant);
+    open
+}
+
+/// A `trippedAt` of `status.breaker.open[]` in ms since the epoch (0 when it does not
+/// parse).
+pub fn status_time_ms(tripped_at: &str) -> i64 {
+    crate::report::times::parse_utc(tripped_at).map_or(0, |t| t.timestamp_millis())
 }
 
 /// Whether the recorded status still shows an open breaker (`breaker.state: Open` or
-/// `CircuitOpen=True`) although [`breaker_open`] says it no longer applies: the reconcile
-/// then writes it closed ([`crate::report::breaker::reset`]).
+/// `CircuitOpen=True`) although [`breaker_open`] finds none open for what the hook is now:
+/// the reconcile then writes it closed ([`crate::report::breaker::reset`]).
 pub fn breaker_needs_reset(
     status: Option<&AgentHookStatus>,
     generation: i64,
@@ -238,7 +264,7 @@ pub fn breaker_needs_reset(
         .and_then(|s| s.breaker.as_ref())
         .is_some_and(|b| b.state.as_deref() == Some(BREAKER_OPEN))
         || find_condition(status, CIRCUIT_OPEN).is_some_and(|c| c.status == "True");
-    recorded_open && !breaker_open(status, generation, reset_annotation)
+    recorded_open && breaker_open(status, generation, reset_annotation).is_empty()
 }
 
 /// What [`write()`] did.
@@ -315,7 +341,7 @@ pub async fn write(
 mod tests {
     use super::*;
     use crate::index::Refusal;
-    use agenthooks_crds::agenthook::BreakerStatus;
+    use agenthooks_crds::agenthook::{BreakerStatus, TenantBreakerStatus};
 
     fn t(secs: i64) -> Time {
         Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap())
@@ -440,42 +466,78 @@ mod tests {
     }
 
     fn open_breaker(generation: Option<i64>, annotation: Option<&str>) -> AgentHookStatus {
+        let tenant = |tenant: &str, at: &str, fail_closed| TenantBreakerStatus {
+            tenant: tenant.into(),
+            tripped_at: at.into(),
+            fail_closed,
+            ..Default::default()
+        };
         AgentHookStatus {
             breaker: Some(BreakerStatus {
                 state: Some(BREAKER_OPEN.into()),
                 generation,
                 reset_annotation: annotation.map(str::to_string),
+                open: vec![
+                    tenant("tb", "2025-03-01T10:00:00.250Z", true),
+                    tenant("ta", "junk", false),
+                ],
                 ..Default::default()
             }),
             ..Default::default()
         }
     }
 
+    fn opens(v: &[OpenBreaker]) -> Vec<(&str, i64, bool)> {
+        v.iter()
+            .map(|b| (b.tenant.as_str(), b.since_ms, b.fail_closed))
+            .collect()
+    }
+
     #[test]
     fn breaker_open_needs_state_generation_and_annotation() {
-        assert!(!breaker_open(None, 1, None));
+        assert!(breaker_open(None, 1, None).is_empty());
         let s = open_breaker(Some(1), None);
-        assert!(breaker_open(Some(&s), 1, None), "None == None");
-        assert!(
-            !breaker_open(Some(&s), 2, None),
-            "a new generation closes it"
+        assert_eq!(
+            opens(&breaker_open(Some(&s), 1, None)),
+            [("ta", 0, false), ("tb", 1_740_823_200_250, true)],
+            "None == None; tenant order; an unparsable time is 0"
         );
         assert!(
-            !breaker_open(Some(&s), 1, Some("1")),
+            breaker_open(Some(&s), 2, None).is_empty(),
+            "a new generation closes every tenant"
+        );
+        assert!(
+            breaker_open(Some(&s), 1, Some("1")).is_empty(),
             "an annotation set since closes it"
         );
         let s = open_breaker(Some(3), Some("a"));
-        assert!(breaker_open(Some(&s), 3, Some("a")));
-        assert!(!breaker_open(Some(&s), 3, Some("b")), "annotation changed");
-        assert!(!breaker_open(Some(&s), 3, None), "annotation removed");
-        let legacy = open_breaker(None, None);
+        assert_eq!(breaker_open(Some(&s), 3, Some("a")).len(), 2);
         assert!(
-            !breaker_open(Some(&legacy), 1, None),
+            breaker_open(Some(&s), 3, Some("b")).is_empty(),
+            "annotation changed"
+        );
+        assert!(
+            breaker_open(Some(&s), 3, None).is_empty(),
+            "annotation removed"
+        );
+        let no_generation = open_breaker(None, None);
+        assert!(
+            breaker_open(Some(&no_generation), 1, None).is_empty(),
             "no recorded generation: not for this generation"
         );
         let mut closed = open_breaker(Some(1), None);
         closed.breaker.as_mut().unwrap().state = Some(BREAKER_CLOSED.into());
-        assert!(!breaker_open(Some(&closed), 1, None));
+        assert!(breaker_open(Some(&closed), 1, None).is_empty());
+        let mut legacy = open_breaker(Some(1), None);
+        legacy.breaker.as_mut().unwrap().open.clear();
+        assert!(
+            breaker_open(Some(&legacy), 1, None).is_empty(),
+            "seed-era Open: no tenant"
+        );
+        assert!(
+            breaker_needs_reset(Some(&legacy), 1, None),
+            "written closed"
+        );
     }
 
     #[test]
@@ -489,7 +551,7 @@ mod tests {
             observed_generation: Some(1),
             last_transition_time: t(5),
         });
-        assert!(!breaker_open(Some(&s), 1, None));
+        assert!(breaker_open(Some(&s), 1, None).is_empty());
         assert!(breaker_needs_reset(Some(&s), 1, None));
     }
 

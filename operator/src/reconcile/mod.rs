@@ -4,11 +4,13 @@
 //! and tenant), read and seal its Secret header values, store the outcome in the
 //! [`crate::index`], ask for a publish when the published set changed, and write
 //! `observedGeneration`, `Accepted` and `Ready` by server-side apply when they change.
-//! A breaker recorded open that no longer applies (the spec or the
-//! `agenthooks.io/reset-breaker` annotation changed, CONTRACT §6.3) is written closed
-//! (`CircuitOpen=False`, reason `BreakerReset`, a Normal Event) by
-//! [`crate::report::breaker::reset`]; the hook is back in the snapshot as soon as the
-//! index sees the change, before that write.
+//! The tenants whose breaker `status.breaker.open` records for the hook's current
+//! generation and reset annotation go into the index as the hook's open breakers (so the
+//! index is rebuilt from status after a restart). A breaker recorded open that no longer
+//! applies (the spec or the `agenthooks.io/reset-breaker` annotation changed, CONTRACT
+//! §6.4) is written closed for every tenant (`CircuitOpen=False`, reason `BreakerReset`, a
+//! Normal Event) by [`crate::report::breaker::reset`]; the snapshot carries no open
+//! breaker for the new version as soon as the index sees the change, before that write.
 //!
 //! - [`session`]: the watches, the controller and its companions for one leader session.
 //! - [`ready_pass`]: the initial-sync gate and the periodic `Ready` re-evaluation.
@@ -182,7 +184,7 @@ pub fn spec_verdict(
 /// What one reconcile decided (for metrics and logs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
-    /// Accepted (published unless its breaker is open).
+    /// Accepted (published, open breakers or not).
     Accepted,
     /// Refused.
     Refused,
@@ -307,9 +309,9 @@ async fn reconcile_hook(hook: &AgentHook, ctx: &Context) -> Result<Outcome, Erro
             spec: hook.spec.clone(),
             sealed_headers,
             reset_token: reset_token.clone(),
+            open_breakers: breaker_open(hook.status.as_ref(), generation, reset_token.as_deref()),
         },
         verdict: verdict.clone(),
-        breaker_open: breaker_open(hook.status.as_ref(), generation, reset_token.as_deref()),
         secret_digests,
     };
     let (changed, publication) = {

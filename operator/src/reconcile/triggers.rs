@@ -11,12 +11,13 @@ use super::secrets::secret_names;
 use crate::status::breaker_open;
 
 /// Predicate of the hook watch: a hash of what the reconciler reads from the hook apart
-/// from its own status writes — `metadata.generation`, whether the breaker is open
-/// ([`breaker_open`]: a recorded trip for this generation and annotation), and the
-/// reset-breaker annotation.
+/// from its own status writes — `metadata.generation`, the open breakers
+/// ([`breaker_open`]: the tenants recorded open for this generation and annotation), and
+/// the reset-breaker annotation.
 ///
 /// So: a spec edit or an annotation change reconciles (and the reconcile closes a breaker
-/// that no longer applies); a recorded trip reconciles once (Ready turns `False`). The
+/// that no longer applies); a recorded trip or close reconciles once (the index takes the
+/// status's open breakers, e.g. after a leader change). The
 /// operator's other status writes — `Accepted`/`Ready`, the breaker reset (which writes
 /// `Closed` only once [`breaker_open`] is already false) and the batched
 /// `status.executions` — leave the hash unchanged, so they never trigger a reconcile
@@ -26,12 +27,13 @@ pub fn hook_trigger(hook: &AgentHook) -> Option<u64> {
     let annotation = hook.annotations().get(RESET_BREAKER_ANNOTATION);
     let mut h = DefaultHasher::new();
     generation.hash(&mut h);
-    breaker_open(
+    for b in breaker_open(
         hook.status.as_ref(),
         generation.unwrap_or(0),
         annotation.map(String::as_str),
-    )
-    .hash(&mut h);
+    ) {
+        (b.tenant, b.since_ms, b.fail_closed).hash(&mut h);
+    }
     annotation.hash(&mut h);
     Some(h.finish())
 }
@@ -87,10 +89,15 @@ mod tests {
         BreakerStatus {
             state: Some(state.into()),
             tripped_at: Some("2025-01-01T00:00:00Z".into()),
-            reason: Some("5 blocks in a row".into()),
+            reason: Some("5 timeouts in a row".into()),
             dispatcher: Some("d1".into()),
             generation: Some(generation),
             reset_annotation: annotation.map(str::to_string),
+            open: vec![agenthooks_crds::agenthook::TenantBreakerStatus {
+                tenant: "t1".into(),
+                tripped_at: "2025-01-01T00:00:00Z".into(),
+                ..Default::default()
+            }],
         }
     }
 

@@ -1,22 +1,31 @@
-//! The breaker's status (CONTRACT §6.2–6.3): `status.breaker` and the `CircuitOpen`
+//! The breaker's status (CONTRACT §6.2–6.5): `status.breaker` and the `CircuitOpen`
 //! condition, written by their own server-side-apply field manager [`FIELD_MANAGER`], so
 //! the reconcile's apply (manager `agenthooks-operator`: `observedGeneration`, `Accepted`,
 //! `Ready`) never removes them and they never remove its fields.
 //!
-//! - [`record_trip`]: a dispatcher reported a trip; written `Open` with who, when and why,
-//!   `CircuitOpen=True` (reason [`REASON_TRIPPED`]).
-//! - [`reset`]: the spec or the `agenthooks.io/reset-breaker` annotation changed since;
-//!   written `Closed` (the last trip's details kept), `CircuitOpen=False` (reason
-//!   [`REASON_RESET`]).
+//! A breaker is kept per tenant: `status.breaker.open` lists the open tenants (oldest
+//! first, at most [`MAX_OPEN_TENANTS`]), `state` is `Open` while it is not empty, and
+//! `trippedAt`, `reason`, `dispatcher` describe the newest trip.
 //!
-//! Both are read-modify-writes with the read `metadata.resourceVersion` as precondition,
-//! so a trip and a reset racing on the same hook never undo each other: the loser meets
-//! `409 Conflict`, reads again and decides again. Each read and patch is bounded by
+//! - [`record_trip`]: a tenant's breaker tripped (a dispatcher's report or the merged
+//!   window); that tenant is added to (or refreshed in) `open`, `state: Open`,
+//!   `CircuitOpen=True` (reason [`REASON_TRIPPED`]).
+//! - [`record_close`]: a dispatcher's half-open probe answered; that tenant leaves
+//!   `open` (unless its entry is a newer trip); when none is left `state: Closed` and
+//!   `CircuitOpen=False` (reason [`REASON_CLOSED`]).
+//! - [`reset`]: the spec or the `agenthooks.io/reset-breaker` annotation changed since;
+//!   written `Closed` with no tenant open (the last trip's details kept),
+//!   `CircuitOpen=False` (reason [`REASON_RESET`]).
+//!
+//! All are read-modify-writes with the read `metadata.resourceVersion` as precondition,
+//! so trips, closes and resets racing on the same hook never undo each other: the loser
+//! meets `409 Conflict`, reads again and decides again. Each read and patch is bounded by
 //! [`REQUEST_TIMEOUT`]. Nothing here writes `spec`.
 
-use agenthooks_crds::agenthook::BreakerStatus;
-use agenthooks_crds::report::TripReport;
-use agenthooks_crds::{AgentHook, RESET_BREAKER_ANNOTATION};
+use agenthooks_crds::agenthook::{BreakerStatus, TenantBreakerStatus};
+use agenthooks_crds::report::{CloseReport, TripReport};
+use agenthooks_crds::rules::breaker::HALF_OPEN_AFTER_MS;
+use agenthooks_crds::{AgentHook, AgentHookStatus, RESET_BREAKER_ANNOTATION};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
@@ -24,23 +33,30 @@ use kube::{Api, ResourceExt};
 use super::api::{REQUEST_TIMEOUT, bounded};
 use super::executions::format_time;
 use crate::error::Error;
+use crate::index::MAX_OPEN_TENANTS;
 use crate::status::{
     BREAKER_CLOSED, BREAKER_OPEN, CIRCUIT_OPEN, CondStatus, DesiredCondition, breaker_needs_reset,
-    breaker_open, find_condition, merge_condition, now,
+    find_condition, merge_condition, now, status_time_ms,
 };
 
 /// Field manager of `status.breaker` and the `CircuitOpen` condition.
 pub const FIELD_MANAGER: &str = "agenthooks-operator-breaker";
 /// `CircuitOpen=True` reason.
 pub const REASON_TRIPPED: &str = "BreakerTripped";
+/// `CircuitOpen=False` reason once a half-open probe closed the last open tenant.
+pub const REASON_CLOSED: &str = "BreakerClosed";
 /// `CircuitOpen=False` reason, and the reason of the Normal Event of a reset.
 pub const REASON_RESET: &str = "BreakerReset";
 /// Reason of the Warning Event of a trip.
 pub const EVENT_REASON_OPEN: &str = "CircuitOpen";
+/// Reason of the Normal Event of a close by a probe.
+pub const EVENT_REASON_CLOSED: &str = "CircuitClosed";
 /// A reported reason longer than this is cut (at a character boundary).
 pub const MAX_REASON_BYTES: usize = 1024;
 /// Patches tried when they keep meeting `409 Conflict`.
 pub const MAX_WRITE_ATTEMPTS: u32 = 6;
+/// Open tenants named in the `CircuitOpen` message (the rest are counted).
+pub const MAX_TENANTS_NAMED: usize = 5;
 
 /// `s` cut to at most `max` bytes at a character boundary.
 pub fn cut(s: &str, max: usize) -> &str {
@@ -54,31 +70,168 @@ pub fn cut(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
-/// `status.breaker` of a trip reported by `dispatcher`: `Open`, with its time (RFC 3339
-/// UTC; a time that does not parse is kept as sent), reason (cut to
-/// [`MAX_REASON_BYTES`]), generation and reset token.
-pub fn open_breaker(trip: &TripReport, dispatcher: &str) -> BreakerStatus {
+/// The `status.breaker.open` entry of `trip` reported by `dispatcher`: its tenant, time
+/// (RFC 3339 UTC, ms; a time that does not parse is kept as sent), reason (cut to
+/// [`MAX_REASON_BYTES`]) and `failClosed`.
+pub fn tenant_entry(trip: &TripReport, dispatcher: &str) -> TenantBreakerStatus {
     let tripped_at = super::times::parse_utc(&trip.tripped_at)
         .map(format_time)
         .unwrap_or_else(|_| trip.tripped_at.clone());
-    BreakerStatus {
-        state: Some(BREAKER_OPEN.to_string()),
-        tripped_at: Some(tripped_at),
+    TenantBreakerStatus {
+        tenant: trip.tenant.clone(),
+        tripped_at,
         reason: Some(cut(&trip.reason, MAX_REASON_BYTES).to_string()),
         dispatcher: Some(dispatcher.to_string()),
-        generation: Some(trip.generation),
-        reset_annotation: trip.reset_token.clone(),
+        fail_closed: trip.fail_closed,
     }
 }
 
-/// The `CircuitOpen=True` message (and Event note) of an open breaker.
-pub fn open_message(b: &BreakerStatus) -> String {
+/// The open tenants `status` records for a hook at `generation` with reset annotation
+/// `annotation` (none when `status.breaker` is not `Open` for them).
+pub fn recorded_open(
+    status: Option<&AgentHookStatus>,
+    generation: i64,
+    annotation: Option<&str>,
+) -> Vec<TenantBreakerStatus> {
+    status
+        .and_then(|s| s.breaker.as_ref())
+        .filter(|b| {
+            b.state.as_deref() == Some(BREAKER_OPEN)
+                && b.generation == Some(generation)
+                && b.reset_annotation.as_deref() == annotation
+        })
+        .map(|b| b.open.clone())
+        .unwrap_or_default()
+}
+
+/// What adding a trip to the open tenants gives.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Added {
+    /// The new list (oldest first).
+    Changed(Vec<TenantBreakerStatus>),
+    /// The tenant is already open from this trip or a later one.
+    AlreadyOpen,
+    /// [`MAX_OPEN_TENANTS`] other tenants are open.
+    TooMany,
+}
+
+/// `open` with `entry` added: a tenant already open from a later time (or the same time,
+/// failing closed if `entry` does) stays; an earlier entry of the tenant is replaced.
+/// Oldest first (then by tenant).
+pub fn add_tenant(mut open: Vec<TenantBreakerStatus>, entry: TenantBreakerStatus) -> Added {
+    let at = status_time_ms(&entry.tripped_at);
+    match open.iter().position(|t| t.tenant == entry.tenant) {
+        Some(i) => {
+            let cur = status_time_ms(&open[i].tripped_at);
+            if cur > at || (cur == at && (open[i].fail_closed || !entry.fail_closed)) {
+                return Added::AlreadyOpen;
+            }
+            open[i] = entry;
+        }
+        None if open.len() >= MAX_OPEN_TENANTS => return Added::TooMany,
+        None => open.push(entry),
+    }
+    open.sort_by(|a, b| {
+        status_time_ms(&a.tripped_at)
+            .cmp(&status_time_ms(&b.tripped_at))
+            .then_with(|| a.tenant.cmp(&b.tenant))
+    });
+    Added::Changed(open)
+}
+
+/// `status.breaker` for a hook at `generation` / `annotation` whose open tenants are
+/// `open`: `Open` with the newest trip's time, reason and dispatcher while `open` is not
+/// empty; else `Closed`, keeping `last`'s trip details.
+pub fn breaker_status(
+    open: Vec<TenantBreakerStatus>,
+    last: Option<&BreakerStatus>,
+    generation: i64,
+    annotation: Option<&str>,
+) -> BreakerStatus {
+    let newest = open.iter().max_by_key(|t| status_time_ms(&t.tripped_at));
+    let mut b = match newest {
+        Some(t) => BreakerStatus {
+            tripped_at: Some(t.tripped_at.clone()),
+            reason: t.reason.clone(),
+            dispatcher: t.dispatcher.clone(),
+            ..Default::default()
+        },
+        None => last.cloned().unwrap_or_default(),
+    };
+    b.state = Some(
+        if open.is_empty() {
+            BREAKER_CLOSED
+        } else {
+            BREAKER_OPEN
+        }
+        .to_string(),
+    );
+    b.generation = Some(generation);
+    b.reset_annotation = annotation.map(str::to_string);
+    b.open = open;
+    b
+}
+
+fn answered_as(t: &TenantBreakerStatus) -> &'static str {
+    if t.fail_closed {
+        "an error (fail-closed)"
+    } else {
+        "a timeout (onTimeout decides)"
+    }
+}
+
+/// The note of the Warning Event (and log) of one tenant's trip.
+pub fn trip_note(t: &TenantBreakerStatus) -> String {
     format!(
-        "circuit breaker opened by dispatcher {} at {}: {}; the hook is left out of snapshots until its spec or its {} annotation changes",
+        "circuit breaker opened for tenant {:?} by dispatcher {} at {}: {}; its events are answered as {} of the hook without running the handler, until a probe {} s later finds the handler answering again, the spec changes or the {} annotation changes",
+        t.tenant,
+        t.dispatcher.as_deref().unwrap_or("(unknown)"),
+        t.tripped_at,
+        t.reason.as_deref().unwrap_or("(no reason given)"),
+        answered_as(t),
+        HALF_OPEN_AFTER_MS / 1000,
+        RESET_BREAKER_ANNOTATION,
+    )
+}
+
+/// The `CircuitOpen=True` message of a breaker open for the tenants in `b.open`: how many,
+/// the first [`MAX_TENANTS_NAMED`] (oldest first), and the newest trip.
+pub fn open_message(b: &BreakerStatus) -> String {
+    let mut named: Vec<String> = b
+        .open
+        .iter()
+        .take(MAX_TENANTS_NAMED)
+        .map(|t| format!("{:?}", t.tenant))
+        .collect();
+    if b.open.len() > MAX_TENANTS_NAMED {
+        named.push(format!("and {} more", b.open.len() - MAX_TENANTS_NAMED));
+    }
+    format!(
+        "circuit breaker open for {} tenant(s) ({}): their events are answered as the hook's fault without running the handler (other tenants run it); newest trip by dispatcher {} at {}: {}; a probe {} s after a trip closes it when the handler answers; a spec edit or a change of the {} annotation closes all",
+        b.open.len(),
+        named.join(", "),
         b.dispatcher.as_deref().unwrap_or("(unknown)"),
         b.tripped_at.as_deref().unwrap_or("(unknown time)"),
         b.reason.as_deref().unwrap_or("(no reason given)"),
+        HALF_OPEN_AFTER_MS / 1000,
         RESET_BREAKER_ANNOTATION,
+    )
+}
+
+/// The note of the Normal Event (and log) of a close by `close`'s probe reported by
+/// `dispatcher`, `left` tenants still open.
+pub fn close_note(close: &CloseReport, dispatcher: &str, left: usize) -> String {
+    format!(
+        "circuit breaker closed for tenant {:?}: a half-open probe on dispatcher {dispatcher} found the handler answering at {} (open since {}); {left} tenant(s) still open",
+        close.tenant, close.closed_at, close.opened_at,
+    )
+}
+
+/// The `CircuitOpen=False` message once a probe closed the last open tenant.
+pub fn closed_message(close: &CloseReport, dispatcher: &str) -> String {
+    format!(
+        "circuit breaker closed: a half-open probe on dispatcher {dispatcher} found the handler answering again at {} (tenant {:?}); no tenant is open",
+        close.closed_at, close.tenant,
     )
 }
 
@@ -103,7 +256,7 @@ pub fn reset_message(
         ),
         _ => "it no longer applies to the hook".to_string(),
     };
-    format!("circuit breaker closed: {why}; the hook is served again")
+    format!("circuit breaker closed for every tenant: {why}; the handler runs again for all")
 }
 
 fn condition(
@@ -142,15 +295,37 @@ pub fn apply_body(
 /// What [`record_trip`] did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TripWrite {
-    /// Written open: the breaker status and the condition's message.
+    /// Written: the tenant's entry and the Event note.
     Recorded {
-        /// The written `status.breaker`.
-        breaker: BreakerStatus,
-        /// The `CircuitOpen=True` message (use it for the Event).
-        message: String,
+        /// The tenant's `status.breaker.open` entry as written.
+        entry: TenantBreakerStatus,
+        /// The Warning Event's note ([`trip_note`]).
+        note: String,
     },
-    /// The status already shows the breaker open for this generation and annotation.
+    /// The status already shows the tenant open from this trip or a later one.
     AlreadyOpen,
+    /// [`MAX_OPEN_TENANTS`] other tenants are open already: not written.
+    TooMany,
+    /// The hook is at another generation or reset annotation now: ignored.
+    Stale,
+    /// The hook is gone, or its name has another uid: ignored.
+    Gone,
+}
+
+/// What [`record_close`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CloseWrite {
+    /// Written: the tenant left `open`; `left` tenants are still open (0: `Closed`).
+    Recorded {
+        /// Tenants still open.
+        left: usize,
+        /// The Normal Event's note ([`close_note`]).
+        note: String,
+    },
+    /// The status does not show the tenant open.
+    NotOpen,
+    /// The tenant's entry is a trip newer than the one the probe ended: it stays.
+    Newer,
     /// The hook is at another generation or reset annotation now: ignored.
     Stale,
     /// The hook is gone, or its name has another uid: ignored.
@@ -184,63 +359,58 @@ fn params(attempt: u32) -> PatchParams {
     if attempt > 1 { p.force() } else { p }
 }
 
-/// Writes the trip `trip` reported by `dispatcher` on hook `trip.namespace/trip.name`:
-/// reads the hook; if it still has the trip's uid, generation and reset annotation and its
-/// status does not already show the breaker open for them, applies `Open` +
-/// `CircuitOpen=True` with the read `resourceVersion`; on `409` reads again (up to
-/// [`MAX_WRITE_ATTEMPTS`] patches).
-///
-/// Errors: [`Error::StatusConflict`] when every attempt met 409; [`Error::Kube`] for any
-/// other API failure or a call that did not answer within [`REQUEST_TIMEOUT`]
-/// ([`super::api::TimedOut`]).
-pub async fn record_trip(
+/// What a read-modify-write decided for the hook it read.
+enum Plan<T> {
+    /// Nothing to write: answer `T`.
+    Done(T),
+    /// Apply this breaker and condition, then answer `T`.
+    Write(Box<(BreakerStatus, DesiredCondition)>, T),
+}
+
+/// Reads hook `namespace/name`; when it has `uid`, asks `plan` (hook, generation,
+/// annotation) what to do and applies it with the read `resourceVersion`; on `409` reads
+/// again (up to [`MAX_WRITE_ATTEMPTS`] patches). `gone` when the hook is absent or has
+/// another uid.
+async fn read_modify_write<T>(
     api: &Api<AgentHook>,
-    dispatcher: &str,
-    trip: &TripReport,
-) -> Result<TripWrite, Error> {
+    namespace: &str,
+    name: &str,
+    uid: &str,
+    gone: impl Fn() -> T,
+    mut plan: impl FnMut(&AgentHook, i64, Option<&str>) -> Plan<T>,
+) -> Result<T, Error> {
     let mut attempt = 1;
     loop {
         let read = bounded(
             REQUEST_TIMEOUT,
-            || format!("get agenthook {}/{}", trip.namespace, trip.name),
-            api.get_opt(&trip.name),
+            || format!("get agenthook {namespace}/{name}"),
+            api.get_opt(name),
         );
         let Some(hook) = read.await? else {
-            return Ok(TripWrite::Gone);
+            return Ok(gone());
         };
-        if hook.uid().as_deref() != Some(trip.uid.as_str()) {
-            return Ok(TripWrite::Gone);
+        if hook.uid().as_deref() != Some(uid) {
+            return Ok(gone());
         }
         let generation = hook.metadata.generation.unwrap_or(0);
-        let current_annotation = annotation(&hook);
-        if generation != trip.generation || current_annotation != trip.reset_token.as_deref() {
-            return Ok(TripWrite::Stale);
-        }
-        if breaker_open(hook.status.as_ref(), generation, current_annotation) {
-            return Ok(TripWrite::AlreadyOpen);
-        }
-        let breaker = open_breaker(trip, dispatcher);
-        let message = open_message(&breaker);
-        let desired = DesiredCondition {
-            type_: CIRCUIT_OPEN,
-            status: CondStatus::True,
-            reason: REASON_TRIPPED.to_string(),
-            message: message.clone(),
+        let (breaker, desired, then) = match plan(&hook, generation, annotation(&hook)) {
+            Plan::Done(t) => return Ok(t),
+            Plan::Write(w, t) => (w.0, w.1, t),
         };
         let cond = condition(&hook, &desired, generation, &now());
         let rv = hook.resource_version().unwrap_or_default();
-        let body = apply_body(&trip.name, &rv, &breaker, &cond);
+        let body = apply_body(name, &rv, &breaker, &cond);
         let (pp, patch) = (params(attempt), Patch::Apply(&body));
         let sent = bounded(
             REQUEST_TIMEOUT,
-            || format!("patch agenthook {}/{}/status", trip.namespace, trip.name),
-            api.patch_status(&trip.name, &pp, &patch),
+            || format!("patch agenthook {namespace}/{name}/status"),
+            api.patch_status(name, &pp, &patch),
         );
         match sent.await {
-            Ok(_) => return Ok(TripWrite::Recorded { breaker, message }),
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(TripWrite::Gone),
+            Ok(_) => return Ok(then),
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(gone()),
             Err(kube::Error::Api(s)) if s.code == 409 => {
-                let key = format!("{}/{}", trip.namespace, trip.name);
+                let key = format!("{namespace}/{name}");
                 tracing::debug!(hook = %key, attempt, message = %s.message, "breaker write conflicted; reading again");
                 if attempt >= MAX_WRITE_ATTEMPTS {
                     return Err(Error::StatusConflict {
@@ -256,8 +426,120 @@ pub async fn record_trip(
     }
 }
 
+fn tripped_condition(b: &BreakerStatus) -> DesiredCondition {
+    DesiredCondition {
+        type_: CIRCUIT_OPEN,
+        status: CondStatus::True,
+        reason: REASON_TRIPPED.to_string(),
+        message: open_message(b),
+    }
+}
+
+/// Writes `trip` (one tenant's, reported by `dispatcher` or decided by the merged window)
+/// on hook `trip.namespace/trip.name`: when it still has the trip's uid, generation and
+/// reset annotation, adds the tenant to `status.breaker.open` ([`add_tenant`]; nothing
+/// when it is already open from this trip or later, or [`MAX_OPEN_TENANTS`] others are),
+/// `state: Open` with the newest trip's fields, `CircuitOpen=True` ([`REASON_TRIPPED`]).
+///
+/// Errors: [`Error::StatusConflict`] when every attempt met 409; [`Error::Kube`] for any
+/// other API failure or a call that did not answer within [`REQUEST_TIMEOUT`]
+/// ([`super::api::TimedOut`]).
+pub async fn record_trip(
+    api: &Api<AgentHook>,
+    dispatcher: &str,
+    trip: &TripReport,
+) -> Result<TripWrite, Error> {
+    let entry = tenant_entry(trip, dispatcher);
+    read_modify_write(
+        api,
+        &trip.namespace,
+        &trip.name,
+        &trip.uid,
+        || TripWrite::Gone,
+        |hook, generation, ann| {
+            if generation != trip.generation || ann != trip.reset_token.as_deref() {
+                return Plan::Done(TripWrite::Stale);
+            }
+            let status = hook.status.as_ref();
+            let open = match add_tenant(recorded_open(status, generation, ann), entry.clone()) {
+                Added::Changed(open) => open,
+                Added::AlreadyOpen => return Plan::Done(TripWrite::AlreadyOpen),
+                Added::TooMany => return Plan::Done(TripWrite::TooMany),
+            };
+            let last = status.and_then(|s| s.breaker.as_ref());
+            let breaker = breaker_status(open, last, generation, ann);
+            let desired = tripped_condition(&breaker);
+            let note = trip_note(&entry);
+            Plan::Write(
+                Box::new((breaker, desired)),
+                TripWrite::Recorded {
+                    entry: entry.clone(),
+                    note,
+                },
+            )
+        },
+    )
+    .await
+}
+
+/// Writes `close` (a half-open probe of `dispatcher` answered) on hook
+/// `close.namespace/close.name`: when it still has the close's uid, generation and reset
+/// annotation and the tenant is open from `close.opened_at` or earlier, removes the tenant
+/// from `status.breaker.open`; `CircuitOpen` stays `True` while others are open, else the
+/// breaker is written `Closed` and `CircuitOpen=False` ([`REASON_CLOSED`]).
+///
+/// Errors: as [`record_trip`].
+pub async fn record_close(
+    api: &Api<AgentHook>,
+    dispatcher: &str,
+    close: &CloseReport,
+) -> Result<CloseWrite, Error> {
+    let opened_at = status_time_ms(&close.opened_at);
+    read_modify_write(
+        api,
+        &close.namespace,
+        &close.name,
+        &close.uid,
+        || CloseWrite::Gone,
+        |hook, generation, ann| {
+            if generation != close.generation || ann != close.reset_token.as_deref() {
+                return Plan::Done(CloseWrite::Stale);
+            }
+            let status = hook.status.as_ref();
+            let mut open = recorded_open(status, generation, ann);
+            let Some(i) = open.iter().position(|t| t.tenant == close.tenant) else {
+                return Plan::Done(CloseWrite::NotOpen);
+            };
+            if status_time_ms(&open[i].tripped_at) > opened_at {
+                return Plan::Done(CloseWrite::Newer);
+            }
+            open.remove(i);
+            let left = open.len();
+            let last = status.and_then(|s| s.breaker.as_ref());
+            let breaker = breaker_status(open, last, generation, ann);
+            let desired = if left == 0 {
+                DesiredCondition {
+                    type_: CIRCUIT_OPEN,
+                    status: CondStatus::False,
+                    reason: REASON_CLOSED.to_string(),
+                    message: closed_message(close, dispatcher),
+                }
+            } else {
+                tripped_condition(&breaker)
+            };
+            let note = close_note(close, dispatcher, left);
+            Plan::Write(
+                Box::new((breaker, desired)),
+                CloseWrite::Recorded { left, note },
+            )
+        },
+    )
+    .await
+}
+
 /// Writes the breaker of `hook` closed when its status shows it open but it no longer
-/// applies ([`breaker_needs_reset`]): `Closed` (the last trip's details kept) and
+/// applies ([`breaker_needs_reset`]): `Closed` with no tenant open (the last trip's
+/// details kept) and
 /// `CircuitOpen=False` (reason [`REASON_RESET`]), with `hook`'s `resourceVersion` as
 /// precondition; on `409` reads the hook again and decides again (up to
 /// [`MAX_WRITE_ATTEMPTS`] patches).
@@ -280,6 +562,7 @@ pub async fn reset(api: &Api<AgentHook>, hook: &AgentHook) -> Result<ResetOutcom
         let message = reset_message(tripped, generation, ann);
         let mut breaker = tripped.cloned().unwrap_or_default();
         breaker.state = Some(BREAKER_CLOSED.to_string());
+        breaker.open.clear();
         let desired = DesiredCondition {
             type_: CIRCUIT_OPEN,
             status: CondStatus::False,
@@ -328,69 +611,199 @@ pub async fn reset(api: &Api<AgentHook>, hook: &AgentHook) -> Result<ResetOutcom
 mod tests {
     use super::*;
 
-    fn trip() -> TripReport {
+    fn trip(tenant: &str, at: &str) -> TripReport {
         TripReport {
             uid: "u1".into(),
             namespace: "ns".into(),
             name: "h".into(),
             generation: 3,
             reset_token: Some("a".into()),
-            tripped_at: "2025-03-01T11:00:00.5+01:00".into(),
-            reason: "5 blocks in a row within 2 s".into(),
+            tenant: tenant.into(),
+            tripped_at: at.into(),
+            fail_closed: false,
+            reason: "5 timeouts and 0 errors of the handler in a row within 2 s".into(),
         }
     }
 
+    fn close(tenant: &str, opened_at: &str) -> CloseReport {
+        CloseReport {
+            uid: "u1".into(),
+            namespace: "ns".into(),
+            name: "h".into(),
+            generation: 3,
+            reset_token: Some("a".into()),
+            tenant: tenant.into(),
+            opened_at: opened_at.into(),
+            closed_at: "2025-03-01T10:01:00Z".into(),
+        }
+    }
+
+    fn tenants(open: &[TenantBreakerStatus]) -> Vec<(&str, &str)> {
+        open.iter()
+            .map(|t| (t.tenant.as_str(), t.tripped_at.as_str()))
+            .collect()
+    }
+
     #[test]
-    fn an_open_breaker_names_who_when_why_and_what_it_applies_to() {
-        let b = open_breaker(&trip(), "disp-1");
-        assert_eq!(b.state.as_deref(), Some("Open"));
-        assert_eq!(b.tripped_at.as_deref(), Some("2025-03-01T10:00:00.500Z"));
-        assert_eq!(b.dispatcher.as_deref(), Some("disp-1"));
-        assert_eq!(b.generation, Some(3));
-        assert_eq!(b.reset_annotation.as_deref(), Some("a"));
-        let m = open_message(&b);
+    fn a_tenant_entry_names_who_when_why_and_how_it_answers() {
+        let mut t = trip("acme", "2025-03-01T11:00:00.5+01:00");
+        t.fail_closed = true;
+        let e = tenant_entry(&t, "disp-1");
+        assert_eq!(e.tenant, "acme");
+        assert_eq!(e.tripped_at, "2025-03-01T10:00:00.500Z");
+        assert_eq!(e.dispatcher.as_deref(), Some("disp-1"));
+        assert!(e.fail_closed);
+        let n = trip_note(&e);
         assert!(
-            m.contains("disp-1") && m.contains("5 blocks in a row"),
-            "{m}"
+            n.contains("tenant \"acme\"")
+                && n.contains("disp-1")
+                && n.contains("5 timeouts and 0 errors")
+                && n.contains("an error (fail-closed)")
+                && n.contains("30 s"),
+            "{n}"
         );
-        let mut long = trip();
+        let mut long = trip("acme", "2025-03-01T10:00:00Z");
         long.reason = "é".repeat(MAX_REASON_BYTES);
-        let b = open_breaker(&long, "d");
-        let r = b.reason.unwrap();
+        let r = tenant_entry(&long, "d").reason.unwrap();
         assert!(r.len() <= MAX_REASON_BYTES && r.chars().all(|c| c == 'é'));
     }
 
     #[test]
-    fn the_apply_body_holds_only_breaker_fields_and_the_precondition() {
-        let b = open_breaker(&trip(), "d");
-        let cond = merge_condition(
-            None,
-            &DesiredCondition {
-                type_: CIRCUIT_OPEN,
-                status: CondStatus::True,
-                reason: REASON_TRIPPED.into(),
-                message: "m".into(),
-            },
-            3,
-            &now(),
+    fn tenants_are_added_refreshed_kept_and_capped() {
+        let a = tenant_entry(&trip("a", "2025-03-01T10:00:05Z"), "d1");
+        let b = tenant_entry(&trip("b", "2025-03-01T10:00:01Z"), "d2");
+        let Added::Changed(open) = add_tenant(vec![], a.clone()) else {
+            panic!("added")
+        };
+        let Added::Changed(open) = add_tenant(open, b.clone()) else {
+            panic!("added")
+        };
+        assert_eq!(
+            tenants(&open),
+            [("b", "2025-03-01T10:00:01Z"), ("a", "2025-03-01T10:00:05Z")],
+            "oldest first"
         );
+        assert_eq!(add_tenant(open.clone(), a.clone()), Added::AlreadyOpen);
+        let older = tenant_entry(&trip("a", "2025-03-01T10:00:00Z"), "d3");
+        assert_eq!(add_tenant(open.clone(), older), Added::AlreadyOpen);
+        let mut same_fail_closed = a.clone();
+        same_fail_closed.fail_closed = true;
+        let Added::Changed(o) = add_tenant(open.clone(), same_fail_closed) else {
+            panic!("fail-closed at the same time refreshes")
+        };
+        assert!(o.iter().find(|t| t.tenant == "a").unwrap().fail_closed);
+        let later = tenant_entry(&trip("b", "2025-03-01T10:00:09Z"), "d3");
+        let Added::Changed(o) = add_tenant(open.clone(), later) else {
+            panic!("a later trip replaces")
+        };
+        assert_eq!(
+            tenants(&o),
+            [("a", "2025-03-01T10:00:05Z"), ("b", "2025-03-01T10:00:09Z")]
+        );
+        let full: Vec<_> = (0..MAX_OPEN_TENANTS)
+            .map(|i| tenant_entry(&trip(&format!("t{i}"), "2025-03-01T10:00:00Z"), "d"))
+            .collect();
+        assert_eq!(add_tenant(full.clone(), a), Added::TooMany);
+        let again = tenant_entry(&trip("t7", "2025-03-01T10:00:01Z"), "d");
+        assert!(matches!(add_tenant(full, again), Added::Changed(_)));
+    }
+
+    #[test]
+    fn the_status_shows_the_newest_trip_and_closed_when_none_is_open() {
+        let a = tenant_entry(&trip("a", "2025-03-01T10:00:05Z"), "d1");
+        let mut b = tenant_entry(&trip("b", "2025-03-01T10:00:01Z"), "d2");
+        b.reason = Some("older".into());
+        let open = breaker_status(vec![b, a], None, 3, Some("a"));
+        assert_eq!(open.state.as_deref(), Some("Open"));
+        assert_eq!(open.tripped_at.as_deref(), Some("2025-03-01T10:00:05Z"));
+        assert_eq!(open.dispatcher.as_deref(), Some("d1"));
+        assert_eq!(
+            (open.generation, open.reset_annotation.as_deref()),
+            (Some(3), Some("a"))
+        );
+        let m = open_message(&open);
+        assert!(
+            m.starts_with("circuit breaker open for 2 tenant(s) (\"b\", \"a\")")
+                && m.contains("other tenants run it")
+                && m.contains("by dispatcher d1 at 2025-03-01T10:00:05Z"),
+            "{m}"
+        );
+        let closed = breaker_status(vec![], Some(&open), 3, Some("a"));
+        assert_eq!(closed.state.as_deref(), Some("Closed"));
+        assert!(closed.open.is_empty());
+        assert_eq!(closed.dispatcher.as_deref(), Some("d1"), "last trip kept");
+        let many: Vec<_> = (0..8)
+            .map(|i| tenant_entry(&trip(&format!("t{i}"), "2025-03-01T10:00:00Z"), "d"))
+            .collect();
+        let m = open_message(&breaker_status(many, None, 1, None));
+        assert!(
+            m.contains("8 tenant(s) (\"t0\", \"t1\", \"t2\", \"t3\", \"t4\", and 3 more)"),
+            "{m}"
+        );
+        let c = close("a", "2025-03-01T10:00:05Z");
+        let n = close_note(&c, "d9", 1);
+        assert!(
+            n.contains("tenant \"a\"")
+                && n.contains("dispatcher d9")
+                && n.contains("1 tenant(s) still open"),
+            "{n}"
+        );
+        assert!(closed_message(&c, "d9").contains("no tenant is open"));
+    }
+
+    #[test]
+    fn recorded_open_applies_to_the_current_generation_and_annotation_only() {
+        let a = tenant_entry(&trip("a", "2025-03-01T10:00:05Z"), "d1");
+        let status = agenthooks_crds::AgentHookStatus {
+            breaker: Some(breaker_status(vec![a], None, 3, Some("a"))),
+            ..Default::default()
+        };
+        assert_eq!(recorded_open(Some(&status), 3, Some("a")).len(), 1);
+        assert!(recorded_open(Some(&status), 4, Some("a")).is_empty());
+        assert!(recorded_open(Some(&status), 3, None).is_empty());
+        assert!(recorded_open(None, 3, Some("a")).is_empty());
+    }
+
+    #[test]
+    fn the_apply_body_holds_only_breaker_fields_and_the_precondition() {
+        let b = breaker_status(
+            vec![tenant_entry(&trip("a", "2025-03-01T10:00:05Z"), "d")],
+            None,
+            3,
+            Some("a"),
+        );
+        let cond = merge_condition(None, &tripped_condition(&b), 3, &now());
         let body = apply_body("h", "42", &b, &cond);
         assert_eq!(body["apiVersion"], "agenthooks.io/v1alpha1");
         assert_eq!(body["kind"], "AgentHook");
         assert_eq!(body["metadata"]["resourceVersion"], "42");
         assert_eq!(body["status"]["breaker"]["state"], "Open");
         assert_eq!(body["status"]["breaker"]["resetAnnotation"], "a");
+        assert_eq!(body["status"]["breaker"]["open"][0]["tenant"], "a");
+        assert_eq!(body["status"]["breaker"]["open"][0]["failClosed"], false);
         let conds = body["status"]["conditions"].as_array().unwrap();
         assert_eq!(conds.len(), 1);
         assert_eq!(conds[0]["type"], "CircuitOpen");
+        assert_eq!(conds[0]["reason"], "BreakerTripped");
         assert_eq!(conds[0]["observedGeneration"], 3);
         assert!(body["status"].get("observedGeneration").is_none());
         assert!(body.get("spec").is_none());
+        let closed = breaker_status(vec![], Some(&b), 3, Some("a"));
+        let body = apply_body("h", "43", &closed, &cond);
+        assert!(
+            body["status"]["breaker"].get("open").is_none(),
+            "an empty list is dropped by the apply"
+        );
     }
 
     #[test]
     fn reset_messages_say_what_changed() {
-        let b = open_breaker(&trip(), "d");
+        let b = breaker_status(
+            vec![tenant_entry(&trip("a", "2025-03-01T10:00:05Z"), "d")],
+            None,
+            3,
+            Some("a"),
+        );
         assert!(reset_message(Some(&b), 4, Some("a")).contains("generation 3 -> 4"));
         let m = reset_message(Some(&b), 3, Some("b"));
         assert!(m.contains("annotation changed (\"a\" -> \"b\")"), "{m}");

@@ -226,6 +226,25 @@ mod tests {
     }
 
     #[test]
+    fn the_digest_covers_closes() {
+        let base: Report =
+            serde_json::from_value(serde_json::json!({"dispatcher": "d", "reportId": "r"}))
+                .unwrap();
+        let with_close: Report = serde_json::from_value(serde_json::json!({
+            "dispatcher": "d", "reportId": "r",
+            "closes": [{"uid": "u", "namespace": "n", "name": "h", "generation": 1,
+                        "tenant": "a", "openedAt": "2025-03-01T10:00:00Z",
+                        "closedAt": "2025-03-01T10:00:31Z"}]
+        }))
+        .unwrap();
+        let mut other_tenant = with_close.clone();
+        other_tenant.closes[0].tenant = "b".into();
+        assert_ne!(digest(&base), digest(&with_close));
+        assert_ne!(digest(&with_close), digest(&other_tenant));
+        assert_eq!(digest(&with_close), digest(&with_close.clone()));
+    }
+
+    #[test]
     fn a_repeated_id_is_applied_once() {
         let t0 = Instant::now();
         let mut log = ReportLog::default();

@@ -1,5 +1,6 @@
 //! What dispatchers report to the operator's leader on its sync port (issue 3, crds
-//! [`agenthooks_crds::report`]): breaker trips and execution counts.
+//! [`agenthooks_crds::report`]): breaker trips, observations and closes, and execution
+//! counts.
 //!
 //! `POST /v1/report`, body [`agenthooks_crds::report::Report`] (JSON, at most
 //! [`MAX_BODY_BYTES`]):
@@ -7,37 +8,47 @@
 //! ```json
 //! {"dispatcher": "disp-a", "reportId": "5f0c...",
 //!  "trips": [{"uid": "...", "namespace": "tenant-acme", "name": "block-exec",
-//!             "generation": 3, "resetToken": "2", "trippedAt": "2025-03-01T10:00:00Z",
-//!             "reason": "5 blocks in a row within 60 s"}],
+//!             "generation": 3, "resetToken": "2", "tenant": "acme",
+//!             "trippedAt": "2025-03-01T10:00:00Z", "failClosed": true,
+//!             "reason": "0 timeouts and 5 errors of the handler in a row within 3 s ..."}],
+//!  "closes": [{"uid": "...", "namespace": "tenant-acme", "name": "block-exec",
+//!              "generation": 3, "resetToken": "2", "tenant": "acme",
+//!              "openedAt": "2025-03-01T10:00:00Z", "closedAt": "2025-03-01T10:00:31Z"}],
 //!  "executions": [{"uid": "...", "namespace": "tenant-acme", "name": "block-exec",
 //!                  "allow": 10, "block": 5, "error": 0, "timeout": 0,
 //!                  "lastExecutionTime": "2025-03-01T10:00:00.120Z", "lastDecision": "block"}]}
 //! ```
 //!
 //! - `dispatcher` (1–253 characters) and `reportId` (1–128 characters, no control
-//!   characters) are required; `trips`, `breaker` and `executions` may be absent.
+//!   characters) are required; `trips`, `breaker`, `closes` and `executions` may be
+//!   absent. Every trip, observation and close names a `tenant` (1–256 bytes, no control
+//!   characters): a breaker is kept per hook and tenant (CONTRACT §6.3).
 //! - Every hook is named by its `uid`, `namespace` (a DNS-1123 label) and `name` (a
 //!   DNS-1123 subdomain).
-//! - `breaker` ([`agenthooks_crds::report::BreakerObservation`]): per hook whose run
-//!   changed, the dispatcher's last `allow` and the `block`/`timeout` outcomes since
-//!   (`lastAllowAt`, `run[].at` RFC 3339, at most 64 outcomes), for the hook version
-//!   (uid, generation, resetToken) it ran.
+//! - `breaker` ([`agenthooks_crds::report::BreakerObservation`]): per (hook, tenant) whose
+//!   run of faults changed, the handler's last answer on the dispatcher (`lastAnswerAt`:
+//!   an `allow` or a `block`) and the faults since (`run[].at` RFC 3339, `timeout` true or
+//!   an error; at most 64), for the hook version (uid, generation, resetToken) it ran.
 //! - A trip names the hook (uid, namespace, name), the `generation` and `resetToken`
 //!   (the snapshot hook's `agenthooks.io/reset-breaker` value, absent when none) it
-//!   tripped at, `trippedAt` (RFC 3339) and a one-sentence `reason` (cut to 1 KiB).
+//!   tripped at, the `tenant`, `trippedAt` (RFC 3339), `failClosed` and a one-sentence
+//!   `reason` (cut to 1 KiB).
+//! - A close ([`agenthooks_crds::report::CloseReport`]) names the hook version and tenant
+//!   whose breaker a half-open probe of the dispatcher closed, `openedAt` (when the trip it
+//!   ended opened) and `closedAt` (RFC 3339).
 //! - An execution entry holds one hook's counts since the dispatcher's last acknowledged
 //!   report (each < 2^63), and its latest run (`lastExecutionTime` RFC 3339,
 //!   `lastDecision` `allow|block|error|timeout`). Entries with the same uid add up.
-//! - Reported times are not trusted blindly ([`times`]): any `lastAllowAt`, `run[].at`,
-//!   `trippedAt` or `lastExecutionTime` later than this replica's receipt of the report
-//!   plus 2 s is taken as the receipt time, and so is a `trippedAt` or
-//!   `lastExecutionTime` before 2000-01-01.
+//! - Reported times are not trusted blindly ([`times`]): any `lastAnswerAt`, `run[].at`,
+//!   `trippedAt`, `openedAt`, `closedAt` or `lastExecutionTime` later than this replica's
+//!   receipt of the report plus 2 s is taken as the receipt time, and so is a
+//!   `trippedAt`, `openedAt`, `closedAt` or `lastExecutionTime` before 2000-01-01.
 //!
 //! Answers (JSON):
 //! - `200` [`agenthooks_crds::report::ReportAck`] `{"trips", "executions", "duplicate"}`,
 //!   only once everything in the report is persisted to the API server or written off:
-//!   each trip recorded (or ignored: unknown uid, another generation or reset token,
-//!   already open; or its status write refused permanently, see below) and each hook's
+//!   each trip and close recorded (or ignored: unknown uid, another generation or reset
+//!   token, already open / not open; or its status write refused permanently, see below) and each hook's
 //!   counts written to its `status.executions` or dropped (below). `trips` counts the
 //!   trips this report opened, `executions` the hooks it wrote. A report already applied
 //!   — same `dispatcher`, same `reportId`, same body — answers its acknowledgement again
@@ -77,31 +88,43 @@
 //!   or its watch history no longer reaches back (both described in [`executions`]).
 //!
 //! What happens:
-//! - A breaker trip is decided either **by a dispatcher on its own sequence** of outcomes
-//!   (CONTRACT §6.2: the dispatcher that saw five `block`/`timeout` in a row within 60 s
-//!   stops running the hook at once and reports the trip, accepted here as sent), or **by
-//!   the operator on the time-merged sequence of all dispatchers** (the breaker
-//!   observations below). Nothing else trips a hook.
-//! - Breaker observations ([`crate::breaker_window`], CONTRACT §6.1 across replicas): each
-//!   one of a hook version the index holds, accepted and not already open, replaces that
-//!   dispatcher's previous one; when the runs merged by time over every dispatcher trip
-//!   (5 `block`/`timeout` in a row within 60 s, an `allow` anywhere resetting), the hook
-//!   trips as below, attributed to the reporting dispatcher, with the merged run as
-//!   reason. A hook tripped by a dispatcher's own trip is dropped from the windows; the
+//! - A tenant's breaker of a hook trips (CONTRACT §6, rule in
+//!   [`agenthooks_crds::rules::breaker`]: only faults count — timeouts and errors — never
+//!   an `allow` or a `block`) either **by a dispatcher on its own sequence** (it opens its
+//!   own breaker at once and reports the trip, accepted here as sent), or **by the
+//!   operator on the time-merged sequence of all dispatchers** (the breaker observations
+//!   below). Nothing else trips a hook.
+//! - Breaker observations ([`crate::breaker_window`]): each one of a hook version the
+//!   index holds, accepted and with that tenant's breaker not open, replaces that
+//!   dispatcher's previous one for that tenant; when the runs merged by time over every
+//!   dispatcher trip (5 faults in a row within 60 s, an answer anywhere resetting), the
+//!   tenant's breaker trips as below, attributed to the reporting dispatcher, failing
+//!   closed when any fault of the run was an error, with the merged run as reason. A
+//!   (hook, tenant) tripped by a dispatcher's own trip is dropped from the windows; the
 //!   windows are pruned on every report and every [`WINDOW_PRUNE_INTERVAL`] (old
-//!   observations, and versions the index no longer holds: deleted, edited or open).
-//! - Trips ([`breaker`], CONTRACT §6.2): a trip whose uid, generation and reset token
-//!   match the hook in the index opens its breaker in the index and publishes a snapshot
-//!   without it **at once**, before any status write
+//!   observations, and versions the index no longer holds: deleted, edited or refused).
+//! - Trips ([`breaker`], CONTRACT §6.2, §6.5): a trip whose uid, generation and reset
+//!   token match the hook in the index opens that tenant's breaker in the index and
+//!   publishes a snapshot carrying it (`hooks[].openBreakers`; the hook stays in the
+//!   snapshot for every other tenant) **at once**, before any status write
 //!   (`agenthooks_operator_breaker_trip_publish_seconds` measures that path), so every
-//!   dispatcher stops running it within one sync. Then `status.breaker` (`Open`, trippedAt,
-//!   reason, dispatcher, generation, resetAnnotation) and `CircuitOpen=True` (reason
-//!   `BreakerTripped`) are written by field manager `agenthooks-operator-breaker`, and a
-//!   Warning Event `CircuitOpen` is emitted — once per trip, whatever the number of
-//!   dispatchers reporting it. A status write the API server refuses permanently
+//!   dispatcher answers that tenant's events as the hook's fault within one sync. Then the
+//!   tenant is added to `status.breaker.open` (`state: Open`, the newest trip's
+//!   trippedAt, reason, dispatcher) with `CircuitOpen=True` (reason `BreakerTripped`) by
+//!   field manager `agenthooks-operator-breaker`, a Warning Event `CircuitOpen` naming
+//!   the tenant is emitted and `security.hook.circuit_breaker` logged — once per trip,
+//!   whatever the number of dispatchers reporting it. A trip of a hook with 256 tenants
+//!   open already is refused (`result="too_many"`); one a probe already closed is ignored
+//!   (`already_closed`). A status write the API server refuses permanently
 //!   ([`api::refusal`]: e.g. `403`, `422`) is logged as an error and counted
-//!   (`agenthooks_operator_breaker_trips_total{result="refused"}`); the hook stays out of
-//!   the snapshots of this leader.
+//!   (`agenthooks_operator_breaker_trips_total{result="refused"}`); the breaker stays open
+//!   in the snapshots of this leader.
+//! - Closes (CONTRACT §6.4): a close whose hook version matches removes the tenant's
+//!   breaker from the index unless it opened after `openedAt` (a newer trip), publishes at
+//!   once, then removes the tenant from `status.breaker.open`; when none is left the
+//!   breaker is written `Closed` with `CircuitOpen=False` (reason `BreakerClosed`). A
+//!   Normal Event `CircuitClosed`, the log key and
+//!   `agenthooks_operator_breaker_closes_total{result}` follow.
 //! - Executions ([`writer`], [`executions`]): counts of a hook the index does not hold
 //!   under that namespace/name **with that uid** are acknowledged and dropped without any
 //!   API call (`agenthooks_operator_execution_counts_dropped_total{reason="unknown_hook"}`).
@@ -116,7 +139,7 @@
 //!   the report is acknowledged: resending it could never succeed.
 //!
 //! Modules: [`validate`] (body rules), [`times`] (clamping reported times), [`dedup`]
-//! (report ids), [`breaker`] (breaker status), [`executions`] (count merge and write),
+//! (report ids), [`breaker`] (breaker status: trips, closes, resets), [`executions`] (count merge and write),
 //! [`writer`] (group commit), [`api`] (timeouts and permanent refusals).
 
 pub mod api;
@@ -132,7 +155,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agenthooks_crds::AgentHook;
-use agenthooks_crds::report::{ReportAck, TripReport};
+use agenthooks_crds::report::{CloseReport, ReportAck, TripReport};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -147,9 +170,9 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::breaker_window::{BreakerWindows, HookVersion};
-use crate::index::{HookKey, TripMatch};
+use crate::index::{CloseMatch, HookKey, TripMatch};
 use crate::shared::{Serving, Shared, lock};
-use breaker::TripWrite;
+use breaker::{CloseWrite, TripWrite};
 use dedup::{AttemptResult, Begin, Progress, ReportKey, ReportLog};
 use validate::Checked;
 use writer::{ExecutionWriter, HookOutcome};
@@ -417,8 +440,9 @@ async fn apply(
     };
     let mut failures: Vec<String> = Vec::new();
 
-    // 1. Trips leave the snapshot first: reported ones and those the merged runs decide
-    //    (now, or in an earlier attempt at this report whose status write failed).
+    // 1. Trips and closes reach the snapshot first: reported trips and those the merged
+    //    runs decide (now, or in an earlier attempt at this report whose status write
+    //    failed), then the closes of half-open probes.
     let mut global = std::mem::take(&mut progress.decided_trips);
     global.extend(observe_runs(&core, &report, received.time));
     let mut to_write: Vec<&TripReport> = Vec::new();
@@ -426,14 +450,40 @@ async fn apply(
         match open_in_index(&core.shared, trip, received.instant) {
             TripMatch::Unknown => trips_count("unknown"),
             TripMatch::Stale => trips_count("stale"),
+            TripMatch::AlreadyClosed => trips_count("already_closed"),
+            TripMatch::TooMany => {
+                trips_count("too_many");
+                tracing::warn!(
+                    hook = %format!("{}/{}", trip.namespace, trip.name), tenant = %trip.tenant,
+                    max = crate::index::MAX_OPEN_TENANTS,
+                    "breaker trip refused: the hook has the most open tenants already; the dispatchers' own breakers still answer that tenant's events as the hook's fault"
+                );
+            }
             TripMatch::AlreadyOpen | TripMatch::Opened { .. } => to_write.push(trip),
         }
     }
     if !report.trips.is_empty() {
-        // A hook a dispatcher tripped on its own is out: its merged run is moot.
+        // A (hook, tenant) a dispatcher tripped on its own is open: its merged run is moot.
         let mut windows = lock(&core.windows);
         for trip in &to_write {
-            windows.forget(&trip.uid);
+            windows.forget(&trip.uid, &trip.tenant);
+        }
+    }
+    let closes_count = |result: &str| {
+        metrics
+            .breaker_closes_total
+            .with_label_values(&[result])
+            .inc()
+    };
+    let mut closes_to_write: Vec<&CloseReport> = Vec::new();
+    for close in &report.closes {
+        match close_in_index(&core.shared, close, received.instant) {
+            CloseMatch::Unknown => closes_count("unknown"),
+            CloseMatch::Stale => closes_count("stale"),
+            CloseMatch::Newer { .. } => closes_count("newer"),
+            // Not open in the index: the status may still show it (an earlier attempt at
+            // this report closed it in the index, its status write failed).
+            CloseMatch::NotOpen | CloseMatch::Closed { .. } => closes_to_write.push(close),
         }
     }
     // 2. Counts of hooks the index holds (with that uid) go to the next batch; the rest
@@ -462,38 +512,95 @@ async fn apply(
         .into_iter()
         .map(|(hook, counts)| (hook.uid.clone(), core.writer.submit(hook, counts)))
         .collect();
-    // 3. Breaker status, Event.
+    // 3. Breaker status, Events.
     for trip in to_write {
         let api: Api<AgentHook> = Api::namespaced(core.client.clone(), &trip.namespace);
+        let hook = format!("{}/{}", trip.namespace, trip.name);
         match breaker::record_trip(&api, &report.dispatcher, trip).await {
-            Ok(TripWrite::Recorded { breaker, message }) => {
+            Ok(TripWrite::Recorded { entry, note }) => {
                 progress.trips += 1;
                 trips_count("recorded");
                 tracing::warn!(
                     target: "security.hook.circuit_breaker",
-                    hook = %format!("{}/{}", trip.namespace, trip.name),
+                    hook = %hook,
+                    tenant = %entry.tenant,
                     dispatcher = %report.dispatcher,
                     generation = trip.generation,
-                    tripped_at = breaker.tripped_at.as_deref().unwrap_or_default(),
-                    reason = breaker.reason.as_deref().unwrap_or_default(),
-                    "security.hook.circuit_breaker: breaker opened; the hook is out of the snapshot"
+                    tripped_at = %entry.tripped_at,
+                    fail_closed = entry.fail_closed,
+                    reason = entry.reason.as_deref().unwrap_or_default(),
+                    "security.hook.circuit_breaker: breaker opened for a tenant; its events are answered as the hook's fault"
                 );
-                publish_event(&core, trip, message).await;
+                publish_event(
+                    &core,
+                    ObjectRef::of(trip),
+                    EventType::Warning,
+                    breaker::EVENT_REASON_OPEN,
+                    "TripBreaker",
+                    note,
+                )
+                .await;
             }
             Ok(TripWrite::AlreadyOpen) => trips_count("already_open"),
+            Ok(TripWrite::TooMany) => trips_count("too_many"),
             Ok(TripWrite::Stale) => trips_count("stale"),
             Ok(TripWrite::Gone) => trips_count("unknown"),
             Err(e) if api::refusal(&e).is_some() => {
                 trips_count("refused");
                 tracing::error!(
-                    hook = %format!("{}/{}", trip.namespace, trip.name), uid = %trip.uid, error = %e,
-                    "the API server refused to write the open breaker (it would refuse it again): the hook stays out of this leader's snapshots, but its status does not show the trip"
+                    hook = %hook, uid = %trip.uid, tenant = %trip.tenant, error = %e,
+                    "the API server refused to write the open breaker (it would refuse it again): the tenant's breaker is open in this leader's snapshots, but its status does not show the trip"
                 );
             }
             Err(e) => {
                 trips_count("failed");
-                tracing::warn!(hook = %format!("{}/{}", trip.namespace, trip.name), error = %e, "writing an open breaker failed");
-                failures.push(format!("trip of {}/{}: {e}", trip.namespace, trip.name));
+                tracing::warn!(hook = %hook, error = %e, "writing an open breaker failed");
+                failures.push(format!("trip of {hook}: {e}"));
+            }
+        }
+    }
+    for close in closes_to_write {
+        let api: Api<AgentHook> = Api::namespaced(core.client.clone(), &close.namespace);
+        let hook = format!("{}/{}", close.namespace, close.name);
+        match breaker::record_close(&api, &report.dispatcher, close).await {
+            Ok(CloseWrite::Recorded { left, note }) => {
+                closes_count("recorded");
+                tracing::info!(
+                    target: "security.hook.circuit_breaker",
+                    hook = %hook,
+                    tenant = %close.tenant,
+                    dispatcher = %report.dispatcher,
+                    generation = close.generation,
+                    opened_at = %close.opened_at,
+                    closed_at = %close.closed_at,
+                    still_open = left,
+                    "security.hook.circuit_breaker: breaker closed for a tenant; a half-open probe found the handler answering"
+                );
+                publish_event(
+                    &core,
+                    ObjectRef::of(close),
+                    EventType::Normal,
+                    breaker::EVENT_REASON_CLOSED,
+                    "CloseBreaker",
+                    note,
+                )
+                .await;
+            }
+            Ok(CloseWrite::NotOpen) => closes_count("not_open"),
+            Ok(CloseWrite::Newer) => closes_count("newer"),
+            Ok(CloseWrite::Stale) => closes_count("stale"),
+            Ok(CloseWrite::Gone) => closes_count("unknown"),
+            Err(e) if api::refusal(&e).is_some() => {
+                closes_count("refused");
+                tracing::error!(
+                    hook = %hook, uid = %close.uid, tenant = %close.tenant, error = %e,
+                    "the API server refused to write the closed breaker (it would refuse it again): the tenant's breaker is closed in this leader's snapshots, but its status still shows it open"
+                );
+            }
+            Err(e) => {
+                closes_count("failed");
+                tracing::warn!(hook = %hook, error = %e, "writing a closed breaker failed");
+                failures.push(format!("close of {hook}: {e}"));
             }
         }
     }
@@ -589,7 +696,8 @@ fn prune_windows(core: &Core, now: chrono::DateTime<chrono::Utc>) -> usize {
 }
 
 /// Feeds the report's breaker observations of hook versions the index holds (accepted,
-/// breaker closed), received at `now`, to the windows; returns the trips they decide.
+/// that tenant's breaker closed), received at `now`, to the windows; returns the trips
+/// they decide.
 fn observe_runs(
     core: &Core,
     report: &agenthooks_crds::report::Report,
@@ -611,6 +719,7 @@ fn observe_runs(
                             && h.hook.generation == o.generation
                             && h.hook.reset_token == o.reset_token
                             && h.is_published()
+                            && !h.open_breakers().iter().any(|b| b.tenant == o.tenant)
                     })
             })
             .collect()
@@ -629,7 +738,9 @@ fn observe_runs(
                 name: obs.name.clone(),
                 generation: obs.generation,
                 reset_token: obs.reset_token.clone(),
+                tenant: t.tenant.clone(),
                 tripped_at: executions::format_time(t.tripped_at),
+                fail_closed: t.fail_closed,
                 reason: t.reason(),
             }),
             Ok(None) => {}
@@ -639,40 +750,120 @@ fn observe_runs(
     trips
 }
 
-/// Opens the trip's breaker in the index and, when that dropped the hook from the
-/// published set, publishes the snapshot without it right away.
+/// Publishes the snapshot at once after a trip or a close changed it (`what` for the log);
+/// on failure asks the publisher to retry.
+fn publish_after(shared: &Shared, key: &HookKey, tenant: &str, what: &str, received: Instant) {
+    match shared.publish_now() {
+        Ok(version) => {
+            let took = received.elapsed();
+            shared
+                .metrics
+                .breaker_trip_publish_seconds
+                .observe(took.as_secs_f64());
+            tracing::info!(hook = %key, tenant, version = ?version, micros = took.as_micros() as u64, "breaker {what}; published the snapshot");
+        }
+        Err(e) => {
+            tracing::error!(hook = %key, tenant, error = %e, "publishing after a breaker {what} failed; the publisher will retry");
+            shared.publish_requested.notify_one();
+        }
+    }
+}
+
+/// Opens the trip's tenant breaker in the index and, when that changed the published
+/// content, publishes the snapshot carrying it right away. A `trippedAt` that does not
+/// parse (the validator refuses those) counts as the receipt time.
 fn open_in_index(shared: &Shared, trip: &TripReport, received: Instant) -> TripMatch {
     let key = HookKey::new(&trip.namespace, &trip.name);
+    let since_ms = times::parse_utc(&trip.tripped_at).map_or_else(
+        |_| chrono::Utc::now().timestamp_millis(),
+        |t| t.timestamp_millis(),
+    );
     let found = lock(&shared.index).trip(
         &key,
         &trip.uid,
         trip.generation,
         trip.reset_token.as_deref(),
+        &trip.tenant,
+        since_ms,
+        trip.fail_closed,
     );
     if let TripMatch::Opened {
         published_changed: true,
     } = found
     {
-        match shared.publish_now() {
-            Ok(version) => {
-                let took = received.elapsed();
-                shared
-                    .metrics
-                    .breaker_trip_publish_seconds
-                    .observe(took.as_secs_f64());
-                tracing::info!(hook = %key, version = ?version, micros = took.as_micros() as u64, "breaker tripped; published the snapshot without the hook");
-            }
-            Err(e) => {
-                tracing::error!(hook = %key, error = %e, "publishing after a trip failed; the publisher will retry");
-                shared.publish_requested.notify_one();
-            }
-        }
+        publish_after(shared, &key, &trip.tenant, "tripped", received);
     }
     found
 }
 
-/// The Warning Event of a recorded trip. Failures are logged, never fatal.
-async fn publish_event(core: &Core, trip: &TripReport, note: String) {
+/// Closes the close's tenant breaker in the index and, when that changed the published
+/// content, publishes the snapshot without it right away.
+fn close_in_index(shared: &Shared, close: &CloseReport, received: Instant) -> CloseMatch {
+    let key = HookKey::new(&close.namespace, &close.name);
+    let opened_at_ms =
+        times::parse_utc(&close.opened_at).map_or(i64::MIN, |t| t.timestamp_millis());
+    let found = lock(&shared.index).close(
+        &key,
+        &close.uid,
+        close.generation,
+        close.reset_token.as_deref(),
+        &close.tenant,
+        opened_at_ms,
+    );
+    if let CloseMatch::Closed {
+        published_changed: true,
+    } = found
+    {
+        publish_after(shared, &key, &close.tenant, "closed", received);
+    }
+    found
+}
+
+/// The hook an Event is about.
+struct ObjectRef {
+    uid: String,
+    namespace: String,
+    name: String,
+}
+
+impl ObjectRef {
+    fn of(hook: &impl HookNamed) -> ObjectRef {
+        let (uid, namespace, name) = hook.named();
+        ObjectRef {
+            uid: uid.to_string(),
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }
+    }
+}
+
+/// A report entry naming a hook (uid, namespace, name).
+trait HookNamed {
+    fn named(&self) -> (&str, &str, &str);
+}
+
+impl HookNamed for TripReport {
+    fn named(&self) -> (&str, &str, &str) {
+        (&self.uid, &self.namespace, &self.name)
+    }
+}
+
+impl HookNamed for CloseReport {
+    fn named(&self) -> (&str, &str, &str) {
+        (&self.uid, &self.namespace, &self.name)
+    }
+}
+
+/// An Event of a recorded trip (Warning) or close (Normal) on `hook`. Failures are
+/// logged, never fatal.
+async fn publish_event(
+    core: &Core,
+    hook: ObjectRef,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
     let reference = ObjectReference {
         api_version: Some(format!(
             "{}/{}",
@@ -680,16 +871,16 @@ async fn publish_event(core: &Core, trip: &TripReport, note: String) {
             agenthooks_crds::VERSION
         )),
         kind: Some("AgentHook".into()),
-        name: Some(trip.name.clone()),
-        namespace: Some(trip.namespace.clone()),
-        uid: Some(trip.uid.clone()),
+        name: Some(hook.name),
+        namespace: Some(hook.namespace),
+        uid: Some(hook.uid),
         ..Default::default()
     };
     let event = KubeEvent {
-        type_: EventType::Warning,
-        reason: breaker::EVENT_REASON_OPEN.into(),
+        type_,
+        reason: reason.into(),
         note: Some(breaker::cut(&note, 1000).to_string()),
-        action: "TripBreaker".into(),
+        action: action.into(),
         secondary: None,
     };
     if let Err(e) = core.recorder.publish(&event, &reference).await {

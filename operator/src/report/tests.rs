@@ -1,5 +1,6 @@
 //! `POST /v1/report` without an API server: refusals, leadership, duplicates, and the
-//! trip that leaves the snapshot before (and whatever happens to) its status write. The
+//! trip or close that reaches the snapshot before (and whatever happens to) its status
+//! write. The
 //! writes themselves are tested on the real API server (`operator/tests/report.rs`).
 
 use super::*;
@@ -149,8 +150,8 @@ async fn a_replica_that_is_not_the_synced_leader_answers_503_and_applies_nothing
     let cancel = CancellationToken::new();
     let app = start_with(shared.clone(), dead_client(), cancel.clone(), fast());
     let trip = json!({"dispatcher": "d", "reportId": "r1", "trips": [{
-        "uid": "u1", "namespace": "ns", "name": "h", "generation": 1,
-        "trippedAt": "2025-03-01T10:00:00Z", "reason": "5 blocks"}]});
+        "uid": "u1", "namespace": "ns", "name": "h", "generation": 1, "tenant": "t1",
+        "trippedAt": "2025-03-01T10:00:00Z", "reason": "5 timeouts"}]});
     let (status, body) = post(&app, trip.to_string()).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(
@@ -165,9 +166,12 @@ async fn a_replica_that_is_not_the_synced_leader_answers_503_and_applies_nothing
         (body["leader"].clone(), body["synced"].clone()),
         (json!(true), json!(false))
     );
-    assert_eq!(
-        lock(&shared.index).published_len(),
-        1,
+    assert!(
+        lock(&shared.index)
+            .get(&HookKey::new("ns", "h"))
+            .unwrap()
+            .open_breakers()
+            .is_empty(),
         "the trip was not applied"
     );
     assert_eq!(count(&shared, "unavailable"), 2);
@@ -189,8 +193,10 @@ async fn an_applied_id_answers_duplicate_and_changes_nothing() {
             name: "h".into(),
             generation: 1,
             reset_token: None,
+            tenant: "t1".into(),
             tripped_at: "2025-03-01T10:00:00Z".into(),
-            reason: "5 blocks".into(),
+            fail_closed: false,
+            reason: "5 timeouts".into(),
         }],
         ..Default::default()
     };
@@ -219,8 +225,25 @@ async fn an_applied_id_answers_duplicate_and_changes_nothing() {
     cancel.cancel();
 }
 
+/// The snapshot hook `name` of the current snapshot, with its open breakers as
+/// `(tenant, since_ms, fail_closed)`; `None` when the hook is not in it.
+fn snapshot_breakers(shared: &Shared, name: &str) -> Option<Vec<(String, i64, bool)>> {
+    let published = shared.snapshots.borrow().clone();
+    let snapshot: Snapshot = serde_json::from_slice(&published.body).unwrap();
+    snapshot.hooks.iter().find(|h| h.name == name).map(|h| {
+        h.open_breakers
+            .iter()
+            .map(|b| (b.tenant.clone(), b.since_ms, b.fail_closed))
+            .collect()
+    })
+}
+
+fn ms(rfc3339: &str) -> i64 {
+    times::parse_utc(rfc3339).unwrap().timestamp_millis()
+}
+
 #[tokio::test]
-async fn a_trip_leaves_the_snapshot_before_its_status_write() {
+async fn a_trip_and_a_close_reach_the_snapshot_before_their_status_writes() {
     let (shared, before) = published(&[("h", "u1", 2), ("other", "u2", 1)]);
     let cancel = CancellationToken::new();
     let app = start_with(shared.clone(), dead_client(), cancel.clone(), fast());
@@ -230,8 +253,10 @@ async fn a_trip_leaves_the_snapshot_before_its_status_write() {
         name: "h".into(),
         generation,
         reset_token: token.map(str::to_string),
+        tenant: "ta".into(),
         tripped_at: "2025-03-01T10:00:00Z".into(),
-        reason: "5 blocks in a row".into(),
+        fail_closed: true,
+        reason: "5 errors in a row".into(),
     };
     // stale generation and stale reset token: acknowledged, nothing changes
     let stale = Report {
@@ -257,11 +282,13 @@ async fn a_trip_leaves_the_snapshot_before_its_status_write() {
         body["error"].as_str().unwrap().contains("same reportId"),
         "{body}"
     );
-    let published = shared.snapshots.borrow().clone();
-    assert_eq!(published.version, before + 1);
-    let snapshot: Snapshot = serde_json::from_slice(&published.body).unwrap();
-    let names: Vec<&str> = snapshot.hooks.iter().map(|h| h.name.as_str()).collect();
-    assert_eq!(names, ["other"], "the tripped hook is out");
+    assert_eq!(shared.snapshots.borrow().version, before + 1);
+    assert_eq!(
+        snapshot_breakers(&shared, "h"),
+        Some(vec![("ta".to_string(), ms("2025-03-01T10:00:00Z"), true)]),
+        "the tripped hook stays, with tenant ta open (fail-closed)"
+    );
+    assert_eq!(snapshot_breakers(&shared, "other"), Some(vec![]));
     assert_eq!(
         shared
             .metrics
@@ -273,67 +300,173 @@ async fn a_trip_leaves_the_snapshot_before_its_status_write() {
         shared.metrics.breaker_trip_publish_seconds.get_sample_sum() < 0.5,
         "publishing is not behind any API call"
     );
-    assert_eq!(
+    let trips = |result: &str| {
         shared
             .metrics
             .breaker_trips_total
-            .with_label_values(&["failed"])
-            .get(),
-        1
-    );
+            .with_label_values(&[result])
+            .get()
+    };
+    assert_eq!(trips("failed"), 1);
     // the retry (same id) tries the status write again but publishes nothing new
     let (status, _) = post(&app, report_json(&live)).await;
     assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
     assert_eq!(shared.snapshots.borrow().version, before + 1);
-    assert_eq!(
+    assert_eq!(trips("failed"), 2);
+
+    // a close older than the trip changes nothing; the probe's close removes it
+    let close = |opened_at: &str| CloseReport {
+        uid: "u1".into(),
+        namespace: "ns".into(),
+        name: "h".into(),
+        generation: 2,
+        reset_token: None,
+        tenant: "ta".into(),
+        opened_at: opened_at.into(),
+        closed_at: "2025-03-01T10:00:31Z".into(),
+    };
+    let closes = |result: &str| {
         shared
             .metrics
-            .breaker_trips_total
-            .with_label_values(&["failed"])
-            .get(),
-        2
+            .breaker_closes_total
+            .with_label_values(&[result])
+            .get()
+    };
+    let old = Report {
+        dispatcher: "d2".into(),
+        report_id: "old-close".into(),
+        closes: vec![close("2025-03-01T09:59:00Z")],
+        ..Default::default()
+    };
+    let (status, body) = post(&app, report_json(&old)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(closes("newer"), 1);
+    assert_eq!(shared.snapshots.borrow().version, before + 1);
+    let probe = Report {
+        dispatcher: "d2".into(),
+        report_id: "close".into(),
+        closes: vec![close("2025-03-01T10:00:00Z")],
+        ..Default::default()
+    };
+    let (status, _) = post(&app, report_json(&probe)).await;
+    assert_eq!(
+        status,
+        StatusCode::GATEWAY_TIMEOUT,
+        "its status write fails here"
     );
+    assert_eq!(shared.snapshots.borrow().version, before + 2);
+    assert_eq!(
+        snapshot_breakers(&shared, "h"),
+        Some(vec![]),
+        "closed everywhere"
+    );
+    assert_eq!(closes("failed"), 1);
+    // the trip's report resent late cannot reopen what the probe closed
+    let (status, _) = post(
+        &app,
+        report_json(&Report {
+            report_id: "late".into(),
+            ..live.clone()
+        }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(trips("already_closed"), 1);
+    assert_eq!(shared.snapshots.borrow().version, before + 2);
     cancel.cancel();
 }
 
 #[tokio::test]
-async fn runs_merged_over_three_dispatchers_trip_the_hook() {
+async fn faults_of_tenant_a_merged_over_three_dispatchers_trip_a_only() {
     let (shared, before) = published(&[("h", "u1", 1)]);
     let cancel = CancellationToken::new();
     let app = start_with(shared.clone(), dead_client(), cancel.clone(), fast());
     let t0 = chrono::Utc::now() - chrono::Duration::seconds(10);
     let at = |s: i64| executions::format_time(t0 + chrono::Duration::seconds(s));
-    let observation = |generation: i64, run: &[i64]| {
-        json!({"uid": "u1", "namespace": "ns", "name": "h", "generation": generation,
-               "run": run.iter().map(|s| json!({"at": at(*s)})).collect::<Vec<_>>()})
+    let observation = |generation: i64, tenant: &str, answer: Option<i64>, run: &[i64]| {
+        let mut o = json!({"uid": "u1", "namespace": "ns", "name": "h", "generation": generation,
+               "tenant": tenant,
+               "run": run.iter().map(|s| json!({"at": at(*s), "timeout": true})).collect::<Vec<_>>()});
+        if let Some(a) = answer {
+            o["lastAnswerAt"] = json!(at(a));
+        }
+        o
     };
-    let report = |d: &str, obs: Value| {
-        json!({"dispatcher": d, "reportId": format!("{d}-{}", uuid::Uuid::new_v4()), "breaker": [obs]})
+    let report = |d: &str, obs: Vec<Value>| {
+        json!({"dispatcher": d, "reportId": format!("{d}-{}", uuid::Uuid::new_v4()), "breaker": obs})
             .to_string()
     };
+    // answers (allows and blocks alike) from every dispatcher and tenant never trip
+    for i in 0..20 {
+        let obs = vec![
+            observation(1, "ta", Some(i % 9), &[]),
+            observation(1, "tb", Some(i % 9), &[]),
+        ];
+        let (status, _) = post(&app, report(&format!("d{}", i % 3), obs)).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    assert_eq!(
+        shared.snapshots.borrow().version,
+        before,
+        "answers never trip"
+    );
     // observations of another generation are not counted
-    let (status, _) = post(&app, report("d0", observation(7, &[0, 1, 2, 3, 4]))).await;
+    let (status, _) = post(
+        &app,
+        report("d0", vec![observation(7, "ta", None, &[0, 1, 2, 3, 4])]),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
-    // two blocks on each of three dispatchers, interleaved in time
-    let (status, _) = post(&app, report("d1", observation(1, &[0, 3]))).await;
+    // faults of ta on three dispatchers, interleaved in time, and four of tb
+    let (status, _) = post(
+        &app,
+        report(
+            "d1",
+            vec![
+                observation(1, "ta", Some(0), &[1, 3]),
+                observation(1, "tb", Some(0), &[1, 3]),
+            ],
+        ),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
-    let (status, _) = post(&app, report("d2", observation(1, &[1, 4]))).await;
+    let (status, _) = post(
+        &app,
+        report(
+            "d2",
+            vec![
+                observation(1, "ta", Some(0), &[2, 4]),
+                observation(1, "tb", Some(0), &[2, 4]),
+            ],
+        ),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(
         shared.snapshots.borrow().version,
         before,
         "four do not trip"
     );
-    // the fifth trips; its status write fails here (no API server) but the hook is out
-    let fifth = report("d3", observation(1, &[2, 5]));
+    // the fifth fault of ta trips ta; its status write fails here (no API server)
+    let fifth = report("d3", vec![observation(1, "ta", Some(0), &[5])]);
     let (status, body) = post(&app, fifth.clone()).await;
     assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "{body}");
     assert_eq!(shared.snapshots.borrow().version, before + 1);
-    assert_eq!(shared.snapshots.borrow().hooks, 0);
     assert_eq!(
-        lock(&shared.index).publication(&HookKey::new("ns", "h")),
-        Some(crate::index::Publication::BreakerOpen)
+        shared.snapshots.borrow().hooks,
+        1,
+        "the hook stays in the snapshot"
     );
+    let since = (t0 + chrono::Duration::seconds(5)).timestamp_millis();
+    assert_eq!(
+        snapshot_breakers(&shared, "h"),
+        Some(vec![("ta".to_string(), since, false)]),
+        "ta open (timeouts only: answered as a timeout), tb not"
+    );
+    assert!(matches!(
+        lock(&shared.index).publication(&HookKey::new("ns", "h")),
+        Some(crate::index::Publication::Published { .. })
+    ));
     let failed = || {
         shared
             .metrics
@@ -348,6 +481,19 @@ async fn runs_merged_over_three_dispatchers_trip_the_hook() {
     assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
     assert_eq!(failed(), 2, "the retry tried the status write again");
     assert_eq!(shared.snapshots.borrow().version, before + 1);
+    // ta's further faults are not observed while it is open; tb's fifth trips tb
+    let (status, _) = post(
+        &app,
+        report("d3", vec![observation(1, "tb", Some(0), &[6])]),
+    )
+    .await;
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
+    let tenants: Vec<String> = snapshot_breakers(&shared, "h")
+        .unwrap()
+        .into_iter()
+        .map(|(t, _, _)| t)
+        .collect();
+    assert_eq!(tenants, ["ta", "tb"]);
     cancel.cancel();
 }
 
@@ -531,15 +677,16 @@ async fn a_report_id_reused_for_another_body_is_409_and_ids_are_per_dispatcher()
 }
 
 #[tokio::test]
-async fn a_last_allow_in_year_9999_does_not_hold_the_merged_breaker_closed() {
+async fn a_last_answer_in_year_9999_does_not_hold_the_merged_breaker_closed() {
     let (shared, before) = published(&[("h", "u1", 1)]);
     let cancel = CancellationToken::new();
     let app = start_with(shared.clone(), dead_client(), cancel.clone(), fast());
-    let observation = |last_allow: Option<&str>, run: Vec<String>| {
+    let observation = |last_answer: Option<&str>, run: Vec<String>| {
         let mut o = json!({"uid": "u1", "namespace": "ns", "name": "h", "generation": 1,
+                           "tenant": "t1",
                            "run": run.iter().map(|at| json!({"at": at})).collect::<Vec<_>>()});
-        if let Some(a) = last_allow {
-            o["lastAllowAt"] = json!(a);
+        if let Some(a) = last_answer {
+            o["lastAnswerAt"] = json!(a);
         }
         o
     };
@@ -570,8 +717,9 @@ async fn a_last_allow_in_year_9999_does_not_hold_the_merged_breaker_closed() {
     );
     assert_eq!(shared.snapshots.borrow().version, before + 1);
     assert_eq!(
-        lock(&shared.index).publication(&HookKey::new("ns", "h")),
-        Some(crate::index::Publication::BreakerOpen)
+        snapshot_breakers(&shared, "h").map(|b| b.len()),
+        Some(1),
+        "t1 open"
     );
     cancel.cancel();
 }
@@ -603,7 +751,8 @@ async fn the_windows_forget_hooks_tripped_locally_deleted_or_edited() {
         name: name.into(),
         generation: 1,
         reset_token: None,
-        last_allow_at: None,
+        tenant: "t1".into(),
+        last_answer_at: None,
         run: vec![agenthooks_crds::report::RunOutcome {
             at: executions::format_time(now),
             timeout: false,
@@ -622,8 +771,8 @@ async fn the_windows_forget_hooks_tripped_locally_deleted_or_edited() {
     assert_eq!(prune_windows(&core, now), 1);
     // a trips locally on a dispatcher: its window goes with the report
     let trip = json!({"dispatcher": "d2", "reportId": "t", "trips": [{
-        "uid": "ua", "namespace": "ns", "name": "a", "generation": 1,
-        "trippedAt": executions::format_time(now), "reason": "5 blocks"}]});
+        "uid": "ua", "namespace": "ns", "name": "a", "generation": 1, "tenant": "t1",
+        "trippedAt": executions::format_time(now), "reason": "5 errors"}]});
     let checked =
         validate::check(validate::parse(trip.to_string().as_bytes()).unwrap(), now).unwrap();
     let key = ("d2".to_string(), "t".to_string());

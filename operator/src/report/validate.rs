@@ -4,7 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use agenthooks_crds::report::{BreakerObservation, ExecutionDelta, Report, TripReport};
+use agenthooks_crds::report::{
+    BreakerObservation, CloseReport, ExecutionDelta, Report, TripReport,
+};
 use chrono::{DateTime, Utc};
 
 use super::executions::{Counts, format_time};
@@ -21,6 +23,8 @@ pub const MAX_UID_LEN: usize = 128;
 pub const MAX_NAMESPACE_LEN: usize = 63;
 /// Longest object name.
 pub const MAX_NAME_LEN: usize = 253;
+/// Longest tenant of a trip, observation or close (as `status.breaker.open[].tenant`).
+pub const MAX_TENANT_LEN: usize = 256;
 /// Most outcomes in one breaker observation's run (a dispatcher sends at most
 /// [`agenthooks_crds::report::BREAKER_THRESHOLD`]).
 pub const MAX_RUN_OUTCOMES: usize = 64;
@@ -121,14 +125,47 @@ fn check_trip(at: &str, t: &mut TripReport, received: DateTime<Utc>) -> Result<(
             token.len()
         ));
     }
-    let tripped_at = check_time(&format!("{at}.trippedAt"), &t.tripped_at)?;
-    let clamped = times::clamp(tripped_at, received);
-    if clamped != tripped_at {
-        t.tripped_at = format_time(clamped);
-    }
+    check_text(&format!("{at}.tenant"), &t.tenant, MAX_TENANT_LEN)?;
+    clamp_field(&format!("{at}.trippedAt"), &mut t.tripped_at, received)?;
     if t.reason.trim().is_empty() {
         return Err(format!("{at}.reason: required, must not be empty"));
     }
+    Ok(())
+}
+
+/// Checks that `value` is RFC 3339 and replaces it by `received` when [`times::clamp`]
+/// says so.
+fn clamp_field(field: &str, value: &mut String, received: DateTime<Utc>) -> Result<(), String> {
+    let t = check_time(field, value)?;
+    let clamped = times::clamp(t, received);
+    if clamped != t {
+        *value = format_time(clamped);
+    }
+    Ok(())
+}
+
+fn check_reset_token(at: &str, token: Option<&String>) -> Result<(), String> {
+    match token {
+        Some(token) if token.len() > MAX_RESET_TOKEN_LEN => Err(format!(
+            "{at}.resetToken: {} bytes; at most {MAX_RESET_TOKEN_LEN}",
+            token.len()
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn check_close(at: &str, c: &mut CloseReport, received: DateTime<Utc>) -> Result<(), String> {
+    check_hook(at, &c.uid, &c.namespace, &c.name)?;
+    if c.generation < 1 {
+        return Err(format!(
+            "{at}.generation: {} is not a generation (>= 1)",
+            c.generation
+        ));
+    }
+    check_reset_token(at, c.reset_token.as_ref())?;
+    check_text(&format!("{at}.tenant"), &c.tenant, MAX_TENANT_LEN)?;
+    clamp_field(&format!("{at}.openedAt"), &mut c.opened_at, received)?;
+    clamp_field(&format!("{at}.closedAt"), &mut c.closed_at, received)?;
     Ok(())
 }
 
@@ -152,8 +189,9 @@ fn check_observation(at: &str, o: &BreakerObservation) -> Result<(), String> {
             token.len()
         ));
     }
-    if let Some(t) = &o.last_allow_at {
-        check_time(&format!("{at}.lastAllowAt"), t)?;
+    check_text(&format!("{at}.tenant"), &o.tenant, MAX_TENANT_LEN)?;
+    if let Some(t) = &o.last_answer_at {
+        check_time(&format!("{at}.lastAnswerAt"), t)?;
     }
     if o.run.len() > MAX_RUN_OUTCOMES {
         return Err(format!(
@@ -188,9 +226,11 @@ fn check_delta(at: &str, d: &ExecutionDelta, received: DateTime<Utc>) -> Result<
 /// `trippedAt` and a reason; every execution entry with counts that fit an `int64`, an
 /// RFC 3339 `lastExecutionTime` and a known `lastDecision`; two entries with one uid name
 /// the same hook; every breaker observation with a generation >= 1, RFC 3339
-/// `lastAllowAt` and `run[].at`, and at most [`MAX_RUN_OUTCOMES`] outcomes.
+/// `lastAnswerAt` and `run[].at`, and at most [`MAX_RUN_OUTCOMES`] outcomes; every close
+/// with a generation >= 1 and RFC 3339 `openedAt` and `closedAt`. Every trip, observation
+/// and close names a `tenant` of 1..=[`MAX_TENANT_LEN`] bytes without control characters.
 ///
-/// `trippedAt` and `lastExecutionTime` after `received` (+ skew) or before 2000 are
+/// `trippedAt`, `openedAt`, `closedAt` and `lastExecutionTime` after `received` (+ skew) or before 2000 are
 /// replaced by `received` ([`times::clamp`]); breaker observation times are clamped when
 /// observed ([`crate::breaker_window`]).
 ///
@@ -203,6 +243,9 @@ pub fn check(mut report: Report, received: DateTime<Utc>) -> Result<Checked, Str
     }
     for (i, o) in report.breaker.iter().enumerate() {
         check_observation(&format!("breaker[{i}]"), o)?;
+    }
+    for (i, c) in report.closes.iter_mut().enumerate() {
+        check_close(&format!("closes[{i}]"), c, received)?;
     }
     let mut by_uid: BTreeMap<String, (usize, HookRef, Counts)> = BTreeMap::new();
     for (i, d) in report.executions.iter().enumerate() {
@@ -256,8 +299,13 @@ mod tests {
             "dispatcher": "d1",
             "reportId": "r1",
             "trips": [{
-                "uid": "u1", "namespace": "ns", "name": "h", "generation": 2,
-                "trippedAt": "2025-03-01T10:00:00Z", "reason": "5 blocks in a row"
+                "uid": "u1", "namespace": "ns", "name": "h", "generation": 2, "tenant": "acme",
+                "trippedAt": "2025-03-01T10:00:00Z", "failClosed": true,
+                "reason": "5 timeouts and 0 errors of the handler in a row"
+            }],
+            "closes": [{
+                "uid": "u1", "namespace": "ns", "name": "h", "generation": 2, "tenant": "acme",
+                "openedAt": "2025-03-01T09:59:00Z", "closedAt": "2025-03-01T10:00:00Z"
             }],
             "executions": [
                 {"uid": "u1", "namespace": "ns", "name": "h", "allow": 2, "block": 5,
@@ -406,24 +454,90 @@ mod tests {
             ),
             (
                 json!({"dispatcher": "d", "reportId": "r", "breaker": [{
-                    "uid": "u", "namespace": "n".repeat(64), "name": "h", "generation": 1}]}),
+                    "uid": "u", "namespace": "n".repeat(64), "name": "h", "generation": 1, "tenant": "t"}]}),
                 "breaker[0].namespace: 64 bytes",
             ),
             (
                 json!({"dispatcher": "d", "reportId": "r", "breaker": [{
-                    "uid": "u", "namespace": "n", "name": "h", "generation": 1,
+                    "uid": "u", "namespace": "n", "name": "h", "generation": 1, "tenant": "t",
                     "run": [{"at": "2025-03-01T10:00:00Z"}, {"at": "soon"}]}]}),
                 "breaker[0].run[1].at: \"soon\" is not an RFC 3339 time",
             ),
             (
                 json!({"dispatcher": "d", "reportId": "r", "breaker": [{
-                    "uid": "u", "namespace": "n", "name": "h", "generation": 1,
-                    "lastAllowAt": "x"}]}),
-                "breaker[0].lastAllowAt:",
+                    "uid": "u", "namespace": "n", "name": "h", "generation": 1, "tenant": "t",
+                    "lastAnswerAt": "x"}]}),
+                "breaker[0].lastAnswerAt:",
             ),
             (
                 json!({"dispatcher": "d", "reportId": "r", "breaker": [{
-                    "uid": "u", "namespace": "n", "name": "h", "generation": 0}]}),
+                    "uid": "u", "namespace": "n", "name": "h", "generation": 1}]}),
+                "breaker[0]: missing field `tenant`",
+            ),
+            (
+                json!({"dispatcher": "d", "reportId": "r", "breaker": [{
+                    "uid": "u", "namespace": "n", "name": "h", "generation": 1, "tenant": ""}]}),
+                "breaker[0].tenant: required, must not be empty",
+            ),
+            (
+                {
+                    let mut v = good();
+                    v["trips"][0]["tenant"] = json!("t".repeat(257));
+                    v
+                },
+                "trips[0].tenant: 257 bytes; at most 256",
+            ),
+            (
+                {
+                    let mut v = good();
+                    v["trips"][0]["tenant"] = json!("a\u{7}b");
+                    v
+                },
+                "trips[0].tenant: holds control characters",
+            ),
+            (
+                {
+                    let mut v = good();
+                    v["closes"][0]["tenant"] = json!("a\nb");
+                    v
+                },
+                "closes[0].tenant: holds control characters",
+            ),
+            (
+                {
+                    let mut v = good();
+                    v["closes"][0]["openedAt"] = json!("then");
+                    v
+                },
+                "closes[0].openedAt: \"then\" is not an RFC 3339 time",
+            ),
+            (
+                {
+                    let mut v = good();
+                    v["closes"][0]["closedAt"] = json!(5);
+                    v
+                },
+                "closes[0].closedAt: invalid type",
+            ),
+            (
+                {
+                    let mut v = good();
+                    v["closes"][0]["generation"] = json!(0);
+                    v
+                },
+                "closes[0].generation: 0 is not a generation",
+            ),
+            (
+                {
+                    let mut v = good();
+                    v["closes"][0]["name"] = json!("A");
+                    v
+                },
+                "closes[0].name: \"A\" is not an object name",
+            ),
+            (
+                json!({"dispatcher": "d", "reportId": "r", "breaker": [{
+                    "uid": "u", "namespace": "n", "name": "h", "generation": 0, "tenant": "t"}]}),
                 "breaker[0].generation: 0",
             ),
         ];
@@ -469,9 +583,13 @@ mod tests {
     fn future_and_ancient_trip_and_execution_times_are_the_receipt_time() {
         let mut v = good();
         v["trips"][0]["trippedAt"] = json!("9999-12-31T23:59:59Z");
+        v["closes"][0]["openedAt"] = json!("9999-12-31T23:59:59Z");
+        v["closes"][0]["closedAt"] = json!("1970-01-01T00:00:00Z");
         v["executions"][0]["lastExecutionTime"] = json!("9999-12-31T23:59:59Z");
         let c = check(parse(&body(v)).unwrap(), received()).unwrap();
         assert_eq!(c.report.trips[0].tripped_at, "2025-03-01T10:00:30Z");
+        assert_eq!(c.report.closes[0].opened_at, "2025-03-01T10:00:30Z");
+        assert_eq!(c.report.closes[0].closed_at, "2025-03-01T10:00:30Z");
         assert_eq!(c.executions[0].1.last_time, Some(received()));
         let mut v = good();
         v["trips"][0]["trippedAt"] = json!("1999-12-31T23:59:59Z");
@@ -490,6 +608,14 @@ mod tests {
         assert_eq!(
             c.report.trips[0].tripped_at, "2025-03-01T10:00:00Z",
             "a plausible time is kept as sent"
+        );
+        assert_eq!(c.report.closes[0].opened_at, "2025-03-01T09:59:00Z");
+        assert_eq!(
+            (
+                c.report.trips[0].tenant.as_str(),
+                c.report.trips[0].fail_closed
+            ),
+            ("acme", true)
         );
     }
 }
