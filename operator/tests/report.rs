@@ -478,11 +478,14 @@ async fn lost_answers() {
 
 // ---- (b), (c) breaker --------------------------------------------------------------------
 
+const TRIPPED_AT: &str = "2025-03-01T10:00:00.250Z";
+const TRIP_REASON: &str = "0 timeouts and 5 errors of the handler in a row within 2 s";
+
 fn trip(uid: &str, ns: &str, name: &str, generation: i64, token: Option<&str>) -> Value {
     let mut t = json!({
         "uid": uid, "namespace": ns, "name": name, "generation": generation,
-        "trippedAt": "2025-03-01T10:00:00.250Z",
-        "reason": "5 blocks and 0 timeouts in a row within 2 s"
+        "tenant": "tenant-a", "trippedAt": TRIPPED_AT, "failClosed": true,
+        "reason": TRIP_REASON
     });
     if let Some(token) = token {
         t["resetToken"] = json!(token);
@@ -490,8 +493,37 @@ fn trip(uid: &str, ns: &str, name: &str, generation: i64, token: Option<&str>) -
     t
 }
 
+fn close(uid: &str, ns: &str, name: &str, opened_at: &str) -> Value {
+    json!({
+        "uid": uid, "namespace": ns, "name": name, "generation": 1, "tenant": "tenant-a",
+        "openedAt": opened_at, "closedAt": "2025-03-01T10:00:31Z"
+    })
+}
+
+/// The open breakers of the hook `uid` in `snapshot` as `(tenant, sinceMs, failClosed)`.
+fn open_breakers(snapshot: &Value, uid: &str) -> Option<Vec<(String, i64, bool)>> {
+    let hook = in_snapshot(snapshot, uid)?;
+    Some(
+        hook["openBreakers"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|b| {
+                        (
+                            b["tenant"].as_str().unwrap().to_string(),
+                            b["sinceMs"].as_i64().unwrap(),
+                            b["failClosed"].as_bool().unwrap_or(false),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+    )
+}
+
 #[test]
-fn a_trip_opens_the_breaker_and_the_annotation_or_a_spec_edit_closes_it() {
+fn a_trip_opens_one_tenants_breaker_a_probe_closes_it_and_the_annotation_or_a_spec_edit_resets_it()
+{
     let _serial = serial();
     let cp = ControlPlane::shared();
     install_crds(cp);
@@ -542,22 +574,31 @@ fn a_trip_opens_the_breaker_and_the_annotation_or_a_spec_edit_closes_it() {
     let (code, body, answered) = poller.join().unwrap();
     assert_eq!(code, 200, "the long poll got the new snapshot");
     let next: Value = serde_json::from_str(&body).unwrap();
-    assert!(
-        in_snapshot(&next, &uid).is_none(),
-        "tripped hook still served"
+    let since = chrono::DateTime::parse_from_rfc3339(TRIPPED_AT)
+        .unwrap()
+        .timestamp_millis();
+    assert_eq!(
+        open_breakers(&next, &uid),
+        Some(vec![("tenant-a".to_string(), since, true)]),
+        "the hook stays served, tenant-a's breaker open (fail-closed): {next}"
     );
     let took = answered.saturating_duration_since(sent);
-    eprintln!("trip reported -> long poll answered without the hook in {took:?}");
+    eprintln!("trip reported -> long poll answered with the open breaker in {took:?}");
     assert!(took < Duration::from_secs(2), "{took:?}");
 
-    // Status: who, when, why, for which generation; the condition; not Ready; an Event.
+    // Status: which tenant, who, when, why, for which generation; the condition; an Event.
     let hook = get_hook(cp, &ns, name);
     let b = &hook["status"]["breaker"];
     assert_eq!(b["state"], "Open", "{hook}");
     assert_eq!(b["dispatcher"], "disp-1");
-    assert_eq!(b["trippedAt"], "2025-03-01T10:00:00.250Z");
-    assert_eq!(b["reason"], "5 blocks and 0 timeouts in a row within 2 s");
+    assert_eq!(b["trippedAt"], TRIPPED_AT);
+    assert_eq!(b["reason"], TRIP_REASON);
     assert_eq!(b["generation"], 1);
+    assert_eq!(
+        b["open"],
+        json!([{"tenant": "tenant-a", "trippedAt": TRIPPED_AT, "reason": TRIP_REASON,
+                "dispatcher": "disp-1", "failClosed": true}])
+    );
     assert!(b.get("resetAnnotation").is_none(), "{b}");
     let open = condition(&hook, "CircuitOpen").expect("CircuitOpen");
     assert_eq!(
@@ -570,7 +611,9 @@ fn a_trip_opens_the_breaker_and_the_annotation_or_a_spec_edit_closes_it() {
     );
     let message = open["message"].as_str().unwrap();
     assert!(
-        message.contains("disp-1") && message.contains("in a row"),
+        message.contains("disp-1")
+            && message.contains("1 tenant(s) (\"tenant-a\")")
+            && message.contains("in a row"),
         "{message}"
     );
     let breaker_manager = hook["metadata"]["managedFields"]
@@ -581,14 +624,11 @@ fn a_trip_opens_the_breaker_and_the_annotation_or_a_spec_edit_closes_it() {
         .cloned()
         .expect("the breaker's field manager");
     assert!(breaker_manager["fieldsV1"]["f:status"]["f:breaker"].is_object());
-    wait(
-        &[&op.proc],
-        Duration::from_secs(15),
-        "Ready=False CircuitOpen",
-        || {
-            condition(&get_hook(cp, &ns, name), "Ready")
-                .is_some_and(|c| c["status"] == "False" && c["reason"] == "CircuitOpen")
-        },
+    std::thread::sleep(Duration::from_secs(1));
+    assert_ne!(
+        condition(&get_hook(cp, &ns, name), "Ready").unwrap()["reason"],
+        "CircuitOpen",
+        "an open tenant does not make the hook unserved"
     );
     assert_eq!(
         condition(&get_hook(cp, &ns, name), "CircuitOpen").unwrap()["status"],
@@ -600,9 +640,11 @@ fn a_trip_opens_the_breaker_and_the_annotation_or_a_spec_edit_closes_it() {
         Duration::from_secs(10),
         "a CircuitOpen Event",
         || {
-            events(cp, &ns, name)
-                .iter()
-                .any(|e| e["reason"] == "CircuitOpen" && e["type"] == "Warning")
+            events(cp, &ns, name).iter().any(|e| {
+                e["reason"] == "CircuitOpen"
+                    && e["type"] == "Warning"
+                    && e["message"].as_str().is_some_and(|n| n.contains("tenant-a"))
+            })
         },
     );
 
@@ -636,7 +678,57 @@ fn a_trip_opens_the_breaker_and_the_annotation_or_a_spec_edit_closes_it() {
         "one Event per trip"
     );
 
-    // A new leader rebuilds from the API server: the hook stays out.
+    // A close older than the trip leaves it open; the probe's close closes it everywhere.
+    let (code, ack) = post_report(
+        &op.sync,
+        &json!({"dispatcher": "disp-3", "reportId": unique_name("r"),
+                "closes": [close(&uid, &ns, name, "2025-03-01T10:00:00Z")]}),
+    );
+    assert_eq!(code, 200, "{ack}");
+    assert_eq!(
+        open_breakers(&snapshot(&op.sync).unwrap(), &uid).map(|b| b.len()),
+        Some(1),
+        "an older close does not close a newer trip"
+    );
+    let (code, ack) = post_report(
+        &op.sync,
+        &json!({"dispatcher": "disp-3", "reportId": unique_name("r"),
+                "closes": [close(&uid, &ns, name, TRIPPED_AT)]}),
+    );
+    assert_eq!(code, 200, "{ack}");
+    assert_eq!(
+        open_breakers(&snapshot(&op.sync).unwrap(), &uid),
+        Some(vec![])
+    );
+    let hook = get_hook(cp, &ns, name);
+    assert_eq!(hook["status"]["breaker"]["state"], "Closed", "{hook}");
+    assert!(hook["status"]["breaker"].get("open").is_none(), "{hook}");
+    let closed = condition(&hook, "CircuitOpen").unwrap();
+    assert_eq!(
+        (closed["status"].clone(), closed["reason"].clone()),
+        (json!("False"), json!("BreakerClosed"))
+    );
+    assert!(closed["message"].as_str().unwrap().contains("disp-3"));
+    wait(
+        &[&op.proc],
+        Duration::from_secs(10),
+        "a CircuitClosed Event",
+        || {
+            events(cp, &ns, name)
+                .iter()
+                .any(|e| e["reason"] == "CircuitClosed" && e["type"] == "Normal")
+        },
+    );
+    // Tripped again (a later trip of the same tenant).
+    let mut again = trip(&uid, &ns, name, 1, None);
+    again["trippedAt"] = json!("2025-03-01T10:01:00Z");
+    let (code, ack) = post_report(
+        &op.sync,
+        &json!({"dispatcher": "disp-1", "reportId": unique_name("r"), "trips": [again]}),
+    );
+    assert_eq!((code, ack["trips"].clone()), (200, json!(1)), "{ack}");
+
+    // A new leader rebuilds from the API server: the breaker stays open.
     let mut op = op;
     op.proc.stop(Duration::from_secs(10));
     let op2 = OperatorProc::start(&kubeconfig, &master, &lease, "op-b2", &[], &logs);
@@ -646,9 +738,10 @@ fn a_trip_opens_the_breaker_and_the_annotation_or_a_spec_edit_closes_it() {
         "the new leader serves",
         || snapshot(&op2.sync).is_some(),
     );
-    assert!(
-        in_snapshot(&snapshot(&op2.sync).unwrap(), &uid).is_none(),
-        "a persisted open breaker keeps the hook out after a leader change"
+    assert_eq!(
+        open_breakers(&snapshot(&op2.sync).unwrap(), &uid).map(|b| b.len()),
+        Some(1),
+        "a persisted open breaker stays open after a leader change"
     );
 
     // The reset annotation closes it; nothing writes spec.
@@ -664,11 +757,11 @@ fn a_trip_opens_the_breaker_and_the_annotation_or_a_spec_edit_closes_it() {
     wait(
         &[&op2.proc],
         Duration::from_secs(15),
-        "back in the snapshot",
+        "served with no open breaker",
         || {
             snapshot(&op2.sync)
                 .and_then(|s| in_snapshot(&s, &uid))
-                .is_some_and(|h| h["resetToken"] == "r1")
+                .is_some_and(|h| h["resetToken"] == "r1" && h.get("openBreakers").is_none())
         },
     );
     wait(
@@ -682,6 +775,7 @@ fn a_trip_opens_the_breaker_and_the_annotation_or_a_spec_edit_closes_it() {
     );
     let hook = get_hook(cp, &ns, name);
     assert_eq!(hook["status"]["breaker"]["state"], "Closed", "{hook}");
+    assert!(hook["status"]["breaker"].get("open").is_none(), "{hook}");
     assert!(
         condition(&hook, "CircuitOpen").unwrap()["message"]
             .as_str()
@@ -729,7 +823,10 @@ fn a_trip_opens_the_breaker_and_the_annotation_or_a_spec_edit_closes_it() {
     let hook = get_hook(cp, &ns, name);
     assert_eq!(hook["status"]["breaker"]["resetAnnotation"], "r1");
     assert_eq!(hook["status"]["breaker"]["dispatcher"], "disp-3");
-    assert!(in_snapshot(&snapshot(&op2.sync).unwrap(), &uid).is_none());
+    assert_eq!(
+        open_breakers(&snapshot(&op2.sync).unwrap(), &uid).map(|b| b.len()),
+        Some(1)
+    );
 
     // A spec edit closes it too.
     cp.apply_yaml(&hook_yaml(&ns, name, "  priority: 7\n"));
