@@ -589,7 +589,8 @@ fn bookkeeping(full: bool) {
     let run = |hook: &agenthooks_dispatcher::hookset::LoadedHook| {
         let ms = unix_ms_now();
         hook.counters.record(Outcome::Allow, ms);
-        hook.breaker.record_at(Outcome::Allow, Instant::now(), ms);
+        let a = hook.breaker.admit("acme", ms as i64);
+        hook.breaker.record("acme", a, Outcome::Allow, ms as i64);
     };
     let counters_only = {
         let t = Instant::now();

@@ -643,7 +643,9 @@ fn a_trip_opens_one_tenants_breaker_a_probe_closes_it_and_the_annotation_or_a_sp
             events(cp, &ns, name).iter().any(|e| {
                 e["reason"] == "CircuitOpen"
                     && e["type"] == "Warning"
-                    && e["message"].as_str().is_some_and(|n| n.contains("tenant-a"))
+                    && e["message"]
+                        .as_str()
+                        .is_some_and(|n| n.contains("tenant-a"))
             })
         },
     );
