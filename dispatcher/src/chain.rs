@@ -8,15 +8,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agenthooks_crds::agenthook::OnTimeout;
 use bytes::Bytes;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::audit::sink::RunRecord;
-use crate::event::{Event, MAX_LOOP_DEPTH};
+use crate::decision::chain::{self as rules, Depth, HookRule, Ran, Slot, Step};
+use crate::event::Event;
 use crate::handlers::Outcome;
-use crate::hookset::HookSet;
+use crate::hookset::{HookSet, LoadedHook};
+use crate::observer::{Live, RunObserver};
 use crate::runner::{Engine, HookRun, LazyScope, filters_match, run_hook, run_matched};
 
 /// `allow` or `block`: the answer to the agent runtime.
@@ -52,7 +52,8 @@ pub struct Decision {
 }
 
 impl Decision {
-    fn allow(event_id: &str) -> Decision {
+    /// `allow`, no hook run yet.
+    pub fn allow(event_id: &str) -> Decision {
         Decision {
             event_id: event_id.to_string(),
             decision: Verdict::Allow,
@@ -65,33 +66,44 @@ impl Decision {
     }
 }
 
-/// Reason of a block for sub-agent depth over [`MAX_LOOP_DEPTH`] (CONTRACT §1.4).
-pub const LOOP_DEPTH_EXCEEDED: &str = "LoopDepthExceeded";
-/// Reason of a block when the chain budget runs out (CONTRACT §4.3).
-pub const CHAIN_BUDGET_EXCEEDED: &str = "ChainBudgetExceeded";
-
-/// Depth rule of CONTRACT §1.4; logs and counts. `true` when no hook may run.
-fn depth_exceeded(engine: &Engine, event: &Event) -> bool {
-    if event.depth > MAX_LOOP_DEPTH {
-        engine.metrics.loop_depth_exceeded.inc();
-        tracing::warn!(
-            target: "security.hook.loop_depth_exceeded",
-            depth = event.depth, max = MAX_LOOP_DEPTH, event = %event.event, session_id = %event.session_id,
-            "security.hook.loop_depth_exceeded"
-        );
-        return true;
-    }
-    false
-}
+pub use crate::decision::chain::{CHAIN_BUDGET_EXCEEDED, LOOP_DEPTH_EXCEEDED};
 
 /// Decides a blocking event (CONTRACT §4). `event.event` should be blocking; a
 /// non-blocking event passed here is run the same way, which `check` uses to show
 /// every hook's outcome.
-pub async fn decide(engine: &Engine, set: &HookSet, mut event: Event) -> Decision {
+pub async fn decide(engine: &Engine, set: &HookSet, event: Event) -> Decision {
+    // The agent id is held by the resolver while the event may be rewritten.
+    let agent = event.agent_id.clone();
+    let hooks = set.resolve(event.event, &event.tenant_id, &agent);
+    drive(engine, &Live(engine), hooks, event, Filters::Apply).await
+}
+
+/// Whether the driver applies each hook's `matcher` and `ifExpr`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Filters {
+    /// As dispatch does: a hook whose filters do not select the event is skipped, a CEL
+    /// error is the hook's `error`.
+    Apply,
+    /// Run every hook given (a forced dry run).
+    Skip,
+}
+
+/// The one driver of the blocking chain (CONTRACT §4): runs `hooks` in order on `event`
+/// under the pure rules of [`crate::decision::chain`], awaiting each handler, and hands
+/// every run to `observer`. Dispatch ([`decide`]) and the dry run
+/// ([`crate::dry_run::dry_run`]) are this function with different observers.
+pub async fn drive<'h, O: RunObserver>(
+    engine: &Engine,
+    observer: &O,
+    hooks: impl IntoIterator<Item = &'h Arc<LoadedHook>>,
+    mut event: Event,
+    filters: Filters,
+) -> Decision {
     let started = Instant::now();
     let mut decision = Decision::allow(&event.event_id);
-    if depth_exceeded(engine, &event) {
-        if event.event.is_blocking() {
+    if let Depth::Exceeded { blocks } = rules::depth(&event) {
+        observer.depth_exceeded(&event);
+        if blocks {
             decision.decision = Verdict::Block;
             decision.reason = Some(LOOP_DEPTH_EXCEEDED.into());
         }
@@ -102,96 +114,89 @@ pub async fn decide(engine: &Engine, set: &HookSet, mut event: Event) -> Decisio
     let mut event_json: Option<Bytes> = None;
     let mut scope = LazyScope::default();
     let mut contexts: Vec<String> = Vec::new();
-    // The agent id is held by the resolver while the event may be rewritten.
-    let agent = event.agent_id.clone();
-    for hook in set.resolve(event.event, &event.tenant_id, &agent) {
+    for hook in hooks {
         // Filters first: a hook that does not match costs no clock read and no I/O.
-        let filter = match filters_match(hook, &event, &mut scope) {
-            Ok(false) => continue,
-            Ok(true) => Ok(()),
-            Err(e) => Err(e),
+        let filter = match filters {
+            Filters::Skip => Ok(()),
+            Filters::Apply => match filters_match(hook, &event, &mut scope) {
+                Ok(false) => continue,
+                Ok(true) => Ok(()),
+                Err(e) => Err(e),
+            },
         };
-        let now = Instant::now();
-        let left = deadline.saturating_duration_since(now);
-        if left.is_zero() {
-            decision.decision = Verdict::Block;
-            decision.reason = Some(CHAIN_BUDGET_EXCEEDED.into());
-            decision.deciding_hook = Some(hook.key.clone());
-            // The hook that found no budget left is listed, so the response names it.
-            decision.hooks.push(HookRun {
-                hook: hook.key.clone(),
-                handler: hook.spec.handler.type_.as_str(),
-                decision: Outcome::Timeout,
-                duration_ms: 0.0,
-                reason: Some(CHAIN_BUDGET_EXCEEDED.into()),
-                error_kind: Some("chain_budget"),
-                mutation_denied: false,
-                prompt: None,
-                result: None,
-            });
-            // And it gets its audit row (decision `timeout`), as the response lists it.
-            if engine.audit.is_enabled() {
-                let json = event_json.get_or_insert_with(|| {
-                    Bytes::from(serde_json::to_vec(&event).expect("an event serializes"))
-                });
-                engine.audit.record(RunRecord::not_run(
-                    hook,
-                    &event,
-                    json,
-                    Outcome::Timeout,
-                    "ChainBudgetExceeded: the chain budget was spent before this hook could run",
-                ));
-            }
-            break;
-        }
         let own = Duration::from_millis(hook.compiled.timeout_ms);
-        let cut_by_budget = left < own;
-        let timeout = own.min(left);
         let json = event_json.get_or_insert_with(|| {
             Bytes::from(serde_json::to_vec(&event).expect("an event serializes"))
         });
-        let mut run = run_matched(engine, hook, &event, json, timeout, filter).await;
-        let result = run.result.take().expect("run_matched fills result");
-        let stop = match run.decision {
-            Outcome::Allow => false,
-            Outcome::Block | Outcome::Error => true,
-            Outcome::Timeout if cut_by_budget => {
-                run.reason = Some(CHAIN_BUDGET_EXCEEDED.into());
-                true
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (timeout, cut_by_budget) = match rules::slot(left, own) {
+            Slot::Run {
+                timeout,
+                cut_by_budget,
+            } => (timeout, cut_by_budget),
+            Slot::Spent => {
+                decision.decision = Verdict::Block;
+                decision.reason = Some(CHAIN_BUDGET_EXCEEDED.into());
+                decision.deciding_hook = Some(hook.key.clone());
+                // The hook that found no budget left is listed, so the response names it,
+                // and it gets its audit row (decision `timeout`).
+                decision.hooks.push(HookRun {
+                    hook: hook.key.clone(),
+                    handler: hook.spec.handler.type_.as_str(),
+                    decision: Outcome::Timeout,
+                    duration_ms: 0.0,
+                    reason: Some(CHAIN_BUDGET_EXCEEDED.into()),
+                    error_kind: Some("chain_budget"),
+                    mutation_denied: false,
+                    prompt: None,
+                    result: None,
+                });
+                observer.not_run(hook, &event, json, CHAIN_BUDGET_EXCEEDED);
+                break;
             }
-            Outcome::Timeout => hook.compiled.on_timeout == OnTimeout::Block,
         };
-        if stop {
-            decision.decision = Verdict::Block;
-            decision.reason = run
-                .reason
-                .clone()
-                .or_else(|| Some(format!("blocked by {}", hook.key)));
-            decision.deciding_hook = Some(hook.key.clone());
-            decision.hooks.push(run);
-            break;
-        }
-        if run.decision == Outcome::Allow {
-            if let Some(ctx) = result.additional_context.filter(|c| !c.is_empty()) {
-                contexts.push(ctx);
+        let mut run = run_matched(engine, observer, hook, &event, json, timeout, filter).await;
+        let result = run.result.take().expect("run_matched fills result");
+        let rule = HookRule {
+            key: &hook.key,
+            master: hook.compiled.master,
+            on_timeout: hook.compiled.on_timeout,
+        };
+        let ran = Ran {
+            outcome: result.outcome,
+            reason: result.reason.as_deref(),
+            cut_by_budget,
+            additional_context: result.additional_context.clone(),
+            updated_input: result.updated_input.clone(),
+        };
+        let step = rules::step(&rule, ran, &event);
+        run.result = Some(result);
+        match step {
+            Step::Block {
+                reason,
+                budget_spent,
+            } => {
+                if budget_spent {
+                    run.reason = Some(CHAIN_BUDGET_EXCEEDED.into());
+                }
+                decision.decision = Verdict::Block;
+                decision.reason = Some(reason);
+                decision.deciding_hook = Some(hook.key.clone());
+                decision.hooks.push(run);
+                break;
             }
-            if let Some(new_input) = result.updated_input {
-                if !hook.compiled.master {
-                    // CONTRACT §4.5: only master-namespace hooks may rewrite input.
+            Step::Continue {
+                context,
+                rewrite,
+                mutation_denied,
+            } => {
+                contexts.extend(context);
+                if mutation_denied {
                     run.mutation_denied = true;
-                    engine.metrics.mutation_denied.inc();
-                    tracing::warn!(target: "hooks.mutation_denied", hook = %hook.key, event_id = %event.event_id, "hooks.mutation_denied");
-                } else if new_input.is_object() {
-                    let previous = std::mem::replace(&mut event.tool_input, new_input);
-                    if let Err(e) = event.check() {
-                        // A rewrite over the caps is refused like any oversized input.
-                        event.tool_input = previous;
-                        decision.decision = Verdict::Block;
-                        decision.reason = Some(format!("updatedInput refused: {e}"));
-                        decision.deciding_hook = Some(hook.key.clone());
-                        decision.hooks.push(run);
-                        break;
-                    }
+                    observer.mutation_denied(hook, &event);
+                }
+                if let Some(new_input) = rewrite {
+                    event.tool_input = new_input;
                     decision.updated_input = Some(event.tool_input.clone());
                     event_json = None;
                     scope.reset();
@@ -200,12 +205,10 @@ pub async fn decide(engine: &Engine, set: &HookSet, mut event: Event) -> Decisio
         }
         decision.hooks.push(run);
     }
-    if decision.decision == Verdict::Allow && !contexts.is_empty() {
-        decision.additional_context = Some(contexts.join("\n\n"));
+    if decision.decision == Verdict::Allow {
+        decision.additional_context = rules::joined_contexts(&contexts);
     }
-    engine
-        .metrics
-        .record_decision(event.event, started.elapsed());
+    observer.decided(&event, started.elapsed());
     decision
 }
 
@@ -214,7 +217,8 @@ pub async fn decide(engine: &Engine, set: &HookSet, mut event: Event) -> Decisio
 /// Returns the `allow` decision and the number of hook runs started.
 pub fn observe(engine: &Engine, set: Arc<HookSet>, event: Event) -> (Decision, usize) {
     let decision = Decision::allow(&event.event_id);
-    if depth_exceeded(engine, &event) {
+    if let Depth::Exceeded { .. } = rules::depth(&event) {
+        Live(engine).depth_exceeded(&event);
         return (decision, 0);
     }
     let event = Arc::new(event);

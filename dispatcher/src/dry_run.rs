@@ -6,8 +6,9 @@
 //! guard and the edition rules — but it leaves nothing behind: no audit row, no span, no
 //! breaker record, no execution counter or metric, nothing sent to the operator, no
 //! tenant budget reserved or settled, no per-turn count and no decision-cache read or
-//! write (prompt hooks run through [`PromptEvaluator::evaluate_dry_run`]). It never calls
-//! [`crate::runner::run_matched`], which is where those are recorded.
+//! write (prompt hooks run through [`PromptEvaluator::evaluate_dry_run`]). It runs the
+//! hook through dispatch's own driver ([`crate::chain::drive`]) with the observer that
+//! records nothing ([`crate::observer::Dry`]), so the chain's rules cannot drift apart.
 //!
 //! A hook comes from the served set ([`crate::hookset::HookSet::get`]) or from an inline
 //! AgentHook manifest ([`inline_hook`]), validated by the one validation function of the
@@ -16,24 +17,22 @@
 //!
 //! [`PromptEvaluator::evaluate_dry_run`]: crate::handlers::prompt::PromptEvaluator::evaluate_dry_run
 
-use std::time::{Duration, Instant};
-
-use agenthooks_crds::agenthook::{AgentHookSpec, HandlerType, OnTimeout};
+use agenthooks_crds::agenthook::AgentHookSpec;
 use agenthooks_crds::expr::EvalScope;
 use agenthooks_crds::sealed::SealKey;
 use agenthooks_crds::snapshot::{SealedHeader, SnapshotHook};
 use agenthooks_crds::tenancy::namespace_tenant;
 use agenthooks_crds::{Edition, GROUP, VERSION};
-use bytes::Bytes;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::chain::{LOOP_DEPTH_EXCEEDED, Verdict};
+use crate::chain::{Decision, Filters, LOOP_DEPTH_EXCEEDED, Verdict, drive};
 use crate::event::{Event, MAX_LOOP_DEPTH};
+use crate::handlers::Outcome;
 use crate::handlers::prompt::PromptMetadata;
-use crate::handlers::{HandlerResult, Outcome};
 use crate::hookset::{HookSet, LoadedHook};
-use crate::runner::{Engine, guarded, run_handler};
+use crate::observer::Dry;
+use crate::runner::Engine;
 
 /// Options of one dry run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -111,7 +110,7 @@ pub struct DryRunReport {
 /// Runs `hook` on `event` as a dry run (see the module docs).
 pub async fn dry_run(
     engine: &Engine,
-    hook: &LoadedHook,
+    hook: &std::sync::Arc<LoadedHook>,
     event: &Event,
     options: DryRunOptions,
 ) -> DryRunReport {
@@ -192,25 +191,15 @@ pub async fn dry_run(
         }
         return report;
     }
-    // A filter error is the hook's outcome without a run (as `run_matched` does), unless
-    // forced.
-    let cel_error = match cel {
-        Some(Err(e)) if !options.force => Some(e),
-        _ => None,
+    // The same driver as dispatch, with the observer that records nothing: the chain's
+    // rules (stop, onTimeout, rewrite caps, the chain budget) are dispatch's own.
+    let filters = if options.force {
+        Filters::Skip
+    } else {
+        Filters::Apply
     };
-    let started = Instant::now();
-    let result = match cel_error {
-        Some(e) => HandlerResult::error("cel_eval", e),
-        None => {
-            let json = Bytes::from(serde_json::to_vec(event).expect("an event serializes"));
-            let timeout = Duration::from_millis(hook.compiled.timeout_ms);
-            let r = run_handler_dry(engine, hook, event, &json, timeout).await;
-            report.ran = true;
-            r
-        }
-    };
-    report.duration_ms = (started.elapsed().as_secs_f64() * 1_000_000.0).round() / 1000.0;
-    fill_result(&mut report, hook, event, result, blocking);
+    let decision = drive(engine, &Dry, std::iter::once(hook), event.clone(), filters).await;
+    fill_result(&mut report, event, decision, blocking);
     report
 }
 
@@ -232,80 +221,46 @@ fn scope_miss(hook: &LoadedHook, event: &Event) -> String {
     )
 }
 
-/// The handler alone, as [`run_handler`] runs it, except that a prompt hook goes through
-/// the evaluator's dry-run mode. Command and http handlers record nothing themselves.
-async fn run_handler_dry(
-    engine: &Engine,
-    hook: &LoadedHook,
-    event: &Event,
-    event_json: &Bytes,
-    timeout: Duration,
-) -> HandlerResult {
-    let prompt = match (hook.spec.handler.type_, &hook.spec.handler.prompt) {
-        (HandlerType::Prompt, Some(p)) => p,
-        _ => return run_handler(engine, hook, event, event_json, timeout).await,
+/// Copies what the driver decided for the one hook into the report.
+fn fill_result(report: &mut DryRunReport, event: &Event, decision: Decision, blocking: bool) {
+    let Some(mut run) = decision.hooks.into_iter().next() else {
+        // Nothing ran (the depth rule with `force`).
+        report.verdict = if blocking {
+            decision.decision
+        } else {
+            Verdict::Allow
+        };
+        report.reason = decision.reason;
+        return;
     };
-    guarded(
-        engine.prompt.evaluate_dry_run(hook, prompt, event, timeout),
-        timeout,
-    )
-    .await
-}
-
-/// Copies the handler's result into the report and applies the chain's rules for one
-/// hook (CONTRACT §4.4–4.5).
-fn fill_result(
-    report: &mut DryRunReport,
-    hook: &LoadedHook,
-    event: &Event,
-    result: HandlerResult,
-    blocking: bool,
-) {
-    let stops = match result.outcome {
-        Outcome::Allow => false,
-        Outcome::Block | Outcome::Error => true,
-        Outcome::Timeout => hook.compiled.on_timeout == OnTimeout::Block,
-    };
-    report.decision = Some(result.outcome);
-    report.reason = result.reason.clone();
-    report.error_kind = result.error_kind;
-    if matches!(result.outcome, Outcome::Error | Outcome::Timeout) {
-        report.error = result.reason.clone();
+    let result = run.result.take();
+    report.ran = result.is_some() && run.error_kind != Some("cel_eval");
+    report.decision = Some(run.decision);
+    report.duration_ms = run.duration_ms;
+    report.error_kind = run.error_kind;
+    report.mutation_denied = run.mutation_denied;
+    if matches!(run.decision, Outcome::Error | Outcome::Timeout) {
+        report.error = run.reason.clone();
     }
+    report.reason = decision.reason.or(run.reason);
+    report.verdict = if blocking {
+        decision.decision
+    } else {
+        Verdict::Allow
+    };
+    let Some(result) = result else { return };
     report.stdout = result.metadata.stdout;
     report.stderr = result.metadata.stderr;
     report.status_code = result.metadata.http_status;
     report.prompt = result.metadata.prompt;
     report.additional_context = result.additional_context;
-    let mut verdict = if stops {
-        Verdict::Block
-    } else {
-        Verdict::Allow
-    };
     if let Some(new_input) = result.updated_input {
         report.diff = Some(
             serde_json::to_value(json_patch::diff(&event.tool_input, &new_input))
                 .unwrap_or(Value::Null),
         );
-        if result.outcome == Outcome::Allow {
-            if !hook.compiled.master {
-                report.mutation_denied = true;
-            } else if new_input.is_object() {
-                // A rewrite over the caps is refused like any oversized input.
-                let mut rewritten = event.clone();
-                rewritten.tool_input = new_input.clone();
-                if let Err(e) = rewritten.check() {
-                    verdict = Verdict::Block;
-                    report.reason = Some(format!("updatedInput refused: {e}"));
-                }
-            }
-        }
         report.updated_input = Some(new_input);
     }
-    if verdict == Verdict::Block && report.reason.is_none() {
-        report.reason = Some(format!("blocked by {}", hook.key));
-    }
-    report.verdict = if blocking { verdict } else { Verdict::Allow };
 }
 
 /// Where an inline spec is validated: this dispatcher's master namespace and edition,

@@ -4,7 +4,10 @@
 //! - [`hookset`]: hooks compiled once per version, indexed for resolution (CONTRACT §3).
 //! - [`manifests`]: AgentHook YAML for standalone mode and `check`.
 //! - [`breaker`]: the per-hook circuit breaker (CONTRACT §6.1).
-//! - [`chain`]: the blocking chain and the non-blocking path (CONTRACT §4).
+//! - [`decision`]: the chain's rules, pure: depth, chain budget, stop, contexts, rewrites.
+//! - [`chain`]: the one driver of the blocking chain, and the non-blocking path (CONTRACT §4).
+//! - [`observer`]: the one seam where a run has effects (breaker, counters, metrics, span,
+//!   audit); dispatch and dry runs differ only there.
 //! - [`runner`]: one hook run: filters, then its handler, under its timeout.
 //! - [`dry_run`]: one hook on a sample event, leaving nothing behind (`POST /v1/test`).
 //! - [`handlers`]: command, http and prompt handlers, SSRF guard (CONTRACT §5).
@@ -22,12 +25,14 @@ pub mod audit;
 pub mod breaker;
 pub mod budget;
 pub mod chain;
+pub mod decision;
 pub mod dry_run;
 pub mod event;
 pub mod handlers;
 pub mod hookset;
 pub mod manifests;
 pub mod metrics;
+pub mod observer;
 pub mod operator_urls;
 pub mod report;
 pub mod runner;

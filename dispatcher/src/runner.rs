@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 use agenthooks_crds::Edition;
 use agenthooks_crds::agenthook::HandlerType;
 use agenthooks_crds::expr::EvalScope;
-use agenthooks_crds::rules::breaker::{Admission, Transition};
+use agenthooks_crds::rules::breaker::Admission;
 use agenthooks_crds::sealed::SealKey;
 use bytes::Bytes;
 use futures::FutureExt;
 use serde::Serialize;
 
-use crate::audit::sink::{AuditSink, RunRecord};
+use crate::audit::sink::AuditSink;
 use crate::budget::Budgets;
 use crate::event::Event;
 use crate::handlers::http::HttpCaller;
@@ -22,7 +22,7 @@ use crate::handlers::prompt::{PromptEvaluator, PromptMetadata};
 use crate::handlers::{HandlerResult, Outcome, command};
 use crate::hookset::{LoadedHook, open_headers};
 use crate::metrics::Metrics;
-use crate::report::counters::unix_ms_now;
+use crate::observer::{Live, RunObserver};
 use crate::report::outbox::Outbox;
 use crate::telemetry::Telemetry;
 
@@ -211,63 +211,33 @@ pub(crate) async fn guarded(
 }
 
 /// Runs a hook whose filters were evaluated (`filter` is `Err` for a CEL error, which is
-/// the hook's outcome without running it) and records metrics.
-pub async fn run_matched(
+/// the hook's outcome without running it) under `observer`, which admits the run (the
+/// breaker, CONTRACT §6) and records what it left behind. Dispatch and the dry run both
+/// come here ([`crate::observer`]).
+pub async fn run_matched<O: RunObserver>(
     engine: &Engine,
+    observer: &O,
     hook: &Arc<LoadedHook>,
     event: &Event,
     event_json: &Bytes,
     timeout: Duration,
     filter: Result<(), String>,
 ) -> HookRun {
-    // `hook.<handler>.<event>`, child of the caller's span (CONTRACT §8.1).
-    let span = engine.telemetry.hook_span(hook, event);
+    let (admission, run) = observer.start(hook, event, filter.is_ok());
     let started = Instant::now();
-    let cel_failed = filter.is_err();
-    let tenant = event.tenant_id.as_str();
-    // The hook's breaker for this tenant (CONTRACT §6): a CEL error is the event's, not the
-    // handler's, so it neither asks nor counts.
-    let admission = match filter {
-        Ok(()) => Some(hook.breaker.admit(tenant, unix_ms_now() as i64)),
-        Err(_) => None,
-    };
     let result = match (filter, admission) {
         (Err(e), _) => HandlerResult::error("cel_eval", e),
         (Ok(()), Some(Admission::Refuse { fail_closed, .. })) => {
             HandlerResult::circuit_open(fail_closed)
         }
+        (Ok(()), _) if O::DRY => run_handler_dry(engine, hook, event, event_json, timeout).await,
         (Ok(()), _) => run_handler(engine, hook, event, event_json, timeout).await,
     };
     let elapsed = started.elapsed();
-    let handler = hook.spec.handler.type_;
-    let unix_ms = unix_ms_now();
-    hook.counters.record(result.outcome, unix_ms);
-    if let Some(admission) = admission {
-        observe_breaker(engine, hook, tenant, admission, result.outcome, unix_ms);
-    }
-    engine.metrics.record_run(
-        result.outcome,
-        handler,
-        event.event,
-        elapsed,
-        result.error_kind,
-    );
-    tracing::debug!(
-        hook = %hook.key, handler = handler.as_str(), event = %event.event, decision = result.outcome.as_str(),
-        duration_ms = elapsed.as_secs_f64() * 1000.0, "hook.{}.{}", handler.as_str(), event.event
-    );
-    if engine.audit.is_enabled() {
-        // Moves and refcounts only; the row is built by the audit writer. The span's
-        // trace id is the row's `metadata.trace_id` (CONTRACT §7.5).
-        engine.audit.record(RunRecord {
-            trace_id: span.trace_id_hex(),
-            ..RunRecord::of_run(hook, event, event_json, &result, elapsed, cel_failed)
-        });
-    }
-    span.end(result.outcome, elapsed, result.error_kind);
+    observer.finish(run, hook, event, event_json, admission, &result, elapsed);
     HookRun {
         hook: hook.key.clone(),
-        handler: handler.as_str(),
+        handler: hook.spec.handler.type_.as_str(),
         decision: result.outcome,
         duration_ms: (elapsed.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0,
         reason: result.reason.clone(),
@@ -283,46 +253,29 @@ pub async fn run_matched(
     }
 }
 
-/// Hands one handler run to the hook's breaker for `tenant` and reports what changed
-/// (CONTRACT §6.5): a trip and a probe's close go to the operator at once (it publishes them
-/// to every dispatcher), a changed run of faults soon (its merged window).
-fn observe_breaker(
+/// The handler alone, as [`run_handler`] runs it, except that a prompt hook goes through
+/// the evaluator's dry-run mode (no budget, cache or per-turn count). Command and http
+/// handlers record nothing themselves.
+async fn run_handler_dry(
     engine: &Engine,
     hook: &LoadedHook,
-    tenant: &str,
-    admission: Admission,
-    outcome: Outcome,
-    unix_ms: u64,
-) {
-    let recorded = hook
-        .breaker
-        .record(tenant, admission, outcome, unix_ms as i64);
-    match &recorded.transition {
-        Transition::None => {}
-        Transition::RunChanged | Transition::Reopened { .. } => engine.outbox.run_changed(),
-        Transition::Tripped(trip) => {
-            engine.metrics.breaker_trips.inc();
-            engine.outbox.trip(hook, tenant, trip);
-            tracing::warn!(
-                target: "security.hook.circuit_breaker",
-                hook = %hook.key, uid = %hook.uid, generation = hook.generation, tenant, state = "open",
-                fail_closed = trip.fail_closed, reason = %trip.reason(),
-                "security.hook.circuit_breaker"
-            );
-        }
-        Transition::Closed { since } => {
-            engine.metrics.breaker_closes.inc();
-            engine.outbox.close(hook, tenant, *since, unix_ms as i64);
-            tracing::info!(
-                target: "security.hook.circuit_breaker",
-                hook = %hook.key, uid = %hook.uid, generation = hook.generation, tenant, state = "closed",
-                opened_at_ms = since, "security.hook.circuit_breaker: a probe answered; breaker closed"
-            );
-        }
-    }
+    event: &Event,
+    event_json: &Bytes,
+    timeout: Duration,
+) -> HandlerResult {
+    let prompt = match (hook.spec.handler.type_, &hook.spec.handler.prompt) {
+        (HandlerType::Prompt, Some(p)) => p,
+        _ => return run_handler(engine, hook, event, event_json, timeout).await,
+    };
+    guarded(
+        engine.prompt.evaluate_dry_run(hook, prompt, event, timeout),
+        timeout,
+    )
+    .await
 }
 
-/// Filters, then (when they select the event) [`run_matched`]. `None` when skipped.
+/// Filters, then (when they select the event) [`run_matched`] under the live observer.
+/// `None` when skipped. The non-blocking path.
 pub async fn run_hook(
     engine: &Engine,
     hook: &Arc<LoadedHook>,
@@ -336,7 +289,18 @@ pub async fn run_hook(
         Ok(true) => Ok(()),
         Err(e) => Err(e),
     };
-    Some(run_matched(engine, hook, event, event_json, timeout, filter).await)
+    Some(
+        run_matched(
+            engine,
+            &Live(engine),
+            hook,
+            event,
+            event_json,
+            timeout,
+            filter,
+        )
+        .await,
+    )
 }
 
 #[cfg(test)]

@@ -56,6 +56,8 @@ fn stack() -> &'static Stack {
                 unique_name("agenthooks-operator"),
                 "--dispatcher-ttl-seconds".into(),
                 "10".into(),
+                // The flow's hooks are command hooks in a tenant namespace (CONTRACT §10.1).
+                "--allow-tenant-command-hooks".into(),
             ],
             &[("KUBECONFIG", &kubeconfig)],
             &logs,
@@ -188,8 +190,8 @@ fn generation(cp: &ControlPlane, ns: &str, name: &str) -> i64 {
         .unwrap()
 }
 
-// Waiting polls GET /v1/hooks, not decisions: five blocks a minute would trip the hook's
-// circuit breaker (CONTRACT §6.1). Each phase then sends one decision per dispatcher.
+// Waiting polls GET /v1/hooks, not decisions. Each phase then sends one decision per
+// dispatcher.
 #[test]
 fn apply_reaches_both_dispatchers_then_edit_and_delete() {
     let s = stack();

@@ -341,3 +341,130 @@ fn the_namespace_tenant_comes_from_the_served_hooks() {
     let e = inline_hook(&manifest("team-b", "true", json!({"tenant": "acme"})), &ctx).unwrap_err();
     assert_eq!(e.0[0].reason, "TenantMismatch");
 }
+
+/// One table of single-hook cases through dispatch (the driver with the live observer) and
+/// the dry run (the same driver, recording nothing): they must agree on the verdict, the
+/// reason, the hook's outcome and kind, and the rewrite (issue 10 point 7).
+#[tokio::test]
+async fn dispatch_and_the_dry_run_agree_on_every_case() {
+    use crate::chain::{Filters, drive};
+    use crate::observer::Live;
+    let big = "x".repeat(crate::event::MAX_TOOL_INPUT_BYTES + 1);
+    let over_caps = format!(r#"echo '{{"updatedInput": {{"command": "{big}"}}}}'"#);
+    let cases: Vec<(&str, Value, Value, u64)> = vec![
+        ("exit 0", json!({}), json!({}), 10_000),
+        ("echo no >&2; exit 2", json!({}), json!({}), 10_000),
+        ("exit 1", json!({}), json!({}), 10_000),
+        ("echo '{\"continue\": false}'", json!({}), json!({}), 10_000),
+        (
+            "echo '{\"additionalContext\": \"careful\"}'",
+            json!({}),
+            json!({}),
+            10_000,
+        ),
+        ("sleep 2", json!({"timeoutMs": 100}), json!({}), 10_000),
+        (
+            "sleep 2",
+            json!({"timeoutMs": 100, "onTimeout": "allow"}),
+            json!({}),
+            10_000,
+        ),
+        // the chain budget cuts the hook's own timeout: dispatch and dry run alike
+        (
+            "sleep 2",
+            json!({"timeoutMs": 5000, "onTimeout": "allow"}),
+            json!({}),
+            150,
+        ),
+        (REWRITE, json!({}), json!({}), 10_000),
+        (REWRITE, json!({"scope": "global"}), json!({}), 10_000),
+        (&over_caps, json!({"scope": "global"}), json!({}), 10_000),
+        (
+            "exit 0",
+            json!({"ifExpr": "int(tool_input.command) > 0"}),
+            json!({}),
+            10_000,
+        ),
+        (
+            "exit 2",
+            json!({}),
+            json!({"event": "post_tool_use"}),
+            10_000,
+        ),
+    ];
+    for (command, extra, sample, budget_ms) in cases {
+        let mut e = engine(Edition::Lite);
+        e.chain_budget = std::time::Duration::from_millis(budget_ms);
+        let ns = if extra.get("scope").is_some() {
+            MASTER
+        } else {
+            "tenant-a"
+        };
+        let mut extra = extra;
+        if sample.get("event").is_some() {
+            extra["event"] = sample["event"].clone();
+        }
+        let h = build(&manifest(ns, command, extra.clone()), Edition::Lite).unwrap();
+        let ev = event(sample.clone());
+        let blocking = ev.event.is_blocking();
+        let live = drive(
+            &e,
+            &Live(&e),
+            std::iter::once(&h),
+            ev.clone(),
+            Filters::Apply,
+        )
+        .await;
+        let dry = dry_run(&e, &h, &ev, DryRunOptions::default()).await;
+        let run = &live.hooks[0];
+        let live_verdict = if blocking {
+            live.decision
+        } else {
+            Verdict::Allow
+        };
+        let case = format!("{command} {extra} {sample}");
+        assert_eq!(dry.verdict, live_verdict, "verdict: {case}");
+        assert_eq!(
+            dry.reason.as_deref(),
+            live.reason.as_deref().or(run.reason.as_deref()),
+            "reason: {case}"
+        );
+        assert_eq!(dry.decision, Some(run.decision), "outcome: {case}");
+        assert_eq!(dry.error_kind, run.error_kind, "kind: {case}");
+        assert_eq!(dry.mutation_denied, run.mutation_denied, "denied: {case}");
+        if blocking && live.decision == Verdict::Allow {
+            assert_eq!(
+                dry.additional_context, live.additional_context,
+                "context: {case}"
+            );
+            if live.updated_input.is_some() {
+                assert_eq!(dry.updated_input, live.updated_input, "rewrite: {case}");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_dry_run_knows_the_chain_budget() {
+    // Missing before the one driver: a hook cut short by the chain budget.
+    let mut e = engine(Edition::Lite);
+    e.chain_budget = std::time::Duration::from_millis(100);
+    let h = build(
+        &manifest(
+            "tenant-a",
+            "sleep 2",
+            json!({"timeoutMs": 5000, "onTimeout": "allow"}),
+        ),
+        Edition::Lite,
+    )
+    .unwrap();
+    let r = dry_run(&e, &h, &event(json!({})), DryRunOptions::default()).await;
+    assert_eq!(
+        (r.verdict, r.reason.as_deref(), r.decision),
+        (
+            Verdict::Block,
+            Some(crate::chain::CHAIN_BUDGET_EXCEEDED),
+            Some(Outcome::Timeout)
+        )
+    );
+}

@@ -1,0 +1,172 @@
+//! The blocking chain's rules (CONTRACT §1.4, §4.1–4.5), pure.
+//!
+//! - [`depth`]: `depth > 3` runs no hook; a blocking event gets `block`
+//!   ([`LOOP_DEPTH_EXCEEDED`]).
+//! - [`slot`]: what the next hook gets of the chain budget: its own timeout, cut to what is
+//!   left, or nothing ([`CHAIN_BUDGET_EXCEEDED`]).
+//! - [`step`]: what the chain does after one hook run: `block` stops it (so do `error`, a
+//!   `timeout` with `onTimeout: block`, and a timeout cut short by the chain budget); an
+//!   `allow` goes on, its `additionalContext` collected, its `updatedInput` taken only from
+//!   the master namespace and only within the input caps.
+
+use std::time::Duration;
+
+use agenthooks_crds::agenthook::OnTimeout;
+use serde_json::Value;
+
+use crate::event::{Event, MAX_LOOP_DEPTH};
+use crate::handlers::Outcome;
+
+/// Reason of a block for sub-agent depth over [`MAX_LOOP_DEPTH`] (CONTRACT §1.4).
+pub const LOOP_DEPTH_EXCEEDED: &str = "LoopDepthExceeded";
+/// Reason of a block when the chain budget runs out (CONTRACT §4.3).
+pub const CHAIN_BUDGET_EXCEEDED: &str = "ChainBudgetExceeded";
+
+/// What the depth rule says of an event (CONTRACT §1.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Depth {
+    /// Hooks may run.
+    Within,
+    /// No hook runs; `blocks`: the event is answered `block` (blocking events).
+    Exceeded { blocks: bool },
+}
+
+/// The depth rule: `depth > 3` runs no hook, and blocks a blocking event.
+pub fn depth(event: &Event) -> Depth {
+    if event.depth > MAX_LOOP_DEPTH {
+        Depth::Exceeded {
+            blocks: event.event.is_blocking(),
+        }
+    } else {
+        Depth::Within
+    }
+}
+
+/// What the chain budget gives the next hook (CONTRACT §4.1, §4.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slot {
+    /// Run with `timeout`: the hook's own, or what is left of the chain budget when that is
+    /// less (`cut_by_budget`).
+    Run {
+        timeout: Duration,
+        cut_by_budget: bool,
+    },
+    /// Nothing is left: the chain stops with `block` ([`CHAIN_BUDGET_EXCEEDED`]) before
+    /// this hook runs.
+    Spent,
+}
+
+/// The slot of a hook whose own timeout is `own`, with `left` of the chain budget.
+pub fn slot(left: Duration, own: Duration) -> Slot {
+    if left.is_zero() {
+        return Slot::Spent;
+    }
+    Slot::Run {
+        timeout: own.min(left),
+        cut_by_budget: left < own,
+    }
+}
+
+/// What the chain needs to know of a hook to apply its rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HookRule<'a> {
+    /// `namespace/name`, named in a block's default reason.
+    pub key: &'a str,
+    /// In the master namespace: may rewrite `tool_input` (CONTRACT §4.5).
+    pub master: bool,
+    /// `onTimeout`, resolved (CONTRACT §2.2).
+    pub on_timeout: OnTimeout,
+}
+
+/// One finished hook run, as the chain sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ran<'a> {
+    pub outcome: Outcome,
+    /// The handler's reason, if any.
+    pub reason: Option<&'a str>,
+    /// The run's timeout was cut short by the chain budget ([`Slot::Run`]).
+    pub cut_by_budget: bool,
+    pub additional_context: Option<String>,
+    pub updated_input: Option<Value>,
+}
+
+/// What the chain does after one hook run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Stop with `block`. `reason`: what the agent is told; `budget_spent`: the run was a
+    /// timeout cut short by the chain budget (its own reason becomes
+    /// [`CHAIN_BUDGET_EXCEEDED`]).
+    Block { reason: String, budget_spent: bool },
+    /// Go on to the next hook.
+    Continue {
+        /// `additionalContext` to collect (non-empty, from an `allow`).
+        context: Option<String>,
+        /// The new `tool_input`, checked against the input caps: later hooks see it and
+        /// the answer carries it.
+        rewrite: Option<Value>,
+        /// An `updatedInput` from outside the master namespace was dropped (log
+        /// `hooks.mutation_denied`, noted in the run).
+        mutation_denied: bool,
+    },
+}
+
+/// The chain's rule for one run of the hook `rule` on `event` (CONTRACT §4.3–4.5).
+pub fn step(rule: &HookRule<'_>, ran: Ran<'_>, event: &Event) -> Step {
+    let block = |reason: Option<&str>| Step::Block {
+        reason: reason
+            .map(str::to_owned)
+            .unwrap_or_else(|| format!("blocked by {}", rule.key)),
+        budget_spent: false,
+    };
+    match ran.outcome {
+        Outcome::Block | Outcome::Error => return block(ran.reason),
+        Outcome::Timeout if ran.cut_by_budget => {
+            return Step::Block {
+                reason: CHAIN_BUDGET_EXCEEDED.to_string(),
+                budget_spent: true,
+            };
+        }
+        Outcome::Timeout if rule.on_timeout == OnTimeout::Block => return block(ran.reason),
+        Outcome::Timeout => {
+            return Step::Continue {
+                context: None,
+                rewrite: None,
+                mutation_denied: false,
+            };
+        }
+        Outcome::Allow => {}
+    }
+    let context = ran.additional_context.filter(|c| !c.is_empty());
+    let (rewrite, mutation_denied) = match ran.updated_input {
+        None => (None, false),
+        Some(_) if !rule.master => (None, true),
+        Some(new_input) if new_input.is_object() => {
+            // A rewrite over the caps is refused like any oversized input.
+            let mut candidate = event.clone();
+            candidate.tool_input = new_input;
+            if let Err(e) = candidate.check() {
+                return Step::Block {
+                    reason: format!("updatedInput refused: {e}"),
+                    budget_spent: false,
+                };
+            }
+            (Some(candidate.tool_input), false)
+        }
+        // Not an object: not a tool input; ignored.
+        Some(_) => (None, false),
+    };
+    Step::Continue {
+        context,
+        rewrite,
+        mutation_denied,
+    }
+}
+
+/// The contexts of the allowing hooks, in order, joined by a blank line (CONTRACT §4.4);
+/// `None` when there are none.
+pub fn joined_contexts(contexts: &[String]) -> Option<String> {
+    (!contexts.is_empty()).then(|| contexts.join("\n\n"))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,299 @@
+//! The chain's rules, table-driven on the pure step: no process, no network, no clock.
+
+use super::*;
+use serde_json::json;
+
+fn event(v: Value) -> Event {
+    let mut base = json!({"event": "pre_tool_use", "tenant_id": "acme", "tool_name": "exec", "tool_input": {"cmd": "ls"}});
+    base.as_object_mut()
+        .unwrap()
+        .extend(v.as_object().unwrap().clone());
+    Event::parse(&serde_json::to_vec(&base).unwrap()).unwrap()
+}
+
+const TENANT: HookRule = HookRule {
+    key: "tenant-acme/h",
+    master: false,
+    on_timeout: OnTimeout::Block,
+};
+const MASTER: HookRule = HookRule {
+    key: "agenthooks-system/h",
+    master: true,
+    on_timeout: OnTimeout::Block,
+};
+const LENIENT: HookRule = HookRule {
+    key: "tenant-acme/h",
+    master: false,
+    on_timeout: OnTimeout::Allow,
+};
+
+fn ran(outcome: Outcome) -> Ran<'static> {
+    Ran {
+        outcome,
+        reason: None,
+        cut_by_budget: false,
+        additional_context: None,
+        updated_input: None,
+    }
+}
+
+fn cont(context: Option<&str>, rewrite: Option<Value>, mutation_denied: bool) -> Step {
+    Step::Continue {
+        context: context.map(str::to_owned),
+        rewrite,
+        mutation_denied,
+    }
+}
+
+fn block(reason: &str) -> Step {
+    Step::Block {
+        reason: reason.into(),
+        budget_spent: false,
+    }
+}
+
+#[test]
+fn stop_and_continue_rules() {
+    let e = event(json!({}));
+    let cases: Vec<(&str, HookRule, Ran, Step)> = vec![
+        (
+            "allow goes on",
+            TENANT,
+            ran(Outcome::Allow),
+            cont(None, None, false),
+        ),
+        (
+            "block stops, with the hook's reason",
+            TENANT,
+            Ran {
+                reason: Some("no rm"),
+                ..ran(Outcome::Block)
+            },
+            block("no rm"),
+        ),
+        (
+            "block without a reason names the hook",
+            TENANT,
+            ran(Outcome::Block),
+            block("blocked by tenant-acme/h"),
+        ),
+        (
+            "an error fails closed",
+            LENIENT,
+            Ran {
+                reason: Some("exit 1"),
+                ..ran(Outcome::Error)
+            },
+            block("exit 1"),
+        ),
+        (
+            "a timeout with onTimeout: block stops",
+            TENANT,
+            Ran {
+                reason: Some("no answer within 50 ms"),
+                ..ran(Outcome::Timeout)
+            },
+            block("no answer within 50 ms"),
+        ),
+        (
+            "a timeout with onTimeout: allow goes on",
+            LENIENT,
+            ran(Outcome::Timeout),
+            cont(None, None, false),
+        ),
+        (
+            "a timeout cut by the chain budget stops, even with onTimeout: allow",
+            LENIENT,
+            Ran {
+                cut_by_budget: true,
+                ..ran(Outcome::Timeout)
+            },
+            Step::Block {
+                reason: CHAIN_BUDGET_EXCEEDED.into(),
+                budget_spent: true,
+            },
+        ),
+        (
+            "an allow's context is collected",
+            TENANT,
+            Ran {
+                additional_context: Some("be careful".into()),
+                ..ran(Outcome::Allow)
+            },
+            cont(Some("be careful"), None, false),
+        ),
+        (
+            "an empty context is not",
+            TENANT,
+            Ran {
+                additional_context: Some(String::new()),
+                ..ran(Outcome::Allow)
+            },
+            cont(None, None, false),
+        ),
+        (
+            "a block's context is not collected",
+            TENANT,
+            Ran {
+                additional_context: Some("x".into()),
+                ..ran(Outcome::Block)
+            },
+            block("blocked by tenant-acme/h"),
+        ),
+        (
+            "a rewrite from a tenant namespace is dropped and noted",
+            TENANT,
+            Ran {
+                updated_input: Some(json!({"cmd": "rm -rf /"})),
+                ..ran(Outcome::Allow)
+            },
+            cont(None, None, true),
+        ),
+        (
+            "a rewrite from the master namespace is taken",
+            MASTER,
+            Ran {
+                updated_input: Some(json!({"cmd": "ls -l"})),
+                ..ran(Outcome::Allow)
+            },
+            cont(None, Some(json!({"cmd": "ls -l"})), false),
+        ),
+        (
+            "a rewrite that is not an object is ignored",
+            MASTER,
+            Ran {
+                updated_input: Some(json!("ls")),
+                ..ran(Outcome::Allow)
+            },
+            cont(None, None, false),
+        ),
+        (
+            "a rewrite offered with a block is not taken",
+            MASTER,
+            Ran {
+                updated_input: Some(json!({"cmd": "ls -l"})),
+                ..ran(Outcome::Block)
+            },
+            block("blocked by agenthooks-system/h"),
+        ),
+    ];
+    for (name, rule, r, want) in cases {
+        assert_eq!(step(&rule, r, &e), want, "{name}");
+    }
+}
+
+#[test]
+fn a_rewrite_over_the_input_caps_blocks() {
+    let e = event(json!({}));
+    let big = "x".repeat(crate::event::MAX_TOOL_INPUT_BYTES + 1);
+    let got = step(
+        &MASTER,
+        Ran {
+            updated_input: Some(json!({ "cmd": big })),
+            ..ran(Outcome::Allow)
+        },
+        &e,
+    );
+    match got {
+        Step::Block {
+            reason,
+            budget_spent: false,
+        } => assert!(reason.starts_with("updatedInput refused: "), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn the_chain_budget_slot() {
+    let s = Duration::from_secs;
+    assert_eq!(slot(Duration::ZERO, s(5)), Slot::Spent);
+    assert_eq!(
+        slot(s(10), s(5)),
+        Slot::Run {
+            timeout: s(5),
+            cut_by_budget: false
+        }
+    );
+    assert_eq!(
+        slot(s(5), s(5)),
+        Slot::Run {
+            timeout: s(5),
+            cut_by_budget: false
+        },
+        "exactly enough is not cut"
+    );
+    assert_eq!(
+        slot(Duration::from_millis(1500), s(5)),
+        Slot::Run {
+            timeout: Duration::from_millis(1500),
+            cut_by_budget: true
+        }
+    );
+}
+
+#[test]
+fn the_depth_rule() {
+    for (d, ev, want) in [
+        (0, "pre_tool_use", Depth::Within),
+        (3, "pre_tool_use", Depth::Within),
+        (4, "pre_tool_use", Depth::Exceeded { blocks: true }),
+        (4, "user_prompt_submit", Depth::Exceeded { blocks: true }),
+        (4, "subagent_start", Depth::Exceeded { blocks: true }),
+        (4, "post_tool_use", Depth::Exceeded { blocks: false }),
+        (9, "stop", Depth::Exceeded { blocks: false }),
+    ] {
+        assert_eq!(
+            depth(&event(json!({"depth": d, "event": ev}))),
+            want,
+            "{ev} at {d}"
+        );
+    }
+}
+
+#[test]
+fn contexts_join_in_order() {
+    assert_eq!(joined_contexts(&[]), None);
+    assert_eq!(
+        joined_contexts(&["a".into(), "b".into()]).as_deref(),
+        Some("a\n\nb")
+    );
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn outcome() -> impl Strategy<Value = Outcome> {
+        prop_oneof![
+            Just(Outcome::Allow),
+            Just(Outcome::Block),
+            Just(Outcome::Error),
+            Just(Outcome::Timeout)
+        ]
+    }
+
+    proptest! {
+        /// Over any sequence of hook outcomes, the chain ends `allow` only when every hook
+        /// that ran allowed (or timed out with `onTimeout: allow`, and not cut by the
+        /// budget); a `block` anywhere always stops it with `block`.
+        #[test]
+        fn a_block_anywhere_blocks(outcomes in proptest::collection::vec((outcome(), any::<bool>(), any::<bool>()), 0..40)) {
+            let e = event(json!({}));
+            let mut verdict_block = false;
+            let mut saw_block = false;
+            for (o, lenient, cut) in &outcomes {
+                let rule = if *lenient { LENIENT } else { TENANT };
+                saw_block |= *o == Outcome::Block;
+                let r = Ran { cut_by_budget: *cut && *o == Outcome::Timeout, ..ran(*o) };
+                if let Step::Block { .. } = step(&rule, r, &e) {
+                    verdict_block = true;
+                    break;
+                }
+                prop_assert!(matches!(o, Outcome::Allow | Outcome::Timeout));
+            }
+            if saw_block {
+                prop_assert!(verdict_block);
+            }
+        }
+    }
+}

@@ -1,0 +1,242 @@
+//! The one seam where a hook run has effects (CONVENTIONS "a pure step, one driver, one
+//! observer"): the driver ([`crate::chain`], [`crate::runner::run_matched`]) asks the
+//! observer before a handler runs and hands it every finished run; everything a run leaves
+//! behind — breaker, execution counters, reports to the operator, metrics, span, audit row,
+//! logs — happens here and nowhere else.
+//!
+//! - [`Live`]: dispatch. The breaker admits or refuses the run (CONTRACT §6) and records it;
+//!   counters, metrics, span and audit row follow.
+//! - [`Dry`]: `POST /v1/test`. The handler always runs (an open breaker is only reported),
+//!   prompt hooks run in the evaluator's dry-run mode (no budget, cache or per-turn count),
+//!   and nothing is recorded.
+//!
+//! Both are static types: the driver is monomorphized for each, so the seam costs dispatch
+//! nothing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agenthooks_crds::rules::breaker::{Admission, Transition};
+use bytes::Bytes;
+
+use crate::audit::sink::RunRecord;
+use crate::event::{Event, MAX_LOOP_DEPTH};
+use crate::handlers::{HandlerResult, Outcome};
+use crate::hookset::LoadedHook;
+use crate::report::counters::unix_ms_now;
+use crate::runner::Engine;
+use crate::telemetry::span::HookSpan;
+
+/// What a driver tells about the runs it drives.
+pub trait RunObserver {
+    /// What is kept from the start of a run to its end (the span).
+    type Run;
+    /// True for a dry run: prompt handlers run in dry-run mode.
+    const DRY: bool;
+
+    /// A hook whose filters matched is about to run on `event`: whether its handler may run
+    /// (`None` when a filter errored: no handler, and the breaker is not asked).
+    fn start(
+        &self,
+        hook: &LoadedHook,
+        event: &Event,
+        filter_ok: bool,
+    ) -> (Option<Admission>, Self::Run);
+
+    /// The run ended with `result` after `elapsed`.
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        &self,
+        run: Self::Run,
+        hook: &Arc<LoadedHook>,
+        event: &Event,
+        event_json: &Bytes,
+        admission: Option<Admission>,
+        result: &HandlerResult,
+        elapsed: Duration,
+    );
+
+    /// The chain budget was spent before `hook` could run (the response lists it as a
+    /// `timeout`).
+    fn not_run(&self, hook: &Arc<LoadedHook>, event: &Event, event_json: &Bytes, reason: &str);
+
+    /// An `updatedInput` of `hook`, outside the master namespace, was dropped.
+    fn mutation_denied(&self, hook: &LoadedHook, event: &Event);
+
+    /// `event` is deeper than [`MAX_LOOP_DEPTH`]: no hook runs.
+    fn depth_exceeded(&self, event: &Event);
+
+    /// A blocking decision took `elapsed`.
+    fn decided(&self, event: &Event, elapsed: Duration);
+}
+
+/// Dispatch: every effect of a run.
+pub struct Live<'a>(pub &'a Engine);
+
+impl RunObserver for Live<'_> {
+    type Run = HookSpan;
+    const DRY: bool = false;
+
+    fn start(
+        &self,
+        hook: &LoadedHook,
+        event: &Event,
+        filter_ok: bool,
+    ) -> (Option<Admission>, HookSpan) {
+        // `hook.<handler>.<event>`, child of the caller's span (CONTRACT §8.1).
+        let span = self.0.telemetry.hook_span(hook, event);
+        // A CEL error is the event's, not the handler's: it neither asks nor counts (§6.1).
+        let admission =
+            filter_ok.then(|| hook.breaker.admit(&event.tenant_id, unix_ms_now() as i64));
+        (admission, span)
+    }
+
+    fn finish(
+        &self,
+        span: HookSpan,
+        hook: &Arc<LoadedHook>,
+        event: &Event,
+        event_json: &Bytes,
+        admission: Option<Admission>,
+        result: &HandlerResult,
+        elapsed: Duration,
+    ) {
+        let engine = self.0;
+        let handler = hook.spec.handler.type_;
+        let unix_ms = unix_ms_now();
+        hook.counters.record(result.outcome, unix_ms);
+        if let Some(admission) = admission {
+            observe_breaker(
+                engine,
+                hook,
+                &event.tenant_id,
+                admission,
+                result.outcome,
+                unix_ms,
+            );
+        }
+        engine.metrics.record_run(
+            result.outcome,
+            handler,
+            event.event,
+            elapsed,
+            result.error_kind,
+        );
+        tracing::debug!(
+            hook = %hook.key, handler = handler.as_str(), event = %event.event, decision = result.outcome.as_str(),
+            duration_ms = elapsed.as_secs_f64() * 1000.0, "hook.{}.{}", handler.as_str(), event.event
+        );
+        if engine.audit.is_enabled() {
+            // Moves and refcounts only; the row is built by the audit writer. The span's
+            // trace id is the row's `metadata.trace_id` (CONTRACT §7.5).
+            engine.audit.record(RunRecord {
+                trace_id: span.trace_id_hex(),
+                ..RunRecord::of_run(
+                    hook,
+                    event,
+                    event_json,
+                    result,
+                    elapsed,
+                    admission.is_none(),
+                )
+            });
+        }
+        span.end(result.outcome, elapsed, result.error_kind);
+    }
+
+    fn not_run(&self, hook: &Arc<LoadedHook>, event: &Event, event_json: &Bytes, reason: &str) {
+        if self.0.audit.is_enabled() {
+            self.0.audit.record(RunRecord::not_run(
+                hook,
+                event,
+                event_json,
+                Outcome::Timeout,
+                &format!("{reason}: the chain budget was spent before this hook could run"),
+            ));
+        }
+    }
+
+    fn mutation_denied(&self, hook: &LoadedHook, event: &Event) {
+        self.0.metrics.mutation_denied.inc();
+        tracing::warn!(target: "hooks.mutation_denied", hook = %hook.key, event_id = %event.event_id, "hooks.mutation_denied");
+    }
+
+    fn depth_exceeded(&self, event: &Event) {
+        self.0.metrics.loop_depth_exceeded.inc();
+        tracing::warn!(
+            target: "security.hook.loop_depth_exceeded",
+            depth = event.depth, max = MAX_LOOP_DEPTH, event = %event.event, session_id = %event.session_id,
+            "security.hook.loop_depth_exceeded"
+        );
+    }
+
+    fn decided(&self, event: &Event, elapsed: Duration) {
+        self.0.metrics.record_decision(event.event, elapsed);
+    }
+}
+
+/// Hands one handler run to the hook's breaker for `tenant` and reports what changed
+/// (CONTRACT §6.5): a trip and a probe's close go to the operator at once (it publishes them
+/// to every dispatcher), a changed run of faults soon (its merged window).
+fn observe_breaker(
+    engine: &Engine,
+    hook: &LoadedHook,
+    tenant: &str,
+    admission: Admission,
+    outcome: Outcome,
+    unix_ms: u64,
+) {
+    let recorded = hook
+        .breaker
+        .record(tenant, admission, outcome, unix_ms as i64);
+    match &recorded.transition {
+        Transition::None => {}
+        Transition::RunChanged | Transition::Reopened { .. } => engine.outbox.run_changed(),
+        Transition::Tripped(trip) => {
+            engine.metrics.breaker_trips.inc();
+            engine.outbox.trip(hook, tenant, trip);
+            tracing::warn!(
+                target: "security.hook.circuit_breaker",
+                hook = %hook.key, uid = %hook.uid, generation = hook.generation, tenant, state = "open",
+                fail_closed = trip.fail_closed, reason = %trip.reason(),
+                "security.hook.circuit_breaker"
+            );
+        }
+        Transition::Closed { since } => {
+            engine.metrics.breaker_closes.inc();
+            engine.outbox.close(hook, tenant, *since, unix_ms as i64);
+            tracing::info!(
+                target: "security.hook.circuit_breaker",
+                hook = %hook.key, uid = %hook.uid, generation = hook.generation, tenant, state = "closed",
+                opened_at_ms = since, "security.hook.circuit_breaker: a probe answered; breaker closed"
+            );
+        }
+    }
+}
+
+/// A dry run: the handler runs, nothing is recorded.
+pub struct Dry;
+
+impl RunObserver for Dry {
+    type Run = ();
+    const DRY: bool = true;
+
+    fn start(&self, _: &LoadedHook, _: &Event, filter_ok: bool) -> (Option<Admission>, ()) {
+        (filter_ok.then_some(Admission::Run), ())
+    }
+    fn finish(
+        &self,
+        _: (),
+        _: &Arc<LoadedHook>,
+        _: &Event,
+        _: &Bytes,
+        _: Option<Admission>,
+        _: &HandlerResult,
+        _: Duration,
+    ) {
+    }
+    fn not_run(&self, _: &Arc<LoadedHook>, _: &Event, _: &Bytes, _: &str) {}
+    fn mutation_denied(&self, _: &LoadedHook, _: &Event) {}
+    fn depth_exceeded(&self, _: &Event) {}
+    fn decided(&self, _: &Event, _: Duration) {}
+}
