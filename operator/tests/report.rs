@@ -1209,9 +1209,13 @@ fn refused_writes_are_dropped_made_up_hooks_cost_nothing_and_future_times_are_cl
         "an error naming the hook and the API error:\n{}",
         tails(&[&op])
     );
-    assert!(
-        in_snapshot(&snapshot(&sync).unwrap(), &refused).is_none(),
-        "the tripped hook is out of the snapshot all the same"
+    // Its status write was refused, but the open breaker is published all the same: the
+    // hook stays served, with the tenant's breaker open (CONTRACT §6.2).
+    let served = in_snapshot(&snapshot(&sync).unwrap(), &refused)
+        .expect("a tripped hook stays in the snapshot");
+    assert_eq!(
+        served["openBreakers"][0]["tenant"], "tenant-a",
+        "the tenant's breaker is open in the snapshot all the same: {served}"
     );
     let frozen = get_hook(cp, &ns, "refused");
     assert!(
