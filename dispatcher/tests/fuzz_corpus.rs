@@ -34,7 +34,7 @@ fn inputs(kind: &str, target: &str) -> Vec<PathBuf> {
 
 /// Runs `body` on every input of `target`; returns the files that panicked, with the
 /// panic message.
-fn replay(target: &str, body: fn(&[u8])) -> (usize, Vec<String>) {
+fn replay(target: &str, body: targets::Body) -> (usize, Vec<String>) {
     let mut failures = Vec::new();
     let mut count = 0;
     for file in inputs("seeds", target)
