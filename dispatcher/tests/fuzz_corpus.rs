@@ -134,6 +134,8 @@ fn the_ssrf_oracle_follows_the_contract() {
         "2001::1",
         "2001:db8::1",
         "64:ff9b:1::1",
+        "3fff::1",
+        "3fff:fff::1",
     ];
     for ip in denied {
         let ip: IpAddr = ip.parse().unwrap();
