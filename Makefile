@@ -58,7 +58,8 @@ cluster-down:
 
 ## fuzz: each cargo-fuzz target (fuzz/, nightly) for $(FUZZ_SECONDS) s in turn, one process,
 ## a hang over 1 s or $(FUZZ_RSS_MB) MB of RSS counts as a crash; new inputs land in
-## fuzz/corpus/<target>/, which is then minimised (cargo fuzz cmin). Crashers go to
+## fuzz/corpus/<target>/, which is then minimised (fuzz/minimize.sh: the fewest inputs
+## that, with fuzz/seeds/<target>/, cover every edge). Crashers go to
 ## fuzz/artifacts/<target>/ and stop the run. `make test` replays seeds and corpus.
 FUZZ_SECONDS ?= 300
 FUZZ_RSS_MB ?= 2048
@@ -71,7 +72,7 @@ fuzz: fuzz-build
 	  $(FUZZ_NICE) $(CARGO) +nightly fuzz run $$t corpus/$$t seeds/$$t -- \
 	    -max_total_time=$(FUZZ_SECONDS) -timeout=1 -rss_limit_mb=$(FUZZ_RSS_MB) \
 	    -print_final_stats=1 $$dict || exit 1; \
-	  $(FUZZ_NICE) $(CARGO) +nightly fuzz cmin $$t corpus/$$t -- -rss_limit_mb=$(FUZZ_RSS_MB) -timeout=5 || exit 1; \
+	  FUZZ_RSS_MB=$(FUZZ_RSS_MB) $(FUZZ_NICE) ./minimize.sh $$t || exit 1; \
 	done
 	@du -sh fuzz/corpus
 

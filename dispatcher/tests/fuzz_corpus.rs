@@ -34,14 +34,19 @@ fn inputs(kind: &str, target: &str) -> Vec<PathBuf> {
 
 /// Runs `body` on every input of `target`; returns the files that panicked, with the
 /// panic message.
-fn replay(target: &str, body: fn(&[u8])) -> (usize, Vec<String>) {
+fn replay(target: &str, body: targets::Body) -> (usize, Vec<String>) {
     let mut failures = Vec::new();
     let mut count = 0;
     for file in inputs("seeds", target)
         .into_iter()
         .chain(inputs("corpus", target))
     {
-        let data = std::fs::read(&file).unwrap();
+        // A running `make fuzz` replaces corpus files as it reduces them.
+        let data = match std::fs::read(&file) {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => panic!("{}: {e}", file.display()),
+        };
         count += 1;
         let started = Instant::now();
         if let Err(panic) = catch_unwind(AssertUnwindSafe(|| body(&data))) {
@@ -134,6 +139,8 @@ fn the_ssrf_oracle_follows_the_contract() {
         "2001::1",
         "2001:db8::1",
         "64:ff9b:1::1",
+        "3fff::1",
+        "3fff:fff::1",
     ];
     for ip in denied {
         let ip: IpAddr = ip.parse().unwrap();

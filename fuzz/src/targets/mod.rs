@@ -11,9 +11,12 @@ pub mod manifest;
 pub mod provider_answer;
 pub mod ssrf;
 
+/// A target body: runs one input, panics when a property breaks.
+pub type Body = fn(&[u8]);
+
 /// Every target: its name (the `fuzz_targets/<name>.rs` binary and the
 /// `corpus/<name>/` directory) and its body.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Body)] = &[
     ("dispatch_body", dispatch_body::run),
     ("manifest", manifest::run),
     ("cel", cel::run),

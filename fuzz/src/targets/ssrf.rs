@@ -139,7 +139,8 @@ pub fn public(ip: IpAddr) -> bool {
             let s = v6.segments();
             let global_unicast = s[0] & 0xe000 == 0x2000;
             let teredo = s[0] == 0x2001 && s[1] == 0;
-            let documentation = (s[0] == 0x2001 && s[1] == 0x0db8) || (s[0] & 0xfff0 == 0x3ff0);
+            let documentation =
+                (s[0] == 0x2001 && s[1] == 0x0db8) || (s[0] == 0x3fff && s[1] < 0x1000);
             let benchmarking = s[0] == 0x2001 && s[1] == 2 && s[2] == 0;
             let orchid = s[0] == 0x2001 && (s[1] & 0xfff0 == 0x10 || s[1] & 0xfff0 == 0x20);
             global_unicast && !teredo && !documentation && !benchmarking && !orchid
