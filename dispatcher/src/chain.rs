@@ -13,6 +13,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::decision::chain::{self as rules, Depth, HookRule, Ran, Slot, Step};
+use crate::decision::outcome::ErrorKind;
 use crate::event::Event;
 use crate::handlers::Outcome;
 use crate::hookset::{HookSet, LoadedHook};
@@ -146,7 +147,7 @@ pub async fn drive<'h, O: RunObserver>(
                     decision: Outcome::Timeout,
                     duration_ms: 0.0,
                     reason: Some(CHAIN_BUDGET_EXCEEDED.into()),
-                    error_kind: Some("chain_budget"),
+                    error_kind: Some(ErrorKind::ChainBudget),
                     mutation_denied: false,
                     prompt: None,
                     result: None,

@@ -27,6 +27,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::chain::{Decision, Filters, LOOP_DEPTH_EXCEEDED, Verdict, drive};
+use crate::decision::outcome::ErrorKind;
 use crate::event::{Event, MAX_LOOP_DEPTH};
 use crate::handlers::Outcome;
 use crate::handlers::prompt::PromptMetadata;
@@ -101,7 +102,7 @@ pub struct DryRunReport {
     /// The error of an `error` or `timeout` outcome (the hook's reason).
     pub error: Option<String>,
     /// Its machine kind (`exit_status`, `ssrf_blocked`, `http_4xx`, `cel_eval`, ...).
-    pub error_kind: Option<&'static str>,
+    pub error_kind: Option<ErrorKind>,
     /// Prompt: model, tokens reported by the provider (charged to no budget),
     /// `injectionDetected`; `cacheHit` is always false (the cache is not used).
     pub prompt: Option<PromptMetadata>,
@@ -234,7 +235,7 @@ fn fill_result(report: &mut DryRunReport, event: &Event, decision: Decision, blo
         return;
     };
     let result = run.result.take();
-    report.ran = result.is_some() && run.error_kind != Some("cel_eval");
+    report.ran = result.is_some() && run.error_kind != Some(ErrorKind::CelEval);
     report.decision = Some(run.decision);
     report.duration_ms = run.duration_ms;
     report.error_kind = run.error_kind;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use agenthooks_crds::HookEvent;
 use agenthooks_crds::agenthook::HandlerType;
 
+use crate::decision::outcome::ErrorKind;
 use crate::handlers::Outcome;
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
@@ -382,7 +383,7 @@ impl Metrics {
         handler: HandlerType,
         event: HookEvent,
         elapsed: Duration,
-        error_kind: Option<&'static str>,
+        error_kind: Option<ErrorKind>,
     ) {
         let i = (outcome_index(outcome) * HANDLERS.len() + handler_index(handler))
             * HookEvent::ALL.len()
@@ -390,7 +391,9 @@ impl Metrics {
         self.hot.executions[i].inc();
         self.hot.hook_duration[handler_index(handler)].observe(elapsed.as_secs_f64());
         if let Some(kind) = error_kind {
-            self.handler_errors.with_label_values(&[kind]).inc();
+            self.handler_errors
+                .with_label_values(&[kind.as_str()])
+                .inc();
         }
     }
 

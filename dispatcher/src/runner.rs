@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use crate::audit::sink::AuditSink;
 use crate::budget::Budgets;
+use crate::decision::outcome::ErrorKind;
 use crate::event::Event;
 use crate::handlers::http::HttpCaller;
 use crate::handlers::prompt::{PromptEvaluator, PromptMetadata};
@@ -96,7 +97,7 @@ pub struct HookRun {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub error_kind: Option<&'static str>,
+    pub error_kind: Option<ErrorKind>,
     /// `updatedInput` was offered and dropped: by a hook outside the master namespace
     /// (CONTRACT §4.5), or by a prompt judge not allowed to rewrite (§5 prompt.2).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -159,22 +160,22 @@ pub async fn run_handler(
                 // whatever the snapshot says.
                 if engine.edition == Edition::Standard {
                     return HandlerResult::error(
-                        "edition_forbids_command",
+                        ErrorKind::EditionForbidsCommand,
                         "EditionForbidsCommand: the command handler never runs on the Standard edition",
                     );
                 }
                 let Some(c) = &hook.spec.handler.command else {
-                    return HandlerResult::error("bad_spec", "handler.command is missing");
+                    return HandlerResult::error(ErrorKind::BadSpec, "handler.command is missing");
                 };
                 command::run(&engine.command_runner, c, event_json, timeout).await
             }
             HandlerType::Http => {
                 let Some(h) = &hook.spec.handler.http else {
-                    return HandlerResult::error("bad_spec", "handler.http is missing");
+                    return HandlerResult::error(ErrorKind::BadSpec, "handler.http is missing");
                 };
                 let headers = match open_headers(hook, &engine.seal_key) {
                     Ok(h) => h,
-                    Err(e) => return HandlerResult::error("header_unseal", e),
+                    Err(e) => return HandlerResult::error(ErrorKind::HeaderUnseal, e),
                 };
                 engine
                     .http
@@ -183,7 +184,7 @@ pub async fn run_handler(
             }
             HandlerType::Prompt => {
                 let Some(p) = &hook.spec.handler.prompt else {
-                    return HandlerResult::error("bad_spec", "handler.prompt is missing");
+                    return HandlerResult::error(ErrorKind::BadSpec, "handler.prompt is missing");
                 };
                 engine
                     .prompt
@@ -205,7 +206,7 @@ pub(crate) async fn guarded(
     let guarded = AssertUnwindSafe(fut).catch_unwind();
     match tokio::time::timeout(timeout + Duration::from_millis(250), guarded).await {
         Ok(Ok(r)) => r,
-        Ok(Err(_)) => HandlerResult::error("panic", "the handler panicked"),
+        Ok(Err(_)) => HandlerResult::error(ErrorKind::Panic, "the handler panicked"),
         Err(_) => HandlerResult::timeout(timeout.as_millis() as u64),
     }
 }
@@ -226,7 +227,7 @@ pub async fn run_matched<O: RunObserver>(
     let (admission, run) = observer.start(hook, event, filter.is_ok());
     let started = Instant::now();
     let result = match (filter, admission) {
-        (Err(e), _) => HandlerResult::error("cel_eval", e),
+        (Err(e), _) => HandlerResult::error(ErrorKind::CelEval, e),
         (Ok(()), Some(Admission::Refuse { fail_closed, .. })) => {
             HandlerResult::circuit_open(fail_closed)
         }
@@ -312,14 +313,18 @@ mod tests {
         let r = guarded(async { panic!("boom") }, Duration::from_millis(50)).await;
         assert_eq!(
             (r.outcome, r.error_kind, r.reason.as_deref()),
-            (Outcome::Error, Some("panic"), Some("the handler panicked"))
+            (
+                Outcome::Error,
+                Some(ErrorKind::Panic),
+                Some("the handler panicked")
+            )
         );
         let r = guarded(std::future::pending(), Duration::from_millis(20)).await;
         assert_eq!(
             (r.outcome, r.error_kind, r.reason.as_deref()),
             (
                 Outcome::Timeout,
-                Some("timeout"),
+                Some(ErrorKind::Timeout),
                 Some("no answer within 20 ms")
             )
         );

@@ -97,7 +97,7 @@ impl RunRecord {
             _ => result
                 .reason
                 .clone()
-                .or_else(|| result.error_kind.map(str::to_owned)),
+                .or_else(|| result.error_kind.map(|k| k.as_str().to_owned())),
         };
         RunRecord {
             hook: Arc::clone(hook),

@@ -341,7 +341,7 @@ async fn matcher_and_if_expr_filter_and_cel_errors_fail_closed() {
     )]);
     let d = decide(&engine(), &s, event(json!({}))).await;
     assert_eq!(d.decision, Verdict::Block);
-    assert_eq!(d.hooks[0].error_kind, Some("cel_eval"));
+    assert_eq!(d.hooks[0].error_kind, Some(ErrorKind::CelEval));
 }
 
 #[tokio::test]
@@ -370,7 +370,10 @@ async fn standard_edition_never_spawns_even_if_loaded() {
     let _ = std::fs::remove_file("/tmp/agenthooks-standard-spawned");
     let d = decide(&e, &s, event(json!({}))).await;
     assert_eq!(d.decision, Verdict::Block);
-    assert_eq!(d.hooks[0].error_kind, Some("edition_forbids_command"));
+    assert_eq!(
+        d.hooks[0].error_kind,
+        Some(ErrorKind::EditionForbidsCommand)
+    );
     assert!(!std::path::Path::new("/tmp/agenthooks-standard-spawned").exists());
 }
 
@@ -439,7 +442,7 @@ async fn five_faults_open_the_breaker_of_that_tenant_only_and_it_answers_as_the_
     for i in 0..crate::breaker::FAULT_THRESHOLD {
         let d = decide(&e, &s, event(json!({}))).await;
         assert_eq!(d.decision, Verdict::Block, "an error fails closed ({i})");
-        assert_eq!(d.hooks[0].error_kind, Some("exit_status"));
+        assert_eq!(d.hooks[0].error_kind, Some(ErrorKind::ExitStatus));
     }
     assert_eq!(e.metrics.breaker_trips.get(), 1);
     assert_eq!(count(), 5);
@@ -458,7 +461,7 @@ async fn five_faults_open_the_breaker_of_that_tenant_only_and_it_answers_as_the_
             Some("CircuitOpen"),
             Some("agenthooks-system/guard"),
             Outcome::Error,
-            Some("circuit_open")
+            Some(crate::handlers::ErrorKind::CircuitOpen)
         )
     );
     assert_eq!(count(), 5, "the handler did not run");
@@ -466,7 +469,7 @@ async fn five_faults_open_the_breaker_of_that_tenant_only_and_it_answers_as_the_
     let d = decide(&e, &s, event(json!({"tenant_id": "globex"}))).await;
     assert_eq!(
         (d.decision, d.hooks[0].error_kind),
-        (Verdict::Block, Some("exit_status"))
+        (Verdict::Block, Some(ErrorKind::ExitStatus))
     );
     assert_eq!(count(), 6);
     // A new generation (spec edit) starts closed.
@@ -475,7 +478,7 @@ async fn five_faults_open_the_breaker_of_that_tenant_only_and_it_answers_as_the_
     edited.generation = 2;
     let (s2, _) = HookSet::build(vec![edited], MASTER, Edition::Lite, 2, Some(&s));
     let d = decide(&e, &s2, event(json!({}))).await;
-    assert_eq!(d.hooks[0].error_kind, Some("exit_status"));
+    assert_eq!(d.hooks[0].error_kind, Some(ErrorKind::ExitStatus));
     assert_eq!(count(), 7);
 }
 

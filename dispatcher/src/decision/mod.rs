@@ -6,5 +6,7 @@
 //! observers, so they cannot drift apart.
 //!
 //! - [`chain`]: depth, the chain budget, stop/continue, contexts and rewrites.
+//! - [`outcome`]: the vocabulary: `Outcome`, `ErrorKind`, `HandlerResult`.
 
 pub mod chain;
+pub mod outcome;

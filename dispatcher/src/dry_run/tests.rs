@@ -260,7 +260,7 @@ async fn a_cel_error_is_an_error_outcome_without_a_run() {
     assert_eq!(r.cel_matched, None);
     assert_eq!(
         (r.decision, r.error_kind),
-        (Some(Outcome::Error), Some("cel_eval"))
+        (Some(Outcome::Error), Some(ErrorKind::CelEval))
     );
     assert_eq!(r.verdict, Verdict::Block);
     assert!(r.error.is_some());

@@ -27,6 +27,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::{HandlerResult, MAX_OUTPUT_BYTES, cut};
+use crate::decision::outcome::ErrorKind;
 use crate::sandbox::CommandRunner;
 use crate::sandbox::protocol::{RunOutcome, RunRequest, Stream};
 
@@ -114,7 +115,7 @@ pub async fn run(
 fn from_outcome(outcome: RunOutcome, timeout_ms: u64) -> HandlerResult {
     let too_large = |stream: Stream| {
         HandlerResult::error(
-            "output_too_large",
+            ErrorKind::OutputTooLarge,
             format!(
                 "command wrote more than {MAX_OUTPUT_BYTES} bytes to {}",
                 stream.as_str()
@@ -139,7 +140,7 @@ fn from_outcome(outcome: RunOutcome, timeout_ms: u64) -> HandlerResult {
                 (None, Some(sig)) => sig & 0x7f,
                 (None, None) => {
                     return HandlerResult::error(
-                        "exit_status",
+                        ErrorKind::ExitStatus,
                         "the command runner reported neither an exit code nor a signal",
                     );
                 }
@@ -148,11 +149,13 @@ fn from_outcome(outcome: RunOutcome, timeout_ms: u64) -> HandlerResult {
         }
         RunOutcome::Timeout => HandlerResult::timeout(timeout_ms),
         RunOutcome::OutputTooLarge { stream } => too_large(stream),
-        RunOutcome::CwdMissing { message } => HandlerResult::error("cwd_missing", message),
-        RunOutcome::SpawnFailed { message } => HandlerResult::error("spawn_failed", message),
-        RunOutcome::Failed { message } => HandlerResult::error("exit_status", message),
+        RunOutcome::CwdMissing { message } => HandlerResult::error(ErrorKind::CwdMissing, message),
+        RunOutcome::SpawnFailed { message } => {
+            HandlerResult::error(ErrorKind::SpawnFailed, message)
+        }
+        RunOutcome::Failed { message } => HandlerResult::error(ErrorKind::ExitStatus, message),
         RunOutcome::RunnerUnavailable { message } => {
-            HandlerResult::error("runner_unavailable", message)
+            HandlerResult::error(ErrorKind::RunnerUnavailable, message)
         }
     }
 }
@@ -179,18 +182,18 @@ fn interpret(status: ExitStatus, stdout: &[u8], stderr: &[u8]) -> HandlerResult 
                 "not executable"
             };
             HandlerResult::error(
-                "spawn_failed",
+                ErrorKind::SpawnFailed,
                 format!("command {what} (exit {code}): {err_trimmed}"),
             )
         }
         Some(code) => HandlerResult::error(
-            "exit_status",
+            ErrorKind::ExitStatus,
             format!("command exited with status {code}: {err_trimmed}"),
         ),
         None => {
             let sig = status.signal().unwrap_or(0);
             HandlerResult::error(
-                "exit_status",
+                ErrorKind::ExitStatus,
                 format!("command killed by signal {sig}: {err_trimmed}"),
             )
         }
@@ -371,7 +374,7 @@ mod tests {
     async fn exit_one_is_an_error_never_allow() {
         let r = run_cmd("echo policy >&2; exit 1").await;
         assert_eq!(r.outcome, Outcome::Error);
-        assert_eq!(r.error_kind, Some("exit_status"));
+        assert_eq!(r.error_kind, Some(ErrorKind::ExitStatus));
         let reason = r.reason.unwrap();
         assert!(reason.contains("status 1"), "{reason}");
         assert!(reason.contains("policy"), "{reason}");
@@ -382,7 +385,7 @@ mod tests {
         for code in [3, 42, 255] {
             let r = run_cmd(&format!("exit {code}")).await;
             assert_eq!(r.outcome, Outcome::Error, "{code}");
-            assert_eq!(r.error_kind, Some("exit_status"), "{code}");
+            assert_eq!(r.error_kind, Some(ErrorKind::ExitStatus), "{code}");
             assert!(r.reason.unwrap().contains(&format!("status {code}")));
         }
     }
@@ -391,7 +394,7 @@ mod tests {
     async fn death_by_signal_is_an_error() {
         let r = run_cmd("kill -TERM $$").await;
         assert_eq!(r.outcome, Outcome::Error);
-        assert_eq!(r.error_kind, Some("exit_status"));
+        assert_eq!(r.error_kind, Some(ErrorKind::ExitStatus));
         assert!(r.reason.unwrap().contains("signal 15"));
     }
 
@@ -399,7 +402,7 @@ mod tests {
     async fn missing_binary_is_a_spawn_failure() {
         let r = run_cmd("/nonexistent/bin").await;
         assert_eq!(r.outcome, Outcome::Error);
-        assert_eq!(r.error_kind, Some("spawn_failed"));
+        assert_eq!(r.error_kind, Some(ErrorKind::SpawnFailed));
         let reason = r.reason.unwrap();
         assert!(
             reason.contains("not found") && reason.contains("127"),
@@ -415,7 +418,7 @@ mod tests {
         std::fs::set_permissions(file.path(), std::fs::Permissions::from_mode(0o644)).unwrap();
         let r = run_cmd(&file.path().to_string_lossy()).await;
         assert_eq!(r.outcome, Outcome::Error);
-        assert_eq!(r.error_kind, Some("spawn_failed"));
+        assert_eq!(r.error_kind, Some(ErrorKind::SpawnFailed));
         let reason = r.reason.unwrap();
         assert!(
             reason.contains("not executable") && reason.contains("126"),
@@ -543,14 +546,14 @@ mod tests {
         s.cwd = Some("/nonexistent/agenthooks-cwd".to_owned());
         let r = run(&s, EVENT, Duration::from_secs(5)).await;
         assert_eq!(r.outcome, Outcome::Error);
-        assert_eq!(r.error_kind, Some("cwd_missing"));
+        assert_eq!(r.error_kind, Some(ErrorKind::CwdMissing));
         assert!(r.reason.unwrap().contains("/nonexistent/agenthooks-cwd"));
 
         let file = tempfile::NamedTempFile::new().unwrap();
         let mut s = spec("true");
         s.cwd = Some(file.path().to_string_lossy().into_owned());
         let r = run(&s, EVENT, Duration::from_secs(5)).await;
-        assert_eq!(r.error_kind, Some("cwd_missing"));
+        assert_eq!(r.error_kind, Some(ErrorKind::CwdMissing));
     }
 
     #[test]
@@ -626,7 +629,7 @@ mod tests {
         let r = run(&spec(&cmd), EVENT, Duration::from_secs(1)).await;
         let took = started.elapsed();
         assert_eq!(r.outcome, Outcome::Timeout, "{r:?}");
-        assert_eq!(r.error_kind, Some("timeout"));
+        assert_eq!(r.error_kind, Some(ErrorKind::Timeout));
         assert_eq!(r.reason.as_deref(), Some("no answer within 1000 ms"));
         assert!(took >= Duration::from_millis(900), "{took:?}");
         assert!(took < Duration::from_secs(3), "{took:?}");
@@ -859,7 +862,7 @@ mod tests {
         )
         .await;
         assert_eq!(r.outcome, Outcome::Error);
-        assert_eq!(r.error_kind, Some("output_too_large"));
+        assert_eq!(r.error_kind, Some(ErrorKind::OutputTooLarge));
         assert!(r.reason.unwrap().contains("stdout"));
         assert!(
             started.elapsed() < Duration::from_secs(3),
@@ -877,7 +880,7 @@ mod tests {
         )
         .await;
         assert_eq!(r.outcome, Outcome::Error);
-        assert_eq!(r.error_kind, Some("output_too_large"));
+        assert_eq!(r.error_kind, Some(ErrorKind::OutputTooLarge));
         assert!(r.reason.unwrap().contains("stderr"));
     }
 
@@ -899,18 +902,21 @@ mod tests {
         let st = |code: i32| ExitStatus::from_raw(code << 8);
         assert_eq!(interpret(st(0), b"", b"").outcome, Outcome::Allow);
         assert_eq!(interpret(st(2), b"", b"x").outcome, Outcome::Block);
-        assert_eq!(interpret(st(1), b"", b"").error_kind, Some("exit_status"));
+        assert_eq!(
+            interpret(st(1), b"", b"").error_kind,
+            Some(ErrorKind::ExitStatus)
+        );
         assert_eq!(
             interpret(st(126), b"", b"").error_kind,
-            Some("spawn_failed")
+            Some(ErrorKind::SpawnFailed)
         );
         assert_eq!(
             interpret(st(127), b"", b"").error_kind,
-            Some("spawn_failed")
+            Some(ErrorKind::SpawnFailed)
         );
         // Raw status 9 = killed by SIGKILL.
         let killed = interpret(ExitStatus::from_raw(9), b"", b"");
-        assert_eq!(killed.error_kind, Some("exit_status"));
+        assert_eq!(killed.error_kind, Some(ErrorKind::ExitStatus));
         assert!(killed.reason.unwrap().contains("signal 9"));
         // Exit 2 wins over a stdout that says allow.
         let r = interpret(st(2), br#"{"continue": true}"#, b"nope");

@@ -24,6 +24,7 @@ use url::{Host, Url};
 
 use super::ssrf::{HostResolver, SsrfError, SsrfGuard, SystemResolver};
 use super::{HandlerResult, MAX_OUTPUT_BYTES, cut};
+use crate::decision::outcome::ErrorKind;
 
 /// Pause before the single retry of a 5xx or transport error (CONTRACT §5 http.3).
 pub const RETRY_BACKOFF: Duration = Duration::from_secs(1);
@@ -142,7 +143,7 @@ impl HttpCaller {
     ) -> HandlerResult {
         let client = match &self.inner.client {
             Ok(c) => c,
-            Err(e) => return HandlerResult::error("transport", e.clone()),
+            Err(e) => return HandlerResult::error(ErrorKind::Transport, e.clone()),
         };
         let parsed = match self.inner.guard.check_url(url) {
             Ok(u) => u,
@@ -157,13 +158,13 @@ impl HttpCaller {
                     Ok(a) if !a.is_empty() => a,
                     Ok(_) => {
                         return HandlerResult::error(
-                            "transport",
+                            ErrorKind::Transport,
                             format!("host {host} resolved to no address"),
                         );
                     }
                     Err(e) => {
                         return HandlerResult::error(
-                            "transport",
+                            ErrorKind::Transport,
                             format!("could not resolve host {host}: {e}"),
                         );
                     }
@@ -182,18 +183,21 @@ impl HttpCaller {
         let mut header_map = HeaderMap::new();
         for (name, value) in headers {
             let Ok(n) = HeaderName::from_bytes(name.as_bytes()) else {
-                return HandlerResult::error("bad_header", format!("invalid header name {name:?}"));
+                return HandlerResult::error(
+                    ErrorKind::BadHeader,
+                    format!("invalid header name {name:?}"),
+                );
             };
             if RESERVED_HEADERS.contains(&n.as_str()) {
                 return HandlerResult::error(
-                    "bad_header",
+                    ErrorKind::BadHeader,
                     format!("header {n} is set by the dispatcher and may not be configured"),
                 );
             }
             // Never echo the value: it is a decrypted secret.
             let Ok(mut v) = HeaderValue::from_str(value) else {
                 return HandlerResult::error(
-                    "bad_header",
+                    ErrorKind::BadHeader,
                     format!("value of header {n} is not a valid header value"),
                 );
             };
@@ -244,7 +248,7 @@ async fn attempt(client: &reqwest::Client, url: &Url, headers: &HeaderMap, body:
         Ok(r) => r,
         Err(e) => {
             return Attempt::Retryable(HandlerResult::error(
-                "transport",
+                ErrorKind::Transport,
                 format!("request failed: {}", error_chain(&e.without_url())),
             ));
         }
@@ -259,11 +263,11 @@ async fn attempt(client: &reqwest::Client, url: &Url, headers: &HeaderMap, body:
         return match read_body(resp).await {
             Ok(body) => Attempt::Done(with_status(interpret_body(&body))),
             Err(BodyError::TooLarge) => Attempt::Done(with_status(HandlerResult::error(
-                "response_too_large",
+                ErrorKind::ResponseTooLarge,
                 format!("response body larger than {MAX_OUTPUT_BYTES} bytes"),
             ))),
             Err(BodyError::Transport(e)) => Attempt::Retryable(with_status(HandlerResult::error(
-                "transport",
+                ErrorKind::Transport,
                 format!("reading response body failed: {e}"),
             ))),
         };
@@ -275,7 +279,7 @@ async fn attempt(client: &reqwest::Client, url: &Url, headers: &HeaderMap, body:
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
         return Attempt::Done(with_status(HandlerResult::error(
-            "http_3xx",
+            ErrorKind::Http3xx,
             format!("hook answered {code} (redirects are not followed) to {location:?}"),
         )));
     }
@@ -285,18 +289,18 @@ async fn attempt(client: &reqwest::Client, url: &Url, headers: &HeaderMap, body:
             .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
             .unwrap_or_default();
         return Attempt::Done(with_status(HandlerResult::error(
-            "http_4xx",
+            ErrorKind::Http4xx,
             format!("hook answered {code}: {snippet}"),
         )));
     }
     if status.is_server_error() {
         return Attempt::Retryable(with_status(HandlerResult::error(
-            "http_5xx",
+            ErrorKind::Http5xx,
             format!("hook answered {code}"),
         )));
     }
     Attempt::Done(with_status(HandlerResult::error(
-        "transport",
+        ErrorKind::Transport,
         format!("hook answered unexpected status {code}"),
     )))
 }
@@ -351,7 +355,7 @@ fn interpret_body(body: &[u8]) -> HandlerResult {
         Some(Value::String(d)) if d == "allow" => HandlerResult::allow(),
         Some(other) => {
             return HandlerResult::error(
-                "bad_decision",
+                ErrorKind::BadDecision,
                 format!(
                     "decision must be \"allow\" or \"block\", got {}",
                     cut(other.to_string())
@@ -382,7 +386,10 @@ fn ssrf_refusal(url: &str, err: &SsrfError) -> HandlerResult {
         url = %shown,
         "http hook refused by the SSRF guard"
     );
-    HandlerResult::error("ssrf_blocked", format!("refused by the SSRF guard: {err}"))
+    HandlerResult::error(
+        ErrorKind::SsrfBlocked,
+        format!("refused by the SSRF guard: {err}"),
+    )
 }
 
 fn loggable_url(url: &str) -> String {
@@ -687,7 +694,7 @@ mod tests {
                     Duration::from_secs(5),
                 )
                 .await;
-            assert_eq!(r.error_kind, Some("bad_header"), "{name}");
+            assert_eq!(r.error_kind, Some(ErrorKind::BadHeader), "{name}");
             assert!(!r.reason.unwrap().contains(value), "{name}: value echoed");
         }
         assert_eq!(srv.hits(), 0);
@@ -697,7 +704,7 @@ mod tests {
 
     #[tokio::test]
     async fn decisions_from_the_body() {
-        let cases: &[(&str, Outcome, Option<&str>, Option<&str>)] = &[
+        let cases: &[(&str, Outcome, Option<&str>, Option<ErrorKind>)] = &[
             ("", Outcome::Allow, None, None),
             ("not json", Outcome::Allow, None, None),
             ("[1,2]", Outcome::Allow, None, None),
@@ -718,25 +725,25 @@ mod tests {
                 r#"{"decision":"maybe"}"#,
                 Outcome::Error,
                 None,
-                Some("bad_decision"),
+                Some(ErrorKind::BadDecision),
             ),
             (
                 r#"{"decision":"BLOCK"}"#,
                 Outcome::Error,
                 None,
-                Some("bad_decision"),
+                Some(ErrorKind::BadDecision),
             ),
             (
                 r#"{"decision":null}"#,
                 Outcome::Error,
                 None,
-                Some("bad_decision"),
+                Some(ErrorKind::BadDecision),
             ),
             (
                 r#"{"decision":true}"#,
                 Outcome::Error,
                 None,
-                Some("bad_decision"),
+                Some(ErrorKind::BadDecision),
             ),
             (
                 r#"{"continue":false}"#,
@@ -826,7 +833,7 @@ mod tests {
         for _ in 0..2 {
             let r = call(&c, &srv.url("/")).await;
             assert_eq!(r.outcome, Outcome::Error);
-            assert_eq!(r.error_kind, Some("response_too_large"));
+            assert_eq!(r.error_kind, Some(ErrorKind::ResponseTooLarge));
             assert_eq!(r.metadata.http_status, Some(200));
         }
         assert_eq!(srv.hits(), 2, "no retry on an oversized body");
@@ -846,7 +853,7 @@ mod tests {
         let srv = server(|_| async { json(403, "forbidden") }).await;
         let r = call(&loopback_caller(), &srv.url("/")).await;
         assert_eq!(r.outcome, Outcome::Error);
-        assert_eq!(r.error_kind, Some("http_4xx"));
+        assert_eq!(r.error_kind, Some(ErrorKind::Http4xx));
         assert_eq!(r.metadata.http_status, Some(403));
         assert!(r.reason.unwrap().contains("403"));
         tokio::time::sleep(Duration::from_millis(1200)).await;
@@ -878,7 +885,7 @@ mod tests {
         let srv = server(|_| async { json(500, "") }).await;
         let r = call(&loopback_caller(), &srv.url("/")).await;
         assert_eq!(r.outcome, Outcome::Error);
-        assert_eq!(r.error_kind, Some("http_5xx"));
+        assert_eq!(r.error_kind, Some(ErrorKind::Http5xx));
         assert_eq!(r.metadata.http_status, Some(500));
         tokio::time::sleep(Duration::from_millis(1200)).await;
         assert_eq!(srv.hits(), 2);
@@ -898,7 +905,7 @@ mod tests {
             .await;
         // An error (fail-closed whatever `onTimeout` says), returned at once.
         assert_eq!(r.outcome, Outcome::Error, "{r:?}");
-        assert_eq!(r.error_kind, Some("http_5xx"));
+        assert_eq!(r.error_kind, Some(ErrorKind::Http5xx));
         assert_eq!(r.reason.as_deref(), Some("hook answered 502"));
         assert_eq!(r.metadata.http_status, Some(502));
         assert!(
@@ -923,7 +930,7 @@ mod tests {
             )
             .await;
         assert_eq!(r.outcome, Outcome::Error, "{r:?}");
-        assert_eq!(r.error_kind, Some("transport"));
+        assert_eq!(r.error_kind, Some(ErrorKind::Transport));
         assert_eq!(r.metadata.http_status, None);
         assert!(
             r.reason.as_deref().unwrap().starts_with("request failed"),
@@ -959,7 +966,7 @@ mod tests {
         let started = StdInstant::now();
         let r = call(&loopback_caller(), &format!("http://{addr}/")).await;
         assert_eq!(r.outcome, Outcome::Error, "{r:?}");
-        assert_eq!(r.error_kind, Some("transport"));
+        assert_eq!(r.error_kind, Some(ErrorKind::Transport));
         assert_eq!(r.metadata.http_status, None);
         assert!(started.elapsed() >= Duration::from_millis(950));
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -973,7 +980,7 @@ mod tests {
         drop(listener);
         let r = call(&loopback_caller(), &format!("http://{addr}/?token=sekrit")).await;
         assert_eq!(r.outcome, Outcome::Error);
-        assert_eq!(r.error_kind, Some("transport"));
+        assert_eq!(r.error_kind, Some(ErrorKind::Transport));
         let reason = r.reason.unwrap();
         assert!(reason.contains("onnect"), "{reason}");
         // The URL (and any secret in its query) is not copied into the reason.
@@ -1021,7 +1028,7 @@ mod tests {
         .await;
         let r = call(&loopback_caller(), &srv.url("/")).await;
         assert_eq!(r.outcome, Outcome::Error);
-        assert_eq!(r.error_kind, Some("http_3xx"));
+        assert_eq!(r.error_kind, Some(ErrorKind::Http3xx));
         assert_eq!(r.metadata.http_status, Some(302));
         assert_eq!(srv.hits(), 1);
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -1039,7 +1046,7 @@ mod tests {
         })
         .await;
         let r = call(&loopback_caller(), &srv.url("/")).await;
-        assert_eq!(r.error_kind, Some("http_3xx"));
+        assert_eq!(r.error_kind, Some(ErrorKind::Http3xx));
         assert!(r.reason.unwrap().contains("169.254.169.254"));
     }
 
@@ -1049,14 +1056,14 @@ mod tests {
         let c = HttpCaller::new(vec![]);
         let r = call(&c, &srv.url("/")).await;
         assert_eq!(r.outcome, Outcome::Error);
-        assert_eq!(r.error_kind, Some("ssrf_blocked"));
+        assert_eq!(r.error_kind, Some(ErrorKind::SsrfBlocked));
         let reason = r.reason.unwrap();
         assert!(reason.contains("loopback"), "{reason}");
         // The allowlist admits it only when it lists it.
         let other = HttpCaller::new(vec!["10.0.0.0/8".parse().unwrap()]);
         assert_eq!(
             call(&other, &srv.url("/")).await.error_kind,
-            Some("ssrf_blocked")
+            Some(ErrorKind::SsrfBlocked)
         );
         assert_eq!(srv.hits(), 0);
         let allowed = HttpCaller::new(vec!["127.0.0.1/32".parse().unwrap()]);
@@ -1082,7 +1089,7 @@ mod tests {
         for url in &refused_by_both {
             for c in [&strict, &loose] {
                 let r = call(c, url).await;
-                assert_eq!(r.error_kind, Some("ssrf_blocked"), "{url}");
+                assert_eq!(r.error_kind, Some(ErrorKind::SsrfBlocked), "{url}");
             }
         }
         for host in [
@@ -1094,7 +1101,7 @@ mod tests {
         ] {
             let url = format!("http://{host}:{port}/");
             let r = call(&strict, &url).await;
-            assert_eq!(r.error_kind, Some("ssrf_blocked"), "{url}");
+            assert_eq!(r.error_kind, Some(ErrorKind::SsrfBlocked), "{url}");
             assert!(r.reason.unwrap().contains("loopback"), "{url}");
             // With the allowlist, the canonicalised loopback address is reachable.
             let r = call(&loose, &url).await;
@@ -1114,7 +1121,7 @@ mod tests {
             "http://10.0.0.1/",
         ] {
             let r = call(&loose, url).await;
-            assert_eq!(r.error_kind, Some("ssrf_blocked"), "{url}");
+            assert_eq!(r.error_kind, Some(ErrorKind::SsrfBlocked), "{url}");
         }
         // Only the allow-listed loopback calls reached the server.
         assert_eq!(srv.hits(), 5);
@@ -1128,7 +1135,7 @@ mod tests {
         let c = HttpCaller::with_resolver(vec![], resolver.clone());
         let r = call(&c, &format!("http://hook.example:{}/", srv.addr.port())).await;
         assert_eq!(r.outcome, Outcome::Error);
-        assert_eq!(r.error_kind, Some("ssrf_blocked"));
+        assert_eq!(r.error_kind, Some(ErrorKind::SsrfBlocked));
         assert!(r.reason.unwrap().contains("127.0.0.1"));
         assert_eq!(resolver.calls(), 1);
         assert_eq!(srv.hits(), 0);
@@ -1140,7 +1147,7 @@ mod tests {
         )]);
         let c = HttpCaller::with_resolver(vec![], resolver.clone());
         let r = call(&c, "http://hook.example/").await;
-        assert_eq!(r.error_kind, Some("ssrf_blocked"));
+        assert_eq!(r.error_kind, Some(ErrorKind::SsrfBlocked));
         assert!(r.reason.unwrap().contains("private"));
     }
 
@@ -1151,7 +1158,7 @@ mod tests {
         let c = HttpCaller::with_resolver(vec!["127.0.0.0/8".parse().unwrap()], resolver.clone());
         let r = call(&c, &format!("http://hook.internal:{}/x", srv.addr.port())).await;
         // 5xx twice: retried once, but the name was resolved once.
-        assert_eq!(r.error_kind, Some("http_5xx"));
+        assert_eq!(r.error_kind, Some(ErrorKind::Http5xx));
         assert_eq!(srv.hits(), 2);
         assert_eq!(resolver.calls(), 1);
         // The request went to the checked address, with the name as Host.
@@ -1170,9 +1177,9 @@ mod tests {
         let resolver = FixedResolver::new(&[("empty.example", vec![])]);
         let c = HttpCaller::with_resolver(vec![], resolver.clone());
         let r = call(&c, "http://nope.example/").await;
-        assert_eq!(r.error_kind, Some("transport"));
+        assert_eq!(r.error_kind, Some(ErrorKind::Transport));
         let r = call(&c, "http://empty.example/").await;
-        assert_eq!(r.error_kind, Some("transport"));
+        assert_eq!(r.error_kind, Some(ErrorKind::Transport));
         assert_eq!(resolver.calls(), 2);
     }
 
@@ -1242,7 +1249,7 @@ mod tests {
                 Duration::from_secs(1),
             ))
         });
-        assert_eq!(r.error_kind, Some("ssrf_blocked"));
+        assert_eq!(r.error_kind, Some(ErrorKind::SsrfBlocked));
         let logs = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
         assert!(logs.contains("WARN"), "{logs}");
         assert!(logs.contains("security.hook.ssrf_block"), "{logs}");

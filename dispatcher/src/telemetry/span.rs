@@ -24,6 +24,7 @@ use agenthooks_crds::agenthook::HandlerType;
 use opentelemetry::KeyValue;
 use opentelemetry::trace::{Span as _, Status};
 
+use crate::decision::outcome::ErrorKind;
 use crate::event::Event;
 use crate::handlers::Outcome;
 use crate::hookset::LoadedHook;
@@ -94,14 +95,14 @@ pub fn start_attributes(hook: &LoadedHook, event: &Event) -> [KeyValue; 3] {
 pub fn end_attributes(
     outcome: Outcome,
     elapsed: Duration,
-    error_kind: Option<&'static str>,
+    error_kind: Option<ErrorKind>,
 ) -> Vec<KeyValue> {
     let mut kv = Vec::with_capacity(4);
     kv.push(KeyValue::new(keys::STATUS, status_word(outcome)));
     kv.push(KeyValue::new(keys::DURATION_MS, duration_ms(elapsed)));
     kv.push(KeyValue::new(keys::DECISION, outcome.as_str()));
     if let Some(kind) = error_kind {
-        kv.push(KeyValue::new(keys::ERROR_KIND, kind));
+        kv.push(KeyValue::new(keys::ERROR_KIND, kind.as_str()));
     }
     kv
 }
@@ -138,13 +139,15 @@ impl HookSpan {
     }
 
     /// Sets the end attributes (see [`end_attributes`]) and the status, and ends the span.
-    pub fn end(self, outcome: Outcome, elapsed: Duration, error_kind: Option<&'static str>) {
+    pub fn end(self, outcome: Outcome, elapsed: Duration, error_kind: Option<ErrorKind>) {
         let Some(mut span) = self.0 else {
             return;
         };
         span.set_attributes(end_attributes(outcome, elapsed, error_kind));
         if matches!(outcome, Outcome::Error | Outcome::Timeout) {
-            span.set_status(Status::error(error_kind.unwrap_or(outcome.as_str())));
+            span.set_status(Status::error(
+                error_kind.map_or(outcome.as_str(), ErrorKind::as_str),
+            ));
         }
         span.end();
     }

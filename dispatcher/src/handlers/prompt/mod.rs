@@ -47,13 +47,13 @@ use std::time::Duration;
 
 use agenthooks_crds::agenthook::PromptHandlerSpec;
 use bytes::Bytes;
-use serde::Serialize;
 use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::budget::{BudgetRefusal, Budgets, Reservation};
+pub use crate::decision::outcome::PromptMetadata;
 use crate::event::Event;
-use crate::handlers::{HandlerResult, Outcome, cut};
+use crate::handlers::{ErrorKind, HandlerResult, Outcome, cut};
 use crate::hookset::LoadedHook;
 use crate::metrics::Metrics;
 use cache::{CachedDecision, DecisionCache, cache_key};
@@ -61,30 +61,6 @@ use client::ProviderClient;
 use config::{ProvidersConfig, ResolvedModel};
 use request::{MAX_OUTPUT_TOKENS, estimate_input_tokens, prompt_text, request_body};
 use turns::{DEFAULT_MAX_PER_TURN, PER_TURN_CAP_REACHED, TurnCaps, turn_key};
-
-/// What a prompt run tells the audit row (CONTRACT §7.5: `prompt_model`,
-/// `prompt_tokens`, `injection_detected`) and the dispatch response (`hooks[].prompt`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PromptMetadata {
-    /// The provider's model name the alias resolved to.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-    /// Tokens the provider reported for this run (input + output); 0 on a cache hit;
-    /// absent when no call was answered.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tokens: Option<i64>,
-    /// The model's `injection_detected`, when it answered with a valid `decide`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub injection_detected: Option<bool>,
-    /// Answered from the decision cache.
-    pub cache_hit: bool,
-    /// The model proposed an `updated_input` and it was dropped (CONTRACT §5 prompt.2):
-    /// the hook did not opt in (`allowRewrite`, master namespace only) or the model
-    /// reported `injection_detected`. The decision stands; the call is not rewritten.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub rewrite_denied: bool,
-}
 
 /// How a prompt run treats the dispatcher's shared state.
 #[derive(Clone, Copy)]
@@ -467,7 +443,7 @@ impl RewritePolicy {
 /// otherwise five provider failures, refused budgets or capped turns would trip the hook and
 /// let the next calls through unchecked.
 fn blocked(kind: &'static str, reason: String, meta: PromptMetadata) -> HandlerResult {
-    let mut r = HandlerResult::error(kind, reason);
+    let mut r = HandlerResult::error(ErrorKind::Prompt(kind), reason);
     r.metadata.prompt = Some(meta);
     r
 }

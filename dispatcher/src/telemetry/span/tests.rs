@@ -60,7 +60,7 @@ fn end_attributes_carry_status_duration_decision_and_error_kind() {
     let kv = end_attributes(
         Outcome::Timeout,
         Duration::from_micros(12_345_678),
-        Some("timeout"),
+        Some(crate::handlers::ErrorKind::Timeout),
     );
     assert_eq!(
         kv,
@@ -222,7 +222,7 @@ async fn without_a_traceparent_a_run_is_a_root_span_and_errors_are_marked() {
     assert!(span.span_context.trace_id() != TraceId::INVALID);
     assert_eq!(attr(span, "status"), Some(&Value::from("error")));
     assert_eq!(attr(span, "metadata.decision"), Some(&Value::from("error")));
-    let kind = d.hooks[0].error_kind.unwrap();
+    let kind = d.hooks[0].error_kind.unwrap().as_str();
     assert_eq!(attr(span, "error.kind"), Some(&Value::from(kind)));
     assert_eq!(span.status, Status::error(kind));
 }
