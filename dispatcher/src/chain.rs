@@ -16,7 +16,7 @@ use serde_json::Value;
 use crate::audit::sink::RunRecord;
 use crate::event::{Event, MAX_LOOP_DEPTH};
 use crate::handlers::Outcome;
-use crate::hookset::HookSet;
+use crate::hookset::{HOOK_UNAVAILABLE, HookSet};
 use crate::runner::{Engine, HookRun, LazyScope, filters_match, run_hook, run_matched};
 
 /// `allow` or `block`: the answer to the agent runtime.
@@ -84,6 +84,37 @@ fn depth_exceeded(engine: &Engine, event: &Event) -> bool {
     false
 }
 
+/// The unavailable-hook rule of CONTRACT §10.4 for one event: when a hook this
+/// dispatcher could not load could apply to it ([`HookSet::unavailable_for`]), logs
+/// `security.hook.hook_unavailable`, counts it, and for a blocking event returns the
+/// `block` decision (reason [`HOOK_UNAVAILABLE`], that hook deciding) to answer before any
+/// hook runs. A non-blocking event gets `None`: the other hooks run, nothing runs for
+/// the unavailable one.
+pub fn refuse_unavailable(engine: &Engine, set: &HookSet, event: &Event) -> Option<Decision> {
+    let hook = set.unavailable_for(event.event, &event.tenant_id, &event.agent_id)?;
+    let blocking = event.event.is_blocking();
+    engine
+        .metrics
+        .hook_unavailable_events
+        .with_label_values(&[
+            event.event.as_str(),
+            if blocking { "blocked" } else { "skipped" },
+        ])
+        .inc();
+    tracing::warn!(
+        target: "security.hook.hook_unavailable",
+        hook = %hook.key, generation = hook.generation, event = %event.event,
+        tenant = %event.tenant_id, event_id = %event.event_id, blocked = blocking, error = %hook.error,
+        "security.hook.hook_unavailable"
+    );
+    blocking.then(|| Decision {
+        decision: Verdict::Block,
+        reason: Some(HOOK_UNAVAILABLE.into()),
+        deciding_hook: Some(hook.key.clone()),
+        ..Decision::allow(&event.event_id)
+    })
+}
+
 /// Decides a blocking event (CONTRACT §4). `event.event` should be blocking; a
 /// non-blocking event passed here is run the same way, which `check` uses to show
 /// every hook's outcome.
@@ -96,6 +127,9 @@ pub async fn decide(engine: &Engine, set: &HookSet, mut event: Event) -> Decisio
             decision.reason = Some(LOOP_DEPTH_EXCEEDED.into());
         }
         return decision;
+    }
+    if let Some(refused) = refuse_unavailable(engine, set, &event) {
+        return refused;
     }
     let deadline = started + engine.chain_budget;
     // Serialized when the first hook matches, again after an input rewrite.
@@ -217,6 +251,7 @@ pub fn observe(engine: &Engine, set: Arc<HookSet>, event: Event) -> (Decision, u
     if depth_exceeded(engine, &event) {
         return (decision, 0);
     }
+    let _ = refuse_unavailable(engine, &set, &event);
     let event = Arc::new(event);
     let event_json = Bytes::from(serde_json::to_vec(&*event).expect("an event serializes"));
     let mut started = 0;

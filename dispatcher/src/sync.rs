@@ -81,7 +81,7 @@ pub async fn follow(
                 let (set, rejected) =
                     HookSet::from_snapshot(&snapshot, state.engine.edition, previous.as_deref());
                 for r in &rejected {
-                    tracing::warn!(hook = %format!("{}/{}", r.namespace, r.name), error = %r.errors, "hook in snapshot refused by this dispatcher");
+                    tracing::warn!(target: "security.hook.hook_unavailable", hook = %format!("{}/{}", r.namespace, r.name), error = %r.errors, "hook in snapshot cannot be loaded by this dispatcher; kept as unavailable: blocking events it could apply to are answered block (HookUnavailable)");
                 }
                 tracing::info!(
                     operator = %urls.current(),
