@@ -37,6 +37,38 @@ pub struct Report {
     /// (CONTRACT §6.4: a handler answer closes the breaker everywhere).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub closes: Vec<CloseReport>,
+    /// The hooks this dispatcher holds but cannot load (CONTRACT §10.4), the complete
+    /// list as of its latest snapshot, not a delta: present (even empty) means "replace
+    /// what you know of me with this", absent means "no news". The dispatcher sends it
+    /// with a report of its own (nothing else in it) after every snapshot whose list
+    /// differs from the one the operator acknowledged, and once more after an operator
+    /// epoch change, before it polls saying it holds that snapshot; the operator keeps it
+    /// per dispatcher (in memory, with the dispatcher's liveness) and holds a hook
+    /// reported at its current generation by a live dispatcher at `Ready=False`
+    /// `HookUnavailable`. Dedup and acknowledgement are those of any report; a resend
+    /// is harmless (replacing with the same list).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<Vec<UnavailableReport>>,
+}
+
+/// Longest `error` of an [`UnavailableReport`], in bytes.
+pub const MAX_UNAVAILABLE_ERROR_BYTES: usize = 1024;
+
+/// Most entries in [`Report::unavailable`].
+pub const MAX_UNAVAILABLE_HOOKS: usize = 10_000;
+
+/// One hook a dispatcher cannot load: the version it holds and why (its own
+/// validation: edition, regex or CEL compile).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "camelCase")]
+pub struct UnavailableReport {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    /// The generation the dispatcher's snapshot holds.
+    pub generation: i64,
+    /// Why, at most [`MAX_UNAVAILABLE_ERROR_BYTES`] (cut on a character boundary).
+    pub error: String,
 }
 
 /// Faults in a row that trip a breaker: [`crate::rules::breaker::FAULT_THRESHOLD`].

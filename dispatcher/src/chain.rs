@@ -16,7 +16,7 @@ use crate::decision::chain::{self as rules, Depth, HookRule, Ran, Slot, Step};
 use crate::decision::outcome::ErrorKind;
 use crate::event::Event;
 use crate::handlers::Outcome;
-use crate::hookset::{HookSet, LoadedHook};
+use crate::hookset::{HOOK_UNAVAILABLE, HookSet, LoadedHook};
 use crate::observer::{Live, RunObserver};
 use crate::runner::{Engine, HookRun, LazyScope, filters_match, run_hook, run_matched};
 
@@ -69,10 +69,48 @@ impl Decision {
 
 pub use crate::decision::chain::{CHAIN_BUDGET_EXCEEDED, LOOP_DEPTH_EXCEEDED};
 
+/// The unavailable-hook rule of CONTRACT §10.4 for one event: when a hook this
+/// dispatcher could not load could apply to it ([`HookSet::unavailable_for`]), logs
+/// `security.hook.hook_unavailable`, counts it, and for a blocking event returns the
+/// `block` decision (reason [`HOOK_UNAVAILABLE`], that hook deciding) to answer before any
+/// hook runs. A non-blocking event gets `None`: the other hooks run, nothing runs for
+/// the unavailable one.
+pub fn refuse_unavailable(engine: &Engine, set: &HookSet, event: &Event) -> Option<Decision> {
+    let hook = set.unavailable_for(event.event, &event.tenant_id, &event.agent_id)?;
+    let blocking = event.event.is_blocking();
+    engine
+        .metrics
+        .hook_unavailable_events
+        .with_label_values(&[
+            event.event.as_str(),
+            if blocking { "blocked" } else { "skipped" },
+        ])
+        .inc();
+    tracing::warn!(
+        target: "security.hook.hook_unavailable",
+        hook = %hook.key, generation = hook.generation, event = %event.event,
+        tenant = %event.tenant_id, event_id = %event.event_id, blocked = blocking, error = %hook.error,
+        "security.hook.hook_unavailable"
+    );
+    blocking.then(|| Decision {
+        decision: Verdict::Block,
+        reason: Some(HOOK_UNAVAILABLE.into()),
+        deciding_hook: Some(hook.key.clone()),
+        ..Decision::allow(&event.event_id)
+    })
+}
+
 /// Decides a blocking event (CONTRACT §4). `event.event` should be blocking; a
 /// non-blocking event passed here is run the same way, which `check` uses to show
 /// every hook's outcome.
 pub async fn decide(engine: &Engine, set: &HookSet, event: Event) -> Decision {
+    // A hook this dispatcher could not load blocks what it could apply to (CONTRACT §10.4),
+    // after the depth rule (the driver's first).
+    if rules::depth(&event) == Depth::Within
+        && let Some(refused) = refuse_unavailable(engine, set, &event)
+    {
+        return refused;
+    }
     // The agent id is held by the resolver while the event may be rewritten.
     let agent = event.agent_id.clone();
     let hooks = set.resolve(event.event, &event.tenant_id, &agent);
@@ -222,6 +260,7 @@ pub fn observe(engine: &Engine, set: Arc<HookSet>, event: Event) -> (Decision, u
         Live(engine).depth_exceeded(&event);
         return (decision, 0);
     }
+    let _ = refuse_unavailable(engine, &set, &event);
     let event = Arc::new(event);
     let event_json = Bytes::from(serde_json::to_vec(&*event).expect("an event serializes"));
     let mut started = 0;

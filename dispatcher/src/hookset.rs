@@ -87,6 +87,82 @@ pub struct RejectedHook {
     pub errors: ValidationErrors,
 }
 
+/// Longest error text kept for an unavailable hook (and reported to the operator).
+pub const MAX_UNAVAILABLE_ERROR_BYTES: usize = 1024;
+
+/// A hook of the snapshot (or hooks file) this dispatcher could not load: its own
+/// validation and compile (edition, regex, CEL) refused it. It is never dropped in
+/// silence (CONTRACT §10.4): the set keeps it, and a blocking event it could apply to
+/// ([`HookSet::unavailable_for`]) is answered `block` with reason
+/// [`HOOK_UNAVAILABLE`] before any hook runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnavailableHook {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    /// `namespace/name`, as for a loaded hook.
+    pub key: String,
+    pub generation: i64,
+    pub event: HookEvent,
+    pub scope: HookScope,
+    /// `spec.tenant`, else the namespace's tenant (what the hook's tenant would be).
+    pub tenant: String,
+    pub agent_ids: Vec<String>,
+    pub enabled: bool,
+    /// Why it could not be loaded (the validation errors), cut to
+    /// [`MAX_UNAVAILABLE_ERROR_BYTES`] on a character boundary.
+    pub error: String,
+}
+
+/// Reason of a block answered for an unavailable hook (CONTRACT §10.4).
+pub const HOOK_UNAVAILABLE: &str = "HookUnavailable";
+
+impl UnavailableHook {
+    fn new(s: &SnapshotHook, errors: &ValidationErrors) -> UnavailableHook {
+        UnavailableHook {
+            uid: s.uid.clone(),
+            namespace: s.namespace.clone(),
+            name: s.name.clone(),
+            key: format!("{}/{}", s.namespace, s.name),
+            generation: s.generation,
+            event: s.spec.event,
+            scope: s.spec.scope,
+            tenant: s
+                .spec
+                .tenant
+                .clone()
+                .filter(|t| !t.is_empty())
+                .unwrap_or_else(|| s.namespace_tenant.clone()),
+            agent_ids: s.spec.agent_ids.clone(),
+            enabled: s.spec.enabled,
+            error: cut(&errors.to_string(), MAX_UNAVAILABLE_ERROR_BYTES),
+        }
+    }
+
+    /// Whether the hook could apply to an event `event` of `tenant` and `agent`: same
+    /// event, enabled, global or of that tenant, and for `scope: agent` one of its
+    /// agents. Its `matcher` and `ifExpr` are not looked at (they may be what failed to
+    /// compile): "could apply" errs on the side of applying.
+    pub fn could_apply(&self, event: HookEvent, tenant: &str, agent: &str) -> bool {
+        self.event == event
+            && self.enabled
+            && (self.scope == HookScope::Global || self.tenant == tenant)
+            && (self.scope != HookScope::Agent || self.agent_ids.iter().any(|a| a == agent))
+    }
+}
+
+/// `text` cut to at most `max` bytes on a character boundary.
+pub fn cut(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
+}
+
 /// The hooks of one event: global ones, and per tenant the tenant- and agent-scoped
 /// ones; each list in resolution order, so resolving merges two sorted lists and never
 /// looks at another tenant's hooks.
@@ -113,6 +189,8 @@ pub struct HookSet {
     pub version: u64,
     pub master_namespace: String,
     len: usize,
+    /// Hooks of the input this dispatcher could not load, sorted by `namespace/name`.
+    unavailable: Vec<UnavailableHook>,
 }
 
 impl HookSet {
@@ -121,7 +199,8 @@ impl HookSet {
     /// compiled hooks of `previous` (with their breaker state and counters) when (uid,
     /// generation, tenant, reset token) match.
     ///
-    /// Returns the set of the hooks that validated and the rejected ones.
+    /// Returns the set of the hooks that validated and the rejected ones; the set also
+    /// keeps each rejected hook as an [`UnavailableHook`] (CONTRACT §10.4).
     pub fn build(
         sources: Vec<SnapshotHook>,
         master_namespace: &str,
@@ -149,6 +228,7 @@ impl HookSet {
             .unwrap_or_default();
         let mut by_event: [EventIndex; HookEvent::ALL.len()] = Default::default();
         let mut rejected = Vec::new();
+        let mut unavailable = Vec::new();
         let mut len = 0;
         for s in sources {
             let key = (
@@ -191,6 +271,7 @@ impl HookSet {
                             compiled,
                         }),
                         Err(errors) => {
+                            unavailable.push(UnavailableHook::new(&s, &errors));
                             rejected.push(RejectedHook {
                                 namespace: s.namespace,
                                 name: s.name,
@@ -217,12 +298,14 @@ impl HookSet {
                 list.sort_by(|a, b| order(a, b));
             }
         }
+        unavailable.sort_by(|a: &UnavailableHook, b| a.key.cmp(&b.key));
         (
             HookSet {
                 by_event,
                 version,
                 master_namespace: master_namespace.to_string(),
                 len,
+                unavailable,
             },
             rejected,
         )
@@ -272,6 +355,25 @@ impl HookSet {
     /// No hook at all.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// The first unavailable hook (by `namespace/name`) that could apply to an event
+    /// `event` of `tenant` and `agent` ([`UnavailableHook::could_apply`]). A blocking
+    /// event with one is answered `block` [`HOOK_UNAVAILABLE`] before any hook runs.
+    pub fn unavailable_for(
+        &self,
+        event: HookEvent,
+        tenant: &str,
+        agent: &str,
+    ) -> Option<&UnavailableHook> {
+        self.unavailable
+            .iter()
+            .find(|u| u.could_apply(event, tenant, agent))
+    }
+
+    /// The hooks this dispatcher could not load, sorted by `namespace/name`.
+    pub fn unavailable(&self) -> &[UnavailableHook] {
+        &self.unavailable
     }
 
     /// Finds a hook by `namespace/name`.
@@ -329,6 +431,9 @@ pub fn open_headers(hook: &LoadedHook, key: &SealKey) -> Result<Vec<(String, Str
         })
         .collect()
 }
+
+#[cfg(test)]
+mod unavailable_tests;
 
 #[cfg(test)]
 mod tests {

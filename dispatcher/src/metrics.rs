@@ -43,6 +43,13 @@ pub struct Metrics {
     pub snapshot_version: IntGauge,
     /// Hooks served.
     pub hooks_loaded: IntGauge,
+    /// `agenthooks_hooks_unavailable`: hooks of the served set this dispatcher could not
+    /// load (CONTRACT §10.4); each answers the blocking events it could apply to `block`.
+    pub hooks_unavailable: IntGauge,
+    /// `agenthooks_hook_unavailable_events_total{event, result}`: events an unavailable
+    /// hook could apply to, `result` `blocked` (a blocking event answered `block`
+    /// `HookUnavailable`) or `skipped` (a non-blocking event: nothing ran for the hook).
+    pub hook_unavailable_events: IntCounterVec,
     /// Failed snapshot polls.
     pub sync_errors: IntCounter,
     /// Seconds between the last two successful snapshot polls that brought changes.
@@ -218,6 +225,19 @@ impl Metrics {
             )
             .unwrap(),
             hooks_loaded: IntGauge::new("agenthooks_hooks_loaded", "Hooks served").unwrap(),
+            hooks_unavailable: IntGauge::new(
+                "agenthooks_hooks_unavailable",
+                "Hooks of the served set this dispatcher could not load (their blocking events are blocked)",
+            )
+            .unwrap(),
+            hook_unavailable_events: IntCounterVec::new(
+                Opts::new(
+                    "agenthooks_hook_unavailable_events_total",
+                    "Events an unavailable hook could apply to, by event and result (blocked, skipped)",
+                ),
+                &["event", "result"],
+            )
+            .unwrap(),
             sync_errors: IntCounter::new("agenthooks_sync_errors_total", "Failed snapshot polls")
                 .unwrap(),
             sync_lag: Histogram::with_opts(
@@ -350,6 +370,8 @@ impl Metrics {
             Box::new(m.breaker_closes.clone()),
             Box::new(m.snapshot_version.clone()),
             Box::new(m.hooks_loaded.clone()),
+            Box::new(m.hooks_unavailable.clone()),
+            Box::new(m.hook_unavailable_events.clone()),
             Box::new(m.sync_errors.clone()),
             Box::new(m.sync_lag.clone()),
             Box::new(m.report_failures.clone()),

@@ -12,7 +12,10 @@
 //! the liveness and metrics probes. A body is refused at [`MAX_BODY_BYTES`] before it is
 //! parsed: a `Content-Length` over it gets 413 without reading a byte, a chunked body
 //! stops being read at the cap.
-//! - `GET /v1/hooks`: the hooks served and the version of their source.
+//! - `GET /v1/hooks`: the hooks served and the version of their source, and
+//!   `unavailable`: the hooks this dispatcher could not load (`hook`, `uid`,
+//!   `generation`, `event`, `reason: HookUnavailable`, `error`), whose blocking events
+//!   are answered `block` (CONTRACT §10.4).
 //! - `GET /v1/executions`, `GET /v1/executions/{id}`: audit history ([`executions`]).
 //! - `POST /v1/test`: dry run of one hook on a sample event ([`dry_run`]; admin token,
 //!   [`admin`]).
@@ -106,6 +109,10 @@ impl AppState {
         self.engine.outbox.register(&set);
         self.engine.metrics.snapshot_version.set(set.version as i64);
         self.engine.metrics.hooks_loaded.set(set.len() as i64);
+        self.engine
+            .metrics
+            .hooks_unavailable
+            .set(set.unavailable().len() as i64);
         *self.hooks.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(set));
     }
 }
@@ -344,7 +351,13 @@ async fn list_hooks(State(state): State<Arc<AppState>>) -> Response {
                 .map(|h| json!({"hook": h.key, "uid": h.uid, "generation": h.generation, "event": h.spec.event, "handler": h.spec.handler.type_.as_str(), "priority": h.spec.priority}))
                 .collect();
             hooks.sort_by(|a, b| a["hook"].as_str().cmp(&b["hook"].as_str()));
-            axum::Json(json!({"version": set.version, "hooks": hooks})).into_response()
+            let unavailable: Vec<_> = set
+                .unavailable()
+                .iter()
+                .map(|u| json!({"hook": u.key, "uid": u.uid, "generation": u.generation, "event": u.event, "reason": crate::hookset::HOOK_UNAVAILABLE, "error": u.error}))
+                .collect();
+            axum::Json(json!({"version": set.version, "hooks": hooks, "unavailable": unavailable}))
+                .into_response()
         }
     }
 }

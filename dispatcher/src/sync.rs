@@ -8,10 +8,18 @@
 //! dispatcher keeps serving its last good snapshot and retries with backoff (250 ms
 //! doubling to 5 s). Until the first snapshot arrives it is not ready (`/readyz` and
 //! `POST /v1/dispatch` answer 503): it never decides from an empty hook set.
+//!
+//! Hooks of a snapshot this dispatcher cannot load (CONTRACT §10.4) are told to the
+//! operator in a `POST /v1/report` of their own (crds `Report::unavailable`, the whole
+//! list), sent before the next poll whenever the list differs from the one the operator
+//! acknowledged (and again after an epoch change): the poll that says "I hold version
+//! N" follows the report of what of N this dispatcher cannot serve. A report that is not
+//! acknowledged is retried before each poll.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use agenthooks_crds::report::{Report, ReportAck, UnavailableReport};
 use agenthooks_crds::snapshot::Snapshot;
 use tokio_util::sync::CancellationToken;
 
@@ -21,6 +29,24 @@ use crate::server::AppState;
 
 /// Seconds the operator may hold a poll open.
 pub const POLL_WAIT_SECONDS: u64 = 30;
+
+/// Bound of one `POST /v1/report` attempt with the unavailable list, on one URL.
+pub const UNAVAILABLE_REPORT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The hooks of `set` this dispatcher cannot load, in report form (sorted by
+/// `namespace/name`; the error already cut to 1 KiB by the set).
+pub fn unavailable_report(set: &HookSet) -> Vec<UnavailableReport> {
+    set.unavailable()
+        .iter()
+        .map(|u| UnavailableReport {
+            uid: u.uid.clone(),
+            namespace: u.namespace.clone(),
+            name: u.name.clone(),
+            generation: u.generation,
+            error: u.error.clone(),
+        })
+        .collect()
+}
 
 /// What one poll of one operator URL came to.
 enum Polled {
@@ -51,7 +77,39 @@ pub async fn follow(
         .expect("an HTTP client builds");
     let (mut epoch, mut version) = (String::new(), 0u64);
     let mut backoff = Duration::from_millis(250);
+    // The unavailable list of the set served, and the last one the operator acknowledged
+    // (`None`: never, or not in this epoch).
+    let mut unavailable: Option<Vec<UnavailableReport>> = None;
+    let mut acknowledged: Option<Vec<UnavailableReport>> = None;
     loop {
+        if let Some(list) = &unavailable
+            && acknowledged.as_ref() != Some(list)
+        {
+            let report = Report {
+                dispatcher: dispatcher_id.clone(),
+                report_id: uuid::Uuid::new_v4().to_string(),
+                unavailable: Some(list.clone()),
+                ..Default::default()
+            };
+            let sent = tokio::select! {
+                _ = cancel.cancelled() => return,
+                r = urls.post_json::<_, ReportAck>(&client, "/v1/report", &report, UNAVAILABLE_REPORT_TIMEOUT) => r,
+            };
+            match sent {
+                Ok(_) => {
+                    tracing::info!(
+                        unavailable = list.len(),
+                        version,
+                        "operator acknowledged the hooks this dispatcher cannot load"
+                    );
+                    acknowledged = Some(list.clone());
+                }
+                Err(e) => {
+                    state.engine.metrics.report_failures.inc();
+                    tracing::warn!(error = %e, unavailable = list.len(), "reporting the hooks this dispatcher cannot load failed; retrying before the next poll");
+                }
+            }
+        }
         let poll = urls.call(|base| {
             let url = url::Url::parse_with_params(
                 &OperatorUrls::endpoint(base, "/v1/snapshot"),
@@ -81,7 +139,7 @@ pub async fn follow(
                 let (set, rejected) =
                     HookSet::from_snapshot(&snapshot, state.engine.edition, previous.as_deref());
                 for r in &rejected {
-                    tracing::warn!(hook = %format!("{}/{}", r.namespace, r.name), error = %r.errors, "hook in snapshot refused by this dispatcher");
+                    tracing::warn!(target: "security.hook.hook_unavailable", hook = %format!("{}/{}", r.namespace, r.name), error = %r.errors, "hook in snapshot cannot be loaded by this dispatcher; kept as unavailable: blocking events it could apply to are answered block (HookUnavailable)");
                 }
                 tracing::info!(
                     operator = %urls.current(),
@@ -89,7 +147,13 @@ pub async fn follow(
                     hooks = set.len(),
                     "snapshot loaded"
                 );
+                let list = unavailable_report(&set);
                 state.set_hooks(set);
+                if snapshot.epoch != epoch {
+                    // Another operator process: it knows nothing of this dispatcher.
+                    acknowledged = None;
+                }
+                unavailable = Some(list);
                 state
                     .engine
                     .metrics

@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
+use agenthooks_crds::report::UnavailableReport;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use crate::index::Publication;
@@ -25,6 +26,8 @@ struct Seen {
     after: u64,
     last_seen: Instant,
     in_flight: u32,
+    /// The hooks it last reported it cannot load (CONTRACT §10.4), sorted.
+    unavailable: Vec<UnavailableReport>,
 }
 
 /// The tracker is full (see [`MAX_TRACKED_DISPATCHERS`]).
@@ -52,9 +55,13 @@ pub struct DispatcherInfo {
 }
 
 /// Live dispatchers and the version of the current epoch each holds (`None`: a version
-/// of another epoch, i.e. nothing of ours yet).
+/// of another epoch, i.e. nothing of ours yet); and, for the live ones that reported
+/// some, the hooks each cannot load (CONTRACT §10.4; absent when none).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LiveDispatchers(pub BTreeMap<String, Option<u64>>);
+pub struct LiveDispatchers(
+    pub BTreeMap<String, Option<u64>>,
+    pub BTreeMap<String, Vec<UnavailableReport>>,
+);
 
 impl LiveDispatchers {
     /// Number of live dispatchers.
@@ -73,6 +80,19 @@ impl LiveDispatchers {
         self.0
             .values()
             .all(|held| held.is_some_and(|h| h >= version))
+    }
+
+    /// The live dispatchers that reported they cannot load generation `generation` of
+    /// the hook `uid`, each with its error, sorted by dispatcher id.
+    pub fn unavailable(&self, uid: &str, generation: i64) -> Vec<(&str, &str)> {
+        self.1
+            .iter()
+            .filter_map(|(id, list)| {
+                list.iter()
+                    .find(|u| u.uid == uid && u.generation == generation)
+                    .map(|u| (id.as_str(), u.error.as_str()))
+            })
+            .collect()
     }
 }
 
@@ -138,9 +158,49 @@ impl DispatcherTracker {
                 after,
                 last_seen: now,
                 in_flight: 1,
+                unavailable: Vec::new(),
             },
         );
         Ok(true)
+    }
+
+    /// Dispatcher `id` reports the complete list of hooks it cannot load (crds
+    /// `Report::unavailable`). An id not tracked yet is tracked from `now`, holding
+    /// nothing of ours until it polls. Returns whether the list changed.
+    ///
+    /// Errors: [`TooManyDispatchers`] when `id` is new and the tracker is full.
+    pub fn set_unavailable(
+        &mut self,
+        id: &str,
+        mut list: Vec<UnavailableReport>,
+        now: Instant,
+    ) -> Result<bool, TooManyDispatchers> {
+        list.sort();
+        list.dedup();
+        if let Some(s) = self.by_id.get_mut(id) {
+            let changed = s.unavailable != list;
+            s.unavailable = list;
+            s.last_seen = s.last_seen.max(now);
+            return Ok(changed);
+        }
+        if self.by_id.len() >= self.max {
+            self.prune(now);
+            if self.by_id.len() >= self.max {
+                return Err(TooManyDispatchers);
+            }
+        }
+        let changed = !list.is_empty();
+        self.by_id.insert(
+            id.to_string(),
+            Seen {
+                epoch: String::new(),
+                after: 0,
+                last_seen: now,
+                in_flight: 0,
+                unavailable: list,
+            },
+        );
+        Ok(changed)
     }
 
     /// A poll by `id` ended (answered, timed out, or the client went away).
@@ -153,11 +213,14 @@ impl DispatcherTracker {
 
     /// The live dispatchers at `now`, with the version of `epoch` each holds.
     pub fn live(&self, epoch: &str, now: Instant) -> LiveDispatchers {
+        let live = || self.by_id.iter().filter(|(_, s)| self.is_live(s, now));
         LiveDispatchers(
-            self.by_id
-                .iter()
-                .filter(|(_, s)| self.is_live(s, now))
+            live()
                 .map(|(id, s)| (id.clone(), (s.epoch == epoch).then_some(s.after)))
+                .collect(),
+            live()
+                .filter(|(_, s)| !s.unavailable.is_empty())
+                .map(|(id, s)| (id.clone(), s.unavailable.clone()))
                 .collect(),
         )
     }
@@ -198,6 +261,7 @@ impl DispatcherTracker {
 /// | publication | live dispatchers | Ready |
 /// |---|---|---|
 /// | refused | any | `False` `NotAccepted` |
+/// | published | some live one reported it cannot load the hook's current generation | `False` `HookUnavailable` |
 /// | published | none | `Unknown` `NoDispatchers` |
 /// | published, not yet in a snapshot, or some live dispatcher holds an older version (or another epoch) | ≥ 1 | `Unknown` `Pending` |
 /// | published from version V | every live one holds ≥ V | `True` `Served` |
@@ -209,13 +273,27 @@ impl DispatcherTracker {
 ///
 /// Messages name no counts or versions that move while the condition stays put, so a
 /// status is rewritten only when the outcome changes.
-pub fn ready_condition(publication: Publication, live: &LiveDispatchers) -> DesiredCondition {
+///
+/// `uid` and `generation` are the hook's own: a dispatcher's report of another generation
+/// (older, or not yet the one in its snapshot) does not hold this one.
+pub fn ready_condition(
+    publication: Publication,
+    live: &LiveDispatchers,
+    uid: &str,
+    generation: i64,
+) -> DesiredCondition {
+    let unavailable = live.unavailable(uid, generation);
     let (status, reason, message) = match publication {
         Publication::NotAccepted => (
             CondStatus::False,
             "NotAccepted",
             "the hook is not accepted (see the Accepted condition), so no dispatcher runs it"
                 .to_string(),
+        ),
+        Publication::Published { .. } if !unavailable.is_empty() => (
+            CondStatus::False,
+            HOOK_UNAVAILABLE,
+            unavailable_message(&unavailable, generation),
         ),
         Publication::Published { .. } if live.is_empty() => (
             CondStatus::Unknown,
@@ -241,6 +319,34 @@ pub fn ready_condition(publication: Publication, live: &LiveDispatchers) -> Desi
         reason: reason.to_string(),
         message,
     }
+}
+
+/// Reason of `Ready=False` while a live dispatcher cannot load the hook (CONTRACT §10.4).
+pub const HOOK_UNAVAILABLE: &str = "HookUnavailable";
+
+/// Most dispatchers named in a `HookUnavailable` message; the others are counted.
+pub const MAX_NAMED_DISPATCHERS: usize = 5;
+
+/// "dispatcher d1 cannot load generation 3 of the hook: <error>; ...".
+fn unavailable_message(unavailable: &[(&str, &str)], generation: i64) -> String {
+    let named: Vec<String> = unavailable
+        .iter()
+        .take(MAX_NAMED_DISPATCHERS)
+        .map(|(id, error)| {
+            format!("dispatcher {id} cannot load generation {generation} of the hook: {error}")
+        })
+        .collect();
+    let mut message = named.join("; ");
+    if unavailable.len() > MAX_NAMED_DISPATCHERS {
+        message.push_str(&format!(
+            "; and {} more dispatchers",
+            unavailable.len() - MAX_NAMED_DISPATCHERS
+        ));
+    }
+    message.push_str(
+        " (blocking events the hook could apply to are answered block, reason HookUnavailable, by those dispatchers)",
+    );
+    message
 }
 
 /// During the warm-up of a leader session (its initial sync, then one dispatcher TTL after
@@ -296,14 +402,14 @@ mod tests {
         // 0 dispatchers
         let live = tr.live(EPOCH, t0);
         assert_eq!(
-            reason(&ready_condition(published(Some(3)), &live)),
+            reason(&ready_condition(published(Some(3)), &live, "u", 1)),
             ("Unknown", "NoDispatchers")
         );
         // 1 dispatcher holding 2 < 3
         tr.begin_poll("d1", EPOCH, 2, t0).unwrap();
         let live = tr.live(EPOCH, t0);
         assert_eq!(
-            reason(&ready_condition(published(Some(3)), &live)),
+            reason(&ready_condition(published(Some(3)), &live, "u", 1)),
             ("Unknown", "Pending")
         );
         // it moves to 3
@@ -311,17 +417,17 @@ mod tests {
         assert!(tr.begin_poll("d1", EPOCH, 3, t0).unwrap());
         let live = tr.live(EPOCH, t0);
         assert_eq!(
-            reason(&ready_condition(published(Some(3)), &live)),
+            reason(&ready_condition(published(Some(3)), &live, "u", 1)),
             ("True", "Served")
         );
         // later versions also include the hook
         assert_eq!(
-            reason(&ready_condition(published(Some(2)), &live)),
+            reason(&ready_condition(published(Some(2)), &live, "u", 1)),
             ("True", "Served")
         );
         // not yet published at all
         assert_eq!(
-            reason(&ready_condition(published(None), &live)),
+            reason(&ready_condition(published(None), &live, "u", 1)),
             ("Unknown", "Pending")
         );
         // 2 dispatchers: the second still on another epoch
@@ -329,7 +435,7 @@ mod tests {
         let live = tr.live(EPOCH, t0);
         assert_eq!(live.len(), 2);
         assert_eq!(
-            reason(&ready_condition(published(Some(3)), &live)),
+            reason(&ready_condition(published(Some(3)), &live, "u", 1)),
             ("Unknown", "Pending"),
             "a version of another epoch holds nothing of ours"
         );
@@ -337,21 +443,154 @@ mod tests {
         tr.begin_poll("d2", EPOCH, 4, t0).unwrap();
         let live = tr.live(EPOCH, t0);
         assert_eq!(
-            reason(&ready_condition(published(Some(3)), &live)),
+            reason(&ready_condition(published(Some(3)), &live, "u", 1)),
             ("True", "Served")
         );
         assert_eq!(
-            reason(&ready_condition(published(Some(4)), &live)),
+            reason(&ready_condition(published(Some(4)), &live, "u", 1)),
             ("Unknown", "Pending"),
             "d1 holds only 3"
         );
+    }
+
+    fn gone(uid: &str, generation: i64, error: &str) -> UnavailableReport {
+        UnavailableReport {
+            uid: uid.into(),
+            namespace: "tenant-a".into(),
+            name: "h".into(),
+            generation,
+            error: error.into(),
+        }
+    }
+
+    #[test]
+    fn a_live_dispatcher_that_cannot_load_the_generation_holds_ready_false() {
+        let t0 = Instant::now();
+        let ttl = Duration::from_secs(30);
+        let mut tr = DispatcherTracker::new(ttl);
+        tr.begin_poll("lite", EPOCH, 3, t0).unwrap();
+        tr.begin_poll("std", EPOCH, 3, t0).unwrap();
+        tr.end_poll("std", t0);
+        let served = |tr: &DispatcherTracker, at, uid, generation| {
+            ready_condition(published(Some(3)), &tr.live(EPOCH, at), uid, generation)
+        };
+        assert_eq!(reason(&served(&tr, t0, "u", 2)), ("True", "Served"));
+
+        assert!(
+            tr.set_unavailable(
+                "std",
+                vec![gone(
+                    "u",
+                    2,
+                    "handler.type: command hooks need the lite edition"
+                )],
+                t0
+            )
+            .unwrap()
+        );
+        let c = served(&tr, t0, "u", 2);
+        assert_eq!(reason(&c), ("False", "HookUnavailable"));
+        assert_eq!(
+            c.message,
+            "dispatcher std cannot load generation 2 of the hook: handler.type: command hooks need the lite edition (blocking events the hook could apply to are answered block, reason HookUnavailable, by those dispatchers)"
+        );
+        // It wins over Pending: the hook is not Ready even before every version is held.
+        assert_eq!(
+            reason(&ready_condition(
+                published(Some(9)),
+                &tr.live(EPOCH, t0),
+                "u",
+                2
+            )),
+            ("False", "HookUnavailable")
+        );
+        // Another hook, or another generation of this one, is not held by it.
+        assert_eq!(reason(&served(&tr, t0, "other", 2)), ("True", "Served"));
+        assert_eq!(
+            reason(&served(&tr, t0, "u", 3)),
+            ("True", "Served"),
+            "a report of generation 2 does not hold generation 3"
+        );
+        // The same list again is no change; the operator's message stays put.
+        assert!(
+            !tr.set_unavailable(
+                "std",
+                vec![gone(
+                    "u",
+                    2,
+                    "handler.type: command hooks need the lite edition"
+                )],
+                t0
+            )
+            .unwrap()
+        );
+
+        // Two dispatchers: both named, sorted.
+        tr.set_unavailable("lite", vec![gone("u", 2, "e2")], t0)
+            .unwrap();
+        let c = served(&tr, t0, "u", 2);
+        assert!(
+            c.message.starts_with("dispatcher lite cannot load generation 2 of the hook: e2; dispatcher std cannot load"),
+            "{}",
+            c.message
+        );
+
+        // lite loads it (an empty list): only std holds it now.
+        assert!(tr.set_unavailable("lite", vec![], t0).unwrap());
+        assert!(
+            served(&tr, t0, "u", 2)
+                .message
+                .starts_with("dispatcher std ")
+        );
+        // std is no longer live: Ready again from lite alone.
+        let later = t0 + ttl * 2;
+        assert_eq!(reason(&served(&tr, later, "u", 2)), ("True", "Served"));
+        // std comes back and loads it.
+        tr.begin_poll("std", EPOCH, 3, later).unwrap();
+        assert_eq!(
+            reason(&served(&tr, later, "u", 2)),
+            ("False", "HookUnavailable")
+        );
+        tr.set_unavailable("std", vec![], later).unwrap();
+        assert_eq!(reason(&served(&tr, later, "u", 2)), ("True", "Served"));
+    }
+
+    #[test]
+    fn a_report_from_an_untracked_dispatcher_tracks_it_and_warm_up_keeps_false() {
+        let t0 = Instant::now();
+        let mut tr = DispatcherTracker::new(Duration::from_secs(30));
+        assert!(
+            tr.set_unavailable("new", vec![gone("u", 1, "bad")], t0)
+                .unwrap()
+        );
+        let live = tr.live(EPOCH, t0);
+        assert_eq!(live.0.get("new"), Some(&None), "holds nothing of ours yet");
+        let c = ready_condition(published(Some(1)), &live, "u", 1);
+        assert_eq!(reason(&c), ("False", "HookUnavailable"));
+        let served = Condition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            reason: "Served".into(),
+            message: "m".into(),
+            observed_generation: Some(1),
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ),
+        };
+        assert_eq!(
+            settle_ready(c.clone(), Some(&served), 1, true),
+            c,
+            "warm-up never hides HookUnavailable behind an older True"
+        );
+        // An empty first report of an untracked id changes nothing.
+        assert!(!tr.set_unavailable("quiet", vec![], t0).unwrap());
     }
 
     #[test]
     fn refused_ignores_dispatchers() {
         let live = LiveDispatchers::default();
         assert_eq!(
-            reason(&ready_condition(Publication::NotAccepted, &live)),
+            reason(&ready_condition(Publication::NotAccepted, &live, "u", 1)),
             ("False", "NotAccepted")
         );
     }
@@ -405,7 +644,7 @@ mod tests {
                 k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
             ),
         };
-        let pending = ready_condition(published(Some(5)), &LiveDispatchers::default());
+        let pending = ready_condition(published(Some(5)), &LiveDispatchers::default(), "u", 1);
         let kept = settle_ready(pending.clone(), Some(&served), 2, true);
         assert_eq!(reason(&kept), ("True", "Served"));
         assert_eq!(
@@ -417,7 +656,12 @@ mod tests {
             pending,
             "a new generation is not covered"
         );
-        let refused = ready_condition(Publication::NotAccepted, &LiveDispatchers::default());
+        let refused = ready_condition(
+            Publication::NotAccepted,
+            &LiveDispatchers::default(),
+            "u",
+            1,
+        );
         assert_eq!(
             settle_ready(refused.clone(), Some(&served), 2, true),
             refused
@@ -425,7 +669,8 @@ mod tests {
         let mut pending_before = served.clone();
         pending_before.status = "Unknown".into();
         pending_before.reason = "Pending".into();
-        let no_dispatchers = ready_condition(published(Some(5)), &LiveDispatchers::default());
+        let no_dispatchers =
+            ready_condition(published(Some(5)), &LiveDispatchers::default(), "u", 1);
         assert_eq!(
             reason(&settle_ready(
                 no_dispatchers,

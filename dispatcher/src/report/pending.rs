@@ -71,6 +71,8 @@ impl Batch {
             executions: self.executions.iter().map(|(id, c)| delta(id, c)).collect(),
             breaker: self.observations.clone(),
             closes: self.closes.clone(),
+            // Sent by the snapshot follower on its own (crate::sync), never batched here.
+            unavailable: None,
         }
     }
 }

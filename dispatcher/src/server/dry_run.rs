@@ -18,6 +18,8 @@
 //!   broken rule: `field`, `reason`, `message`); 413 for an event over a cap;
 //! - 403 without the admin bearer token (an inline spec is arbitrary code on the Lite
 //!   edition and arbitrary outbound calls; a named hook spends a provider's tokens);
+//! - 422 `field: hook` for a hook this dispatcher could not load (CONTRACT §10.4: the
+//!   message says `HookUnavailable` and why);
 //! - 404 `field: hook` for a hook that is not served; 503 before any hooks are loaded.
 //!
 //! A dry run writes no audit row and touches no breaker, counter, metric, outbox,
@@ -122,6 +124,18 @@ pub(super) async fn test(
             }
             match set.get(&key) {
                 Some(h) => Arc::clone(h),
+                None if let Some(u) = set.unavailable().iter().find(|u| u.key == key) => {
+                    return error(
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        "hook",
+                        format!(
+                            "hook: {key} (generation {}) is unavailable on this dispatcher ({}): it could not be loaded: {}; blocking events it could apply to are answered block",
+                            u.generation,
+                            crate::hookset::HOOK_UNAVAILABLE,
+                            u.error
+                        ),
+                    );
+                }
                 None => {
                     return error(
                         StatusCode::NOT_FOUND,

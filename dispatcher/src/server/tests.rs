@@ -519,3 +519,116 @@ async fn a_blocking_chain_outlives_a_client_that_goes_away() {
     assert_eq!(runs, 1, "the run was recorded");
     let _ = std::fs::remove_file(&marker);
 }
+
+/// CONTRACT §10.4 over the API: a Standard dispatcher given a command hook lists it as
+/// unavailable, blocks its tenant's blocking events `HookUnavailable`, counts it, and its
+/// dry run says why.
+#[tokio::test]
+async fn an_unavailable_hook_is_listed_blocks_and_its_dry_run_says_so() {
+    let state = AppState::new(Engine::new(
+        HttpCaller::new(vec![]),
+        Edition::Standard,
+        SealKey::generate(),
+    ));
+    let src = SnapshotHook {
+        uid: "u-cmd".into(),
+        namespace: "tenant-acme".into(),
+        name: "cmd".into(),
+        generation: 4,
+        created_at: String::new(),
+        namespace_tenant: "acme".into(),
+        spec: serde_norway::from_str(
+            "event: pre_tool_use\nhandler: {type: command, command: {command: 'exit 0'}}",
+        )
+        .unwrap(),
+        sealed_headers: vec![],
+        open_breakers: Vec::new(),
+        reset_token: None,
+    };
+    let (set, _) = HookSet::build(vec![src], "agenthooks-system", Edition::Standard, 2, None);
+    state.set_hooks(set);
+    const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+    state.set_admin_token(admin::AdminToken::new(TOKEN).unwrap());
+    let base = serve_state(Arc::clone(&state)).await;
+    let c = reqwest::Client::new();
+
+    let listed: Value = serde_json::from_slice(
+        &c.get(format!("{base}/v1/hooks"))
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(listed["hooks"], json!([]));
+    let u = &listed["unavailable"][0];
+    assert_eq!(
+        (
+            &u["hook"],
+            &u["uid"],
+            &u["generation"],
+            &u["event"],
+            &u["reason"]
+        ),
+        (
+            &json!("tenant-acme/cmd"),
+            &json!("u-cmd"),
+            &json!(4),
+            &json!("pre_tool_use"),
+            &json!("HookUnavailable")
+        )
+    );
+    assert!(u["error"].as_str().unwrap().contains("command"), "{u}");
+
+    let event = |tenant: &str| {
+        json!({"event": "pre_tool_use", "tenant_id": tenant, "agent_id": "a", "tool_name": "exec", "tool_input": {}}).to_string()
+    };
+    let (status, d) = post(&base, event("acme")).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        (&d["decision"], &d["reason"], &d["decidingHook"]),
+        (
+            &json!("block"),
+            &json!("HookUnavailable"),
+            &json!("tenant-acme/cmd")
+        )
+    );
+    let (_, d) = post(&base, event("globex")).await;
+    assert_eq!(d["decision"], "allow", "another tenant is not held: {d}");
+
+    let metrics = c
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("agenthooks_hooks_unavailable 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            r#"agenthooks_hook_unavailable_events_total{event="pre_tool_use",result="blocked"} 1"#
+        ),
+        "{metrics}"
+    );
+
+    let r = c
+        .post(format!("{base}/v1/test"))
+        .bearer_auth(TOKEN)
+        .body(json!({"hook": "tenant-acme/cmd", "event": serde_json::from_str::<Value>(&event("acme")).unwrap()}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 422);
+    let body: Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+    assert_eq!(body["field"], "hook");
+    assert!(
+        body["error"].as_str().unwrap().contains("HookUnavailable"),
+        "{body}"
+    );
+}

@@ -120,7 +120,12 @@ impl Context {
         now: Instant,
     ) -> DesiredCondition {
         settle_ready(
-            ready_condition(publication, live),
+            ready_condition(
+                publication,
+                live,
+                hook.metadata.uid.as_deref().unwrap_or_default(),
+                hook.metadata.generation.unwrap_or(0),
+            ),
             find_condition(hook.status.as_ref(), READY),
             hook.metadata.generation.unwrap_or(0),
             self.warming_up(now),

@@ -19,6 +19,12 @@
 //!                  "lastExecutionTime": "2025-03-01T10:00:00.120Z", "lastDecision": "block"}]}
 //! ```
 //!
+//! - `unavailable` ([`agenthooks_crds::report::UnavailableReport`], at most 10,000): when
+//!   present, the complete list of hooks the dispatcher cannot load (uid, namespace,
+//!   name, `generation` >= 1, `error` 1 byte to 1 KiB), replacing the one it sent
+//!   before; kept in memory with the dispatcher's liveness (no API write): a hook
+//!   reported at its current generation by a live dispatcher is `Ready=False`
+//!   `HookUnavailable` (CONTRACT §10.4).
 //! - `dispatcher` (1–253 characters) and `reportId` (1–128 characters, no control
 //!   characters) are required; `trips`, `breaker`, `closes` and `executions` may be
 //!   absent. Every trip, observation and close names a `tenant` (1–256 bytes, no control
@@ -432,6 +438,32 @@ async fn apply(
 ) {
     let Checked { report, executions } = checked;
     let metrics = &core.shared.metrics;
+
+    // 0. The hooks the dispatcher cannot load (CONTRACT §10.4): kept in memory with its
+    //    liveness; the ready pass turns them into `Ready=False HookUnavailable`.
+    if let Some(list) = &report.unavailable {
+        let set = lock(&core.shared.tracker).set_unavailable(
+            &report.dispatcher,
+            list.clone(),
+            received.instant,
+        );
+        match set {
+            Ok(changed) => {
+                if changed {
+                    tracing::info!(dispatcher = %report.dispatcher, unavailable = list.len(), "dispatcher reports the hooks it cannot load");
+                    core.shared.tracker_changed.notify_one();
+                }
+            }
+            Err(crate::ready::TooManyDispatchers) => {
+                let result: AttemptResult = Err(
+                    "unavailable: too many distinct dispatcher ids are tracked; retry later".into(),
+                );
+                lock(&core.log).finish(&key, &result, progress, Instant::now());
+                done.send_replace(Some(result));
+                return;
+            }
+        }
+    }
     let trips_count = |result: &str| {
         metrics
             .breaker_trips_total

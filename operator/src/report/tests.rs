@@ -807,3 +807,60 @@ async fn the_windows_forget_hooks_tripped_locally_deleted_or_edited() {
     );
     cancel.cancel();
 }
+
+#[tokio::test]
+async fn an_unavailable_list_is_kept_per_dispatcher_and_replaced_by_the_next() {
+    let shared = serving_shared();
+    let cancel = CancellationToken::new();
+    let app = start_with(shared.clone(), dead_client(), cancel.clone(), fast());
+    let entry = agenthooks_crds::report::UnavailableReport {
+        uid: "u1".into(),
+        namespace: "tenant-a".into(),
+        name: "cmd".into(),
+        generation: 2,
+        error: "handler.type: command hooks need the lite edition".into(),
+    };
+    let report = Report {
+        dispatcher: "std".into(),
+        report_id: "u-1".into(),
+        unavailable: Some(vec![entry.clone()]),
+        ..Default::default()
+    };
+    let (status, body) = post(&app, report_json(&report)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let live = |shared: &Shared| {
+        crate::shared::lock(&shared.tracker).live(&shared.epoch, std::time::Instant::now())
+    };
+    assert_eq!(
+        live(&shared).unavailable("u1", 2),
+        vec![("std", entry.error.as_str())]
+    );
+    // The same id again: a duplicate, nothing changes.
+    let (_, body) = post(&app, report_json(&report)).await;
+    assert_eq!(body["duplicate"], true);
+    // A report without the field leaves the list; an empty list clears it.
+    let (status, _) = post(
+        &app,
+        report_json(&Report {
+            dispatcher: "std".into(),
+            report_id: "other".into(),
+            ..Default::default()
+        }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(live(&shared).unavailable("u1", 2).len(), 1);
+    let (status, _) = post(
+        &app,
+        report_json(&Report {
+            dispatcher: "std".into(),
+            report_id: "u-2".into(),
+            unavailable: Some(vec![]),
+            ..Default::default()
+        }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(live(&shared).unavailable("u1", 2).is_empty());
+    cancel.cancel();
+}

@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 
 use agenthooks_crds::report::{
-    BreakerObservation, CloseReport, ExecutionDelta, Report, TripReport,
+    BreakerObservation, CloseReport, ExecutionDelta, MAX_UNAVAILABLE_ERROR_BYTES,
+    MAX_UNAVAILABLE_HOOKS, Report, TripReport, UnavailableReport,
 };
 use chrono::{DateTime, Utc};
 
@@ -133,6 +134,26 @@ fn check_trip(at: &str, t: &mut TripReport, received: DateTime<Utc>) -> Result<(
     Ok(())
 }
 
+fn check_unavailable(at: &str, u: &UnavailableReport) -> Result<(), String> {
+    check_hook(at, &u.uid, &u.namespace, &u.name)?;
+    if u.generation < 1 {
+        return Err(format!(
+            "{at}.generation: {} is not a generation (>= 1)",
+            u.generation
+        ));
+    }
+    if u.error.trim().is_empty() {
+        return Err(format!("{at}.error: required, must not be empty"));
+    }
+    if u.error.len() > MAX_UNAVAILABLE_ERROR_BYTES {
+        return Err(format!(
+            "{at}.error: {} bytes; at most {MAX_UNAVAILABLE_ERROR_BYTES} (cut it)",
+            u.error.len()
+        ));
+    }
+    Ok(())
+}
+
 /// Checks that `value` is RFC 3339 and replaces it by `received` when [`times::clamp`]
 /// says so.
 fn clamp_field(field: &str, value: &mut String, received: DateTime<Utc>) -> Result<(), String> {
@@ -247,6 +268,17 @@ pub fn check(mut report: Report, received: DateTime<Utc>) -> Result<Checked, Str
     for (i, c) in report.closes.iter_mut().enumerate() {
         check_close(&format!("closes[{i}]"), c, received)?;
     }
+    if let Some(list) = &report.unavailable {
+        if list.len() > MAX_UNAVAILABLE_HOOKS {
+            return Err(format!(
+                "unavailable: {} entries; at most {MAX_UNAVAILABLE_HOOKS}",
+                list.len()
+            ));
+        }
+        for (i, u) in list.iter().enumerate() {
+            check_unavailable(&format!("unavailable[{i}]"), u)?;
+        }
+    }
     let mut by_uid: BTreeMap<String, (usize, HookRef, Counts)> = BTreeMap::new();
     for (i, d) in report.executions.iter().enumerate() {
         let at = format!("executions[{i}]");
@@ -292,6 +324,47 @@ mod tests {
 
     fn body(v: serde_json::Value) -> Vec<u8> {
         serde_json::to_vec(&v).unwrap()
+    }
+
+    #[test]
+    fn unavailable_entries_are_checked_naming_the_field() {
+        let with = |u: serde_json::Value| {
+            let mut b = good();
+            b["unavailable"] = u;
+            parse(&body(b)).and_then(|r| check(r, received()))
+        };
+        let entry = json!({"uid": "u1", "namespace": "tenant-a", "name": "h", "generation": 2, "error": "matcher: bad regex"});
+        let ok = with(json!([entry.clone()])).unwrap();
+        assert_eq!(ok.report.unavailable.unwrap()[0].generation, 2);
+        assert_eq!(with(json!([])).unwrap().report.unavailable, Some(vec![]));
+        let mut e = entry.clone();
+        e["generation"] = json!(0);
+        assert!(
+            with(json!([e]))
+                .unwrap_err()
+                .starts_with("unavailable[0].generation:")
+        );
+        let mut e = entry.clone();
+        e["error"] = json!("x".repeat(1025));
+        assert!(
+            with(json!([e]))
+                .unwrap_err()
+                .starts_with("unavailable[0].error:")
+        );
+        let mut e = entry.clone();
+        e["error"] = json!(" ");
+        assert!(
+            with(json!([entry.clone(), e]))
+                .unwrap_err()
+                .starts_with("unavailable[1].error:")
+        );
+        let mut e = entry;
+        e["namespace"] = json!("Not_A_Label");
+        assert!(
+            with(json!([e]))
+                .unwrap_err()
+                .starts_with("unavailable[0].namespace:")
+        );
     }
 
     fn good() -> serde_json::Value {
