@@ -21,7 +21,7 @@ use agenthooks_crds::rules::breaker::{Admission, FaultKind, RunClass, State, Tra
 use agenthooks_crds::snapshot::OpenBreaker;
 use hashlink::LruCache;
 
-use crate::handlers::Outcome;
+use crate::decision::outcome::Outcome;
 
 pub use agenthooks_crds::rules::breaker::{
     FAULT_THRESHOLD, HALF_OPEN_AFTER_MS, REASON_CIRCUIT_OPEN, Trip, WINDOW_MS,

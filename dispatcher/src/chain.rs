@@ -14,8 +14,8 @@ use serde_json::Value;
 
 use crate::decision::chain::{self as rules, Depth, HookRule, Ran, Slot, Step};
 use crate::decision::outcome::ErrorKind;
+use crate::decision::outcome::Outcome;
 use crate::event::Event;
-use crate::handlers::Outcome;
 use crate::hookset::{HOOK_UNAVAILABLE, HookSet, LoadedHook};
 use crate::observer::{Live, RunObserver};
 use crate::runner::{Engine, HookRun, LazyScope, filters_match, run_hook, run_matched};

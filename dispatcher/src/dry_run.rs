@@ -28,9 +28,9 @@ use serde_json::Value;
 
 use crate::chain::{Decision, Filters, LOOP_DEPTH_EXCEEDED, Verdict, drive};
 use crate::decision::outcome::ErrorKind;
+use crate::decision::outcome::Outcome;
+use crate::decision::outcome::PromptMetadata;
 use crate::event::{Event, MAX_LOOP_DEPTH};
-use crate::handlers::Outcome;
-use crate::handlers::prompt::PromptMetadata;
 use crate::hookset::{HookSet, LoadedHook};
 use crate::observer::Dry;
 use crate::runner::Engine;

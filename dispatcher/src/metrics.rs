@@ -7,7 +7,7 @@ use agenthooks_crds::HookEvent;
 use agenthooks_crds::agenthook::HandlerType;
 
 use crate::decision::outcome::ErrorKind;
-use crate::handlers::Outcome;
+use crate::decision::outcome::Outcome;
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
     Registry, TextEncoder,

@@ -20,8 +20,8 @@ use agenthooks_crds::rules::breaker::{Admission, Transition};
 use bytes::Bytes;
 
 use crate::audit::sink::RunRecord;
+use crate::decision::outcome::{HandlerResult, Outcome};
 use crate::event::{Event, MAX_LOOP_DEPTH};
-use crate::handlers::{HandlerResult, Outcome};
 use crate::hookset::LoadedHook;
 use crate::report::counters::unix_ms_now;
 use crate::runner::Engine;

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::error_detail::SealedDetail;
-use crate::handlers::Outcome;
+use crate::decision::outcome::Outcome;
 
 /// The `dedup_key` column: `<hook uid>:<event_id>` (CONTRACT §7.2). Unique in the table,
 /// so a retried event (or a spool replay) never writes a second row.

@@ -14,8 +14,8 @@ use std::time::Duration;
 use agenthooks_crds::agenthook::OnTimeout;
 use serde_json::Value;
 
+use crate::decision::outcome::Outcome;
 use crate::event::{Event, MAX_LOOP_DEPTH};
-use crate::handlers::Outcome;
 
 /// Reason of a block for sub-agent depth over [`MAX_LOOP_DEPTH`] (CONTRACT §1.4).
 pub const LOOP_DEPTH_EXCEEDED: &str = "LoopDepthExceeded";

@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::handlers::Outcome;
+use crate::decision::outcome::Outcome;
 
 /// Outcomes in counter order: `allow`, `block`, `error`, `timeout`.
 pub const OUTCOMES: [Outcome; 4] = [

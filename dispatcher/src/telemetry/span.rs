@@ -25,8 +25,8 @@ use opentelemetry::KeyValue;
 use opentelemetry::trace::{Span as _, Status};
 
 use crate::decision::outcome::ErrorKind;
+use crate::decision::outcome::Outcome;
 use crate::event::Event;
-use crate::handlers::Outcome;
 use crate::hookset::LoadedHook;
 
 /// Attribute keys of a hook span.

@@ -22,7 +22,7 @@ use serde::Deserialize;
 
 use super::error_detail::SealedDetail;
 use super::row::{AuditRow, parse_decision};
-use crate::handlers::Outcome;
+use crate::decision::outcome::Outcome;
 use agenthooks_crds::event::HookEvent;
 
 pub mod cursor;
