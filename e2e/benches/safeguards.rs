@@ -7,12 +7,21 @@
 //!    matching HTTP hook, and the operator's `agenthooks_operator_execution_status_writes_total`
 //!    before and after; then `status.executions.allow` must equal the decisions sent
 //!    (no count lost).
-//! 2. **From a breaker trip to the hook leaving every dispatcher**, side by side with
-//!    the baseline of the same run: from `kubectl apply` of a new hook to every
-//!    dispatcher serving it. Both are timed by polling `GET /v1/hooks` on the three
-//!    dispatchers every 2 ms. Trips are measured two ways: five blocks on one dispatcher
-//!    (its local breaker trips and reports at once) and six blocks spread over the three
-//!    (only the operator's merged window sees five in a row).
+//! 2. **From a breaker trip to the open breaker seen by every dispatcher**, side by side
+//!    with the baseline of the same run: from `kubectl apply` of a new hook to every
+//!    dispatcher serving it (polling `GET /v1/hooks` on the three every 2 ms). The hooks'
+//!    endpoint answers an unusable decision (`{"decision":"maybe"}`): every run is a
+//!    fault of the handler (`bad_decision`, no retry), never a policy's block, which never
+//!    counts (CONTRACT §6.1). A tripped hook stays served; what reaches the dispatchers is
+//!    the open breaker of tenant `acme` in the snapshot. It is read without sending an
+//!    event (an event on a dispatcher not yet open would be one more fault, and could trip
+//!    it locally): a dry run (`POST /v1/test`) of the hook on an event its matcher skips
+//!    runs no handler and reports `breakerOpen` for the event's tenant; polled every 2 ms
+//!    on the three. Then each dispatcher's next `acme` event must answer `errorKind:
+//!    circuit_open` without calling the handler. Trips are measured two ways: five faults
+//!    on one dispatcher (its local breaker trips and reports at once) and five spread 2/2/1
+//!    over the three (only the operator's merged window sees five in a row; the
+//!    dispatchers report runs of faults at once, coalesced).
 //!
 //! Run: `make bench` (builds the release binaries first), or
 //! `cargo build --release --bins && cargo bench -p agenthooks-e2e --bench safeguards`.
@@ -29,6 +38,8 @@ use agenthooks_e2e::{ControlPlane, unique_name, wait_for};
 use serde_json::{Value, json};
 
 const ROUNDS: usize = 5;
+/// The dispatchers' admin token (`POST /v1/test`).
+const ADMIN_TOKEN: &str = "bench-admin-token-0123456789abcdef";
 
 fn http_hook(ns: &str, name: &str, url: &str) -> String {
     format!(
@@ -101,6 +112,51 @@ impl Bench {
         }
     }
 
+    /// Whether dispatcher `d` has `acme`'s breaker of hook `key` open: a dry run of the hook
+    /// on an event its matcher skips (no handler runs, nothing is recorded) reports it.
+    async fn breaker_open_on(&self, d: usize, key: &str) -> bool {
+        let body = json!({"hook": key, "event": {"event": "pre_tool_use", "tenant_id": "acme",
+            "agent_id": "a1", "tool_name": "matches-no-hook", "tool_input": {}}});
+        let Ok(resp) = self
+            .client
+            .post(format!("{}/v1/test", self.ds[d].url))
+            .header("content-type", "application/json")
+            .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
+            .body(body.to_string())
+            .send()
+            .await
+        else {
+            return false;
+        };
+        let Ok(b) = resp.bytes().await else {
+            return false;
+        };
+        let v: Value = serde_json::from_slice(&b).unwrap_or(Value::Null);
+        assert!(v["ran"] == false, "the dry-run probe ran the handler: {v}");
+        v["breakerOpen"] == true
+    }
+
+    /// Polls until every dispatcher has `acme`'s breaker of `key` open; the time taken.
+    async fn until_open_everywhere(&self, key: &str, since: Instant) -> Duration {
+        let deadline = since + Duration::from_secs(30);
+        let mut open = [false; 3];
+        loop {
+            for (d, o) in open.iter_mut().enumerate() {
+                if !*o {
+                    *o = self.breaker_open_on(d, key).await;
+                }
+            }
+            if open.iter().all(|o| *o) {
+                return since.elapsed();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{key}: acme's breaker not open on all 3 within 30 s: {open:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
     fn operator_metric(&self, name: &str) -> f64 {
         metric(
             &http_get(&format!("{}/metrics", self.operator.admin)).1,
@@ -148,13 +204,20 @@ async fn main() {
         &[],
         &logs,
     );
+    let admin_token = logs.join("admin.token");
+    std::fs::write(&admin_token, ADMIN_TOKEN).unwrap();
     let ds: Vec<DispatcherProc> = (1..=3)
         .map(|i| {
             DispatcherProc::start(
                 &[&operator.sync],
                 &format!("bench-{i}"),
                 &master,
-                &["--http-allow-cidr", "127.0.0.1/32"],
+                &[
+                    "--http-allow-cidr",
+                    "127.0.0.1/32",
+                    "--admin-token-file",
+                    admin_token.to_str().unwrap(),
+                ],
                 &logs,
             )
         })
@@ -253,8 +316,8 @@ async fn main() {
         );
     }
 
-    // ---- 2. trip → gone everywhere, against apply → served everywhere ------------------
-    let (block_url, _) = hook_server(json!({"decision": "block", "reason": "bench"}));
+    // ---- 2. trip → open breaker on every dispatcher, against apply → served ------------
+    let (fault_url, fault_hits) = hook_server(json!({"decision": "maybe"}));
     let (mut apply, mut local, mut merged) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..ROUNDS {
         for (kind, spread) in [("local", false), ("merged", true)] {
@@ -263,16 +326,41 @@ async fn main() {
             let t = Instant::now();
             bench
                 .cp
-                .apply_yaml(&http_hook(&bench.ns, &name, &block_url));
+                .apply_yaml(&http_hook(&bench.ns, &name, &fault_url));
             apply.push(bench.until_served(&key, true, t).await);
-            let events = if spread { 6 } else { 5 };
-            for i in 0..events {
+            for i in 0..5 {
                 let d = if spread { i % 3 } else { 0 };
                 let v = bench.dispatch(d, &name).await;
-                assert_eq!(v["decision"], "block", "{v}");
+                assert_eq!(
+                    (&v["decision"], &v["hooks"][0]["errorKind"]),
+                    (&json!("block"), &json!("bad_decision")),
+                    "a fault, failing closed: {v}"
+                );
             }
             let t = Instant::now();
-            let took = bench.until_served(&key, false, t).await;
+            let took = bench.until_open_everywhere(&key, t).await;
+            let hits = fault_hits.load(Ordering::SeqCst);
+            for d in 0..3 {
+                let v = bench.dispatch(d, &name).await;
+                assert_eq!(
+                    (&v["decision"], &v["reason"], &v["hooks"][0]["errorKind"]),
+                    (
+                        &json!("block"),
+                        &json!("CircuitOpen"),
+                        &json!("circuit_open")
+                    ),
+                    "{kind} round {round}, dispatcher {d}: {v}"
+                );
+                assert!(
+                    bench.served_everywhere(&key, true).await,
+                    "the hook stays served"
+                );
+            }
+            assert_eq!(
+                fault_hits.load(Ordering::SeqCst),
+                hits,
+                "an open breaker does not call the handler"
+            );
             if spread {
                 merged.push(took)
             } else {
@@ -283,18 +371,18 @@ async fn main() {
     let (apply_mean, apply_p50) = stats(apply);
     let (local_mean, local_p50) = stats(local);
     let (merged_mean, merged_p50) = stats(merged);
-    println!("\n## Breaker trip → hook gone from all 3 dispatchers ({ROUNDS} rounds each)\n");
+    println!("\n## Breaker trip → open breaker seen by all 3 dispatchers ({ROUNDS} rounds each)\n");
     println!("| path | mean ms | p50 ms | ratio to apply→served (mean) |");
     println!("|---|---|---|---|");
     println!(
         "| baseline: kubectl apply → served by all 3 | {apply_mean:.1} | {apply_p50:.1} | 1.00 |"
     );
     println!(
-        "| 5 blocks on one dispatcher (local trip, reported at once) | {local_mean:.1} | {local_p50:.1} | {:.2} |",
+        "| 5 faults on one dispatcher (local trip, reported at once) | {local_mean:.1} | {local_p50:.1} | {:.2} |",
         local_mean / apply_mean
     );
     println!(
-        "| 6 blocks over 3 dispatchers (operator's merged window) | {merged_mean:.1} | {merged_p50:.1} | {:.2} |",
+        "| 5 faults over 3 dispatchers, 2/2/1 (operator's merged window) | {merged_mean:.1} | {merged_p50:.1} | {:.2} |",
         merged_mean / apply_mean
     );
 }

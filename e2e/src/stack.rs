@@ -9,8 +9,8 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -339,16 +339,45 @@ pub fn tails(procs: &[&Proc]) -> String {
 /// connection; returns its URL and a count of the requests it answered. It stands in
 /// for a policy service.
 pub fn hook_server(answer: Value) -> (String, Arc<AtomicUsize>) {
+    let (url, endpoint) = switchable_hook_server(200, answer);
+    (url, endpoint.hits.clone())
+}
+
+/// The answer of a [`switchable_hook_server`], which the test can change while it runs.
+pub struct HookEndpoint {
+    /// (HTTP status, body) of every answer from now on.
+    answer: Arc<Mutex<(u16, String)>>,
+    /// Requests answered so far.
+    pub hits: Arc<AtomicUsize>,
+}
+
+impl HookEndpoint {
+    /// Answers every request from now on with HTTP `status` and the JSON `body` (e.g. a
+    /// 500 to make the handler fail, then `{"decision":"allow"}` to let it recover).
+    pub fn set(&self, status: u16, body: Value) {
+        *self.answer.lock().unwrap_or_else(|p| p.into_inner()) = (status, body.to_string());
+    }
+
+    /// Requests answered so far (a 5xx is retried once by the http handler: two per run).
+    pub fn hits(&self) -> usize {
+        self.hits.load(Ordering::SeqCst)
+    }
+}
+
+/// Like [`hook_server`], but answering with HTTP `status` and `body` until
+/// [`HookEndpoint::set`] changes them: an endpoint that fails (a 5xx) and recovers.
+pub fn switchable_hook_server(status: u16, body: Value) -> (String, HookEndpoint) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    let hits = Arc::new(AtomicUsize::new(0));
-    let counter = hits.clone();
-    let body = answer.to_string();
+    let endpoint = HookEndpoint {
+        answer: Arc::new(Mutex::new((status, body.to_string()))),
+        hits: Arc::new(AtomicUsize::new(0)),
+    };
+    let (answer, counter) = (endpoint.answer.clone(), endpoint.hits.clone());
     std::thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(mut conn) = conn else { continue };
-            let counter = counter.clone();
-            let body = body.clone();
+            let (answer, counter) = (answer.clone(), counter.clone());
             std::thread::spawn(move || {
                 let mut reader = BufReader::new(conn.try_clone().unwrap());
                 loop {
@@ -373,9 +402,17 @@ pub fn hook_server(answer: Value) -> (String, Arc<AtomicUsize>) {
                     if reader.read_exact(&mut req).is_err() {
                         return;
                     }
+                    let (status, body) = answer.lock().unwrap_or_else(|p| p.into_inner()).clone();
                     counter.fetch_add(1, Ordering::SeqCst);
+                    let phrase = match status {
+                        200 => "OK",
+                        500 => "Internal Server Error",
+                        502 => "Bad Gateway",
+                        503 => "Service Unavailable",
+                        _ => "Status",
+                    };
                     let resp = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                        "HTTP/1.1 {status} {phrase}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
                         body.len()
                     );
                     if conn.write_all(resp.as_bytes()).is_err() {
@@ -385,5 +422,5 @@ pub fn hook_server(answer: Value) -> (String, Arc<AtomicUsize>) {
             });
         }
     });
-    (url, hits)
+    (url, endpoint)
 }

@@ -1,10 +1,12 @@
 //! Issue 3, points 1–4, on the real API server with one operator (running as the
 //! ServiceAccount of `config/rbac/operator.yaml`) and three dispatcher processes:
 //!
-//! 1. the circuit breaker counted across dispatchers: six blocks spread over three
-//!    dispatchers open it (status, condition, Event), every dispatcher drops the hook
-//!    within one sync, and the reset annotation or a spec edit closes it without anything
-//!    writing `spec`;
+//! 1. the circuit breaker (CONTRACT §6) counted across dispatchers: refused calls never
+//!    open it; handler faults of one tenant spread over three dispatchers open that
+//!    tenant's breaker of a global guard on every dispatcher within one sync (status,
+//!    condition, Event; the hook stays served; another tenant still runs the handler); the
+//!    reset annotation closes it without anything writing `spec`; and once the endpoint
+//!    recovers a half-open probe closes it everywhere with no one resetting anything;
 //! 2. TenantHookBudget status and printer columns, defaults, rollover of a past period;
 //! 3. budget accounting from three dispatcher processes at once (`budget-load`): `used`
 //!    is exactly the sum of settled costs and never more than the reservations allow;
@@ -21,7 +23,7 @@ use std::time::{Duration, Instant};
 use agenthooks_e2e::procs::{Proc, bin};
 use agenthooks_e2e::stack::{
     DispatcherProc, OperatorProc, hook_server, http_get, install_crds, log_dir, metric,
-    operator_service_account_kubeconfig, tails,
+    operator_service_account_kubeconfig, switchable_hook_server, tails,
 };
 use agenthooks_e2e::{ControlPlane, unique_name, wait_for};
 use serde_json::{Value, json};
@@ -319,6 +321,238 @@ fn five_faults_over_three_dispatchers_open_one_tenants_breaker_and_reset_closes_
             .all(|m| !m.starts_with("agenthooks-operator")),
         "spec written by {managers:?}"
     );
+}
+
+/// The snapshot version the operator publishes now (`GET /v1/dispatchers` on the sync port).
+fn operator_version(s: &Stack) -> i64 {
+    use agenthooks_e2e::stack::{http_get_with, sync_auth_header};
+    let (code, body) = http_get_with(
+        &format!("{}/v1/dispatchers", s.operator.sync),
+        &["-H", &sync_auth_header()],
+    );
+    assert_eq!(code, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    v["version"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("no version: {body}"))
+}
+
+/// Waits until every dispatcher serves the operator's current snapshot (or a newer one),
+/// without sending an event (an event past the half-open time would be a probe).
+fn wait_all_synced(s: &Stack, what: &str) {
+    let want = operator_version(s);
+    s.wait(Duration::from_secs(10), what, || {
+        s.ds.iter().all(|d| {
+            let (_, body) = http_get(&format!("{}/v1/hooks", d.url));
+            serde_json::from_str::<Value>(&body)
+                .ok()
+                .and_then(|v| v["version"].as_i64())
+                .is_some_and(|v| v >= want)
+        })
+    });
+}
+
+/// Whether the hook has an Event of `reason` and `type_` (`Warning`, `Normal`).
+fn has_event(s: &Stack, ns: &str, name: &str, reason: &str, type_: &str) -> bool {
+    let out = s.cp.kubectl(&[
+        "-n",
+        ns,
+        "get",
+        "events",
+        "--field-selector",
+        &format!("involvedObject.name={name}"),
+        "-o",
+        "json",
+    ]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    v["items"].as_array().is_some_and(|items| {
+        items
+            .iter()
+            .any(|e| e["reason"] == reason && e["type"] == type_)
+    })
+}
+
+fn closes(d: &DispatcherProc) -> f64 {
+    metric(&d.metrics(), "agenthooks_breaker_closes_total", "")
+}
+
+/// CONTRACT §6.2–6.4 and the cases "a global http guard; tenant A sends inputs that make its
+/// endpoint answer 500 five times" and "the guard's endpoint recovers": A's five faults,
+/// spread over the three dispatchers, open A's breaker everywhere while B still runs the
+/// handler; once the endpoint answers again a half-open probe, 30 s after the trip, runs
+/// the handler on one dispatcher and closes A's breaker on all three, with no one
+/// resetting anything.
+#[test]
+fn a_global_guards_endpoint_failing_for_one_tenant_opens_its_breaker_and_a_probe_closes_it_after_recovery()
+ {
+    let s = stack();
+    let (url, endpoint) = switchable_hook_server(500, json!({"error": "policy service down"}));
+    let name = "recovering-guard";
+    let ns = s.master.clone();
+    s.cp.apply_yaml(&http_hook(&ns, name, &url, "  scope: global\n"));
+    let key = format!("{ns}/{name}");
+    s.wait(Duration::from_secs(60), "hook served by all three", || {
+        s.ds.iter().all(|d| d.served_generation(&key) == Some(1))
+    });
+    let (a, b) = ("initech", "umbrella");
+
+    // Five faults of tenant A, spread 2/2/1 over the dispatchers (none trips locally);
+    // each 500 is retried once after 1 s, so each event is one fault and two requests.
+    for i in 0..5 {
+        let d = &s.ds[i % 3];
+        let (code, body) = d.dispatch(&event_for(name, a));
+        assert_eq!(code, 200, "{body}");
+        assert_eq!(
+            (&body["decision"], &body["hooks"][0]["errorKind"]),
+            (&json!("block"), &json!("http_5xx")),
+            "fault {i} on {}: an error fails closed: {body}",
+            d.id
+        );
+    }
+    let fifth = Instant::now();
+    assert_eq!(endpoint.hits(), 10, "five runs, each retried once");
+
+    s.wait(
+        Duration::from_secs(15),
+        "CircuitOpen=True in status",
+        || condition(&s.hook(&ns, name), "CircuitOpen").is_some_and(|c| c["status"] == "True"),
+    );
+    // The operator publishes the trip before it writes the status.
+    wait_all_synced(
+        s,
+        "every dispatcher holds the snapshot with A's open breaker",
+    );
+    for d in &s.ds {
+        let (_, body) = d.dispatch(&event_for(name, a));
+        assert_eq!(
+            (
+                &body["decision"],
+                &body["reason"],
+                &body["hooks"][0]["errorKind"]
+            ),
+            (
+                &json!("block"),
+                &json!("CircuitOpen"),
+                &json!("circuit_open")
+            ),
+            "{}: {body}",
+            d.id
+        );
+        assert_eq!(d.served_generation(&key), Some(1), "the hook stays served");
+    }
+    assert_eq!(
+        endpoint.hits(),
+        10,
+        "an open breaker does not call the handler"
+    );
+    let hook = s.hook(&ns, name);
+    let breaker = &hook["status"]["breaker"];
+    assert_eq!(breaker["state"], "Open", "{hook}");
+    let open = breaker["open"].as_array().expect("open tenants");
+    assert_eq!(open.len(), 1, "{breaker}");
+    assert_eq!(
+        (&open[0]["tenant"], &open[0]["failClosed"]),
+        (&json!(a), &json!(true))
+    );
+    s.wait(
+        Duration::from_secs(10),
+        "a CircuitOpen Warning Event",
+        || has_event(s, &ns, name, "CircuitOpen", "Warning"),
+    );
+
+    // Tenant B's events still run the handler, on every dispatcher (it still fails: 500).
+    for d in &s.ds {
+        let (_, body) = d.dispatch(&event_for(name, b));
+        assert_eq!(
+            body["hooks"][0]["errorKind"], "http_5xx",
+            "{}: B runs the handler: {body}",
+            d.id
+        );
+    }
+    assert_eq!(endpoint.hits(), 16, "three runs of B, each retried once");
+    let closes_before: Vec<f64> = s.ds.iter().map(closes).collect();
+
+    // The endpoint recovers; nobody resets anything. A's events on one dispatcher are
+    // refused until the half-open time, 30 s after the trip; then one runs the handler.
+    assert!(
+        fifth.elapsed() < Duration::from_secs(25),
+        "too slow to recover before the half-open time: {:?}",
+        fifth.elapsed()
+    );
+    endpoint.set(200, json!({"decision": "allow"}));
+    let deadline = fifth + Duration::from_secs(40);
+    let (probe_after, probe) = loop {
+        let (_, body) = s.ds[0].dispatch(&event_for(name, a));
+        if body["hooks"][0]["errorKind"] != "circuit_open" {
+            break (fifth.elapsed(), body);
+        }
+        assert_eq!(
+            (&body["decision"], &body["reason"]),
+            (&json!("block"), &json!("CircuitOpen")),
+            "{body}"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "no half-open probe within 40 s of the trip\n{}",
+            s.tails()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    eprintln!("trip -> half-open probe ran the handler after {probe_after:?}");
+    assert!(
+        probe_after >= Duration::from_secs(29),
+        "the probe ran before the half-open time: {probe_after:?}"
+    );
+    assert_eq!(probe["decision"], "allow", "the probe's answer: {probe}");
+    assert!(probe["hooks"][0]["errorKind"].is_null(), "{probe}");
+    assert_eq!(endpoint.hits(), 17, "one probe, one request");
+
+    // The probe's answer closes A's breaker everywhere: status, condition, Event.
+    s.wait(Duration::from_secs(15), "status.breaker Closed", || {
+        let hook = s.hook(&ns, name);
+        hook["status"]["breaker"]["state"] == "Closed"
+            && condition(&hook, "CircuitOpen")
+                .is_some_and(|c| c["status"] == "False" && c["reason"] == "BreakerClosed")
+    });
+    let hook = s.hook(&ns, name);
+    assert!(
+        hook["status"]["breaker"]["open"]
+            .as_array()
+            .is_none_or(|o| o.is_empty()),
+        "{hook}"
+    );
+    assert_eq!(hook["metadata"]["generation"], 1, "something wrote spec");
+    s.wait(
+        Duration::from_secs(10),
+        "a CircuitClosed Normal Event",
+        || has_event(s, &ns, name, "CircuitClosed", "Normal"),
+    );
+    // Closed on the other dispatchers by the snapshot, not by probes of their own: their
+    // next A event runs the handler as a closed breaker's run (no close counted there).
+    wait_all_synced(s, "every dispatcher holds the snapshot without A's breaker");
+    for d in s.ds.iter().skip(1).chain(s.ds.iter().take(1)) {
+        let (_, body) = d.dispatch(&event_for(name, a));
+        assert_eq!(body["decision"], "allow", "{}: {body}", d.id);
+        assert!(body["hooks"][0]["errorKind"].is_null(), "{}: {body}", d.id);
+    }
+    assert_eq!(
+        endpoint.hits(),
+        20,
+        "every dispatcher ran the handler for A"
+    );
+    let closed_by_probe: Vec<f64> =
+        s.ds.iter()
+            .zip(&closes_before)
+            .map(|(d, before)| closes(d) - before)
+            .collect();
+    assert_eq!(
+        closed_by_probe,
+        [1.0, 0.0, 0.0],
+        "one probe closed it on the first dispatcher; the others followed the snapshot"
+    );
+    let (_, body) = s.ds[1].dispatch(&event_for(name, b));
+    assert_eq!(body["decision"], "allow", "B: {body}");
+    assert_eq!(endpoint.hits(), 21);
 }
 
 // ---- 2. TenantHookBudget status -----------------------------------------------------------
