@@ -36,7 +36,7 @@ lint:
 
 ## bench: dispatch overhead against a bare axum handler, side by side in one run; then
 ## issue 3's figures on a real control plane (status writes per hook under 2,000
-## decisions/s, breaker trip -> hook gone from every dispatcher vs apply -> served); then
+## decisions/s, breaker trip -> open breaker seen by every dispatcher vs apply -> served); then
 ## issue 5's: audit rows/s into PostgreSQL while decisions run, latency audit on vs off
 bench: deps
 	bash e2e/controlplane/build.sh >/dev/null
