@@ -72,6 +72,12 @@ pub struct StandInState {
     pub settles: Mutex<Vec<SettleRequest>>,
     pub settle_script: Mutex<VecDeque<Script>>,
     pub snapshot_polls: AtomicUsize,
+    /// What reached the stand-in, in arrival order: `poll <epoch>/<after>` for each
+    /// snapshot poll and `unavailable [<ns/name@generation>, ...]` for each report that
+    /// carries an unavailable list (retries included).
+    pub log: Mutex<Vec<String>>,
+    /// Answers, in order, to the reports that carry an unavailable list.
+    pub unavailable_script: Mutex<VecDeque<Script>>,
 }
 
 impl StandInState {
@@ -156,6 +162,10 @@ async fn serve_snapshot(
     Query(q): Query<SnapshotQuery>,
 ) -> Response {
     s.snapshot_polls.fetch_add(1, Ordering::SeqCst);
+    s.log
+        .lock()
+        .unwrap()
+        .push(format!("poll {}/{}", q.epoch, q.after));
     if !s.leader.load(Ordering::SeqCst) {
         return not_leader();
     }
@@ -188,9 +198,21 @@ async fn report(State(s): State<Arc<StandInState>>, Json(r): Json<Report>) -> Re
         return not_leader();
     }
     s.reports.lock().unwrap().push(r.clone());
-    // Scripts shape the counts lane: the breaker lane's reports (trips and breaker runs
-    // only) are answered normally.
-    let step = if r.executions.is_empty() {
+    if let Some(list) = &r.unavailable {
+        let hooks: Vec<String> = list
+            .iter()
+            .map(|u| format!("{}/{}@{}", u.namespace, u.name, u.generation))
+            .collect();
+        s.log
+            .lock()
+            .unwrap()
+            .push(format!("unavailable [{}]", hooks.join(", ")));
+    }
+    // Scripts shape the counts lane and the unavailable list's: the breaker lane's
+    // reports (trips and breaker runs only) are answered normally.
+    let step = if r.unavailable.is_some() {
+        scripted(&s.unavailable_script).await
+    } else if r.executions.is_empty() {
         None
     } else {
         scripted(&s.report_script).await
