@@ -309,7 +309,8 @@ pub struct TenantBreakerStatus {
     /// The dispatcher that tripped it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dispatcher: Option<String>,
-    /// Answered as an error (true) or as a timeout (false) while open.
+    /// The run that opened it had an error (informational: while open, events are always
+    /// answered as an error of the hook, `block` on blocking events).
     #[serde(default)]
     pub fail_closed: bool,
 }

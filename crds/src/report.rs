@@ -127,8 +127,8 @@ pub struct TripReport {
     pub tenant: String,
     /// When it tripped, RFC 3339 UTC.
     pub tripped_at: String,
-    /// Whether the open breaker answers as an error (true) or as a timeout
-    /// ([`crate::rules::breaker::fails_closed`]).
+    /// Whether the tripping run had an error ([`crate::rules::breaker::fails_closed`]);
+    /// informational: an open breaker always answers as an error.
     #[serde(default)]
     pub fail_closed: bool,
     /// Why, one sentence (e.g. "5 timeouts and 0 errors of the handler in a row ...").

@@ -21,7 +21,7 @@ use agenthooks_crds::rules::breaker::{Admission, FaultKind, RunClass, State, Tra
 use agenthooks_crds::snapshot::OpenBreaker;
 use hashlink::LruCache;
 
-use crate::decision::outcome::Outcome;
+use crate::decision::outcome::{ErrorKind, HandlerResult, Outcome};
 
 pub use agenthooks_crds::rules::breaker::{
     FAULT_THRESHOLD, HALF_OPEN_AFTER_MS, REASON_CIRCUIT_OPEN, Trip, WINDOW_MS,
@@ -37,6 +37,22 @@ pub fn class(outcome: Outcome) -> RunClass {
         Outcome::Allow | Outcome::Block => RunClass::Answer,
         Outcome::Timeout => RunClass::Fault(FaultKind::Timeout),
         Outcome::Error => RunClass::Fault(FaultKind::Error),
+    }
+}
+
+/// How a finished run counts: as its outcome ([`class`]), except a timeout cut short by the
+/// chain budget ([`ErrorKind::ChainBudget`]), which says nothing of the handler
+/// ([`RunClass::Cut`]).
+pub fn class_of(result: &HandlerResult) -> RunClass {
+    match (result.outcome, result.error_kind) {
+        (Outcome::Timeout, Some(ErrorKind::ChainBudget)) => RunClass::Cut,
+        (outcome, _) => class(outcome),
+    }
+}
+
+impl From<Outcome> for RunClass {
+    fn from(outcome: Outcome) -> Self {
+        class(outcome)
     }
 }
 
@@ -115,22 +131,24 @@ impl Breaker {
             && self.lock().peek(tenant).is_some_and(|e| e.state.is_open())
     }
 
-    /// Records a handler run of `tenant` admitted as `admission` that ended with `outcome`
-    /// at `now_ms`.
+    /// Records a handler run of `tenant` admitted as `admission` that ended as `run` (an
+    /// [`Outcome`], or the [`RunClass`] of [`class_of`]) at `now_ms`.
     pub fn record(
         &self,
         tenant: &str,
         admission: Admission,
-        outcome: Outcome,
+        run: impl Into<RunClass>,
         now_ms: i64,
     ) -> Recorded {
-        let class = class(outcome);
+        let class = run.into();
         if matches!(admission, Admission::Refuse { .. }) {
             return Recorded {
                 transition: Transition::None,
             };
         }
-        if class == RunClass::Answer && !self.tracked.load(Ordering::Acquire) {
+        if matches!(class, RunClass::Answer | RunClass::Cut)
+            && !self.tracked.load(Ordering::Acquire)
+        {
             return Recorded {
                 transition: Transition::None,
             };
@@ -138,7 +156,7 @@ impl Breaker {
         let mut tenants = self.lock();
         let entry = match tenants.get_mut(tenant) {
             Some(e) => e,
-            None if class == RunClass::Answer => {
+            None if matches!(class, RunClass::Answer | RunClass::Cut) => {
                 return Recorded {
                     transition: Transition::None,
                 };

@@ -194,7 +194,16 @@ pub async fn drive<'h, O: RunObserver>(
                 break;
             }
         };
-        let mut run = run_matched(engine, observer, hook, &event, json, timeout, filter).await;
+        let mut run = run_matched(
+            engine,
+            observer,
+            hook,
+            &event,
+            json,
+            (timeout, cut_by_budget),
+            filter,
+        )
+        .await;
         let result = run.result.take().expect("run_matched fills result");
         let rule = HookRule {
             key: &hook.key,

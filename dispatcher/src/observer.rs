@@ -16,7 +16,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agenthooks_crds::rules::breaker::{Admission, Transition};
+use agenthooks_crds::rules::breaker::{Admission, RunClass, Transition};
 use bytes::Bytes;
 
 use crate::audit::sink::RunRecord;
@@ -111,7 +111,7 @@ impl RunObserver for Live<'_> {
                 hook,
                 &event.tenant_id,
                 admission,
-                result.outcome,
+                crate::breaker::class_of(result),
                 unix_ms,
             );
         }
@@ -183,12 +183,12 @@ fn observe_breaker(
     hook: &LoadedHook,
     tenant: &str,
     admission: Admission,
-    outcome: Outcome,
+    class: RunClass,
     unix_ms: u64,
 ) {
     let recorded = hook
         .breaker
-        .record(tenant, admission, outcome, unix_ms as i64);
+        .record(tenant, admission, class, unix_ms as i64);
     match &recorded.transition {
         Transition::None => {}
         Transition::RunChanged | Transition::Reopened { .. } => engine.outbox.run_changed(),

@@ -212,7 +212,8 @@ pub(crate) async fn guarded(
 }
 
 /// Runs a hook whose filters were evaluated (`filter` is `Err` for a CEL error, which is
-/// the hook's outcome without running it) under `observer`, which admits the run (the
+/// the hook's outcome without running it) with `slot` (its timeout, and whether the chain
+/// budget cut it short) under `observer`, which admits the run (the
 /// breaker, CONTRACT §6) and records what it left behind. Dispatch and the dry run both
 /// come here ([`crate::observer`]).
 pub async fn run_matched<O: RunObserver>(
@@ -221,20 +222,25 @@ pub async fn run_matched<O: RunObserver>(
     hook: &Arc<LoadedHook>,
     event: &Event,
     event_json: &Bytes,
-    timeout: Duration,
+    slot: (Duration, bool),
     filter: Result<(), String>,
 ) -> HookRun {
+    let (timeout, cut_by_budget) = slot;
     let (admission, run) = observer.start(hook, event, filter.is_ok());
     let started = Instant::now();
     let result = match (filter, admission) {
         (Err(e), _) => HandlerResult::error(ErrorKind::CelEval, e),
-        (Ok(()), Some(Admission::Refuse { fail_closed, .. })) => {
-            HandlerResult::circuit_open(fail_closed)
-        }
+        (Ok(()), Some(Admission::Refuse { .. })) => HandlerResult::circuit_open(),
         (Ok(()), _) if O::DRY => run_handler_dry(engine, hook, event, event_json, timeout).await,
         (Ok(()), _) => run_handler(engine, hook, event, event_json, timeout).await,
     };
     let elapsed = started.elapsed();
+    // A timeout cut short by the chain budget says nothing of the handler: another hook
+    // spent the budget. Its kind says so (the breaker does not count it, §6.1).
+    let mut result = result;
+    if cut_by_budget && result.outcome == Outcome::Timeout {
+        result.error_kind = Some(ErrorKind::ChainBudget);
+    }
     observer.finish(run, hook, event, event_json, admission, &result, elapsed);
     HookRun {
         hook: hook.key.clone(),
@@ -297,7 +303,7 @@ pub async fn run_hook(
             hook,
             event,
             event_json,
-            timeout,
+            (timeout, false),
             filter,
         )
         .await,

@@ -358,7 +358,7 @@ impl Index {
     }
 
     /// Opens `tenant`'s breaker of the hook under `key` from `since_ms` (ms since the
-    /// epoch; `fail_closed`: answered as an error while open) when the hook has `uid`,
+    /// epoch; `fail_closed`: the tripping run had an error, informational) when the hook has `uid`,
     /// `generation` and `reset_token` (a dispatcher's trip or the merged window's,
     /// CONTRACT §6.2). An entry of the tenant that opened later stays; one that opened
     /// earlier moves to this trip. The hook stays published: the next publish carries the

@@ -11,10 +11,14 @@
 //!   refused call five times);
 //! - [`FAULT_THRESHOLD`] faults in a row, the first and the last within [`WINDOW_MS`], trip it;
 //! - **open**: the handler is not run; every event the hook would run on is answered at once
-//!   as that hook's fault ([`Admission::Refuse`]): as a `timeout` (so `onTimeout` decides)
-//!   when every fault of the tripping run was a timeout, as an `error` (fail-closed) when
-//!   any was an error — an open breaker never lets through what its handler's own faults
-//!   would have refused;
+//!   ([`Admission::Refuse`]) as an `error` of the hook: `block` on a blocking event, whatever
+//!   `onTimeout` says. An open breaker cannot know what the handler would have answered,
+//!   and a caller can choose inputs that make a handler slow: answering as a timeout would
+//!   let `onTimeout: allow` pass calls the handler refuses (found in review). `fail_closed`
+//!   only records whether the tripping run had an error (status and Events show it);
+//! - a timeout cut short by the chain budget is not a fault of the hook that was cut
+//!   ([`RunClass::Cut`]): another hook spent the budget; a probe cut short gives its slot
+//!   back;
 //! - **half-open**: [`HALF_OPEN_AFTER_MS`] after it opened, one event runs the handler as a
 //!   probe ([`Admission::Probe`]); an answer closes the breaker, a fault opens it for
 //!   another [`HALF_OPEN_AFTER_MS`]. A probe that never reports back (its run was lost) is
@@ -43,6 +47,10 @@ pub enum RunClass {
     Answer,
     /// The handler failed.
     Fault(FaultKind),
+    /// The run says nothing of the handler: a timeout cut short by the chain budget
+    /// (another hook spent it). It neither counts nor ends a run of faults; a probe cut
+    /// short gives its slot back, so the next event probes again.
+    Cut,
 }
 
 /// The kind of a fault.
@@ -68,8 +76,8 @@ pub fn run_trips(times: &[i64]) -> Option<i64> {
     (span <= WINDOW_MS).then_some(span)
 }
 
-/// Whether an open breaker fails closed: true when any fault of the run that opened it was
-/// an error (see the module rules).
+/// Whether the run that opened a breaker had an error (shown in status and Events as
+/// `failClosed`). An open breaker answers as an error either way (see the module rules).
 pub fn fails_closed(kinds: impl IntoIterator<Item = FaultKind>) -> bool {
     kinds.into_iter().any(|k| k == FaultKind::Error)
 }
@@ -108,8 +116,9 @@ pub enum Admission {
     Run,
     /// Half-open: run the handler as the probe.
     Probe,
-    /// Open: do not run the handler; answer as its fault. `fail_closed`: as an error (else
-    /// as a timeout); `since`: when it opened, ms.
+    /// Open: do not run the handler; answer as an error (see the module rules).
+    /// `fail_closed`: the tripping run had an error (informational); `since`: when it
+    /// opened, ms.
     Refuse { fail_closed: bool, since: i64 },
 }
 
@@ -215,6 +224,7 @@ impl State {
                         Transition::RunChanged
                     }
                 }
+                RunClass::Cut => Transition::None,
                 RunClass::Fault(kind) => {
                     faults.push_back((now, kind));
                     while faults.len() > FAULT_THRESHOLD {
@@ -249,9 +259,15 @@ impl State {
             (
                 Admission::Probe,
                 State::Open {
-                    since, fail_closed, ..
+                    since,
+                    fail_closed,
+                    probe_at,
                 },
             ) => match class {
+                RunClass::Cut => {
+                    *probe_at = None;
+                    Transition::None
+                }
                 RunClass::Answer => {
                     let opened = *since;
                     *self = State::Closed {

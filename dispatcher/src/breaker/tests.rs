@@ -228,8 +228,8 @@ mod properties {
                 let tenant = TENANTS[*t];
                 let a = b.admit(tenant, now);
                 let seen = match a {
-                    Admission::Refuse { fail_closed, .. } => {
-                        crate::handlers::HandlerResult::circuit_open(fail_closed).outcome
+                    Admission::Refuse { .. } => {
+                        crate::handlers::HandlerResult::circuit_open().outcome
                     }
                     _ => *handler,
                 };
@@ -255,9 +255,18 @@ mod properties {
         }
 
         /// An open breaker never turns anything into an `allow`: the chain sees `allow`
-        /// only from a handler that ran and answered `allow`.
+        /// only from a handler that ran and answered `allow`; and through the chain's own
+        /// rule ([`crate::decision::chain::step`]), with `onTimeout: allow` as well as
+        /// `block`, a refused event stops the chain with `block`, and so does every event
+        /// whose handler would have refused (a `block` or an `error`).
         #[test]
         fn an_open_breaker_never_answers_allow(steps in proptest::collection::vec(step(), 0..300)) {
+            use crate::decision::chain::{HookRule, Ran, Step, step as chain_step};
+            use agenthooks_crds::agenthook::OnTimeout;
+            let event = crate::event::Event::parse(
+                br#"{"event":"pre_tool_use","tenant_id":"acme","tool_name":"exec","tool_input":{"cmd":"rm -rf /"}}"#,
+            )
+            .unwrap();
             let b = Breaker::default();
             for ((_, handler, _), (a, seen)) in steps.iter().zip(drive(&b, &steps)) {
                 if seen == Outcome::Allow {
@@ -265,7 +274,23 @@ mod properties {
                     prop_assert_eq!(*handler, Outcome::Allow);
                 }
                 if let Admission::Refuse { .. } = a {
-                    prop_assert!(matches!(seen, Outcome::Timeout | Outcome::Error));
+                    prop_assert_eq!(seen, Outcome::Error);
+                }
+                for on_timeout in [OnTimeout::Allow, OnTimeout::Block] {
+                    let rule = HookRule { key: "agenthooks-system/guard", master: true, on_timeout };
+                    let ran = Ran {
+                        outcome: seen,
+                        reason: None,
+                        cut_by_budget: false,
+                        additional_context: None,
+                        updated_input: None,
+                    };
+                    let stops = matches!(chain_step(&rule, ran, &event), Step::Block { .. });
+                    if matches!(a, Admission::Refuse { .. })
+                        || matches!(handler, Outcome::Block | Outcome::Error)
+                    {
+                        prop_assert!(stops, "{a:?} {handler:?} {on_timeout:?}");
+                    }
                 }
             }
         }

@@ -483,35 +483,88 @@ async fn five_faults_open_the_breaker_of_that_tenant_only_and_it_answers_as_the_
 }
 
 #[tokio::test]
-async fn an_open_breaker_of_timeouts_lets_on_timeout_decide() {
+async fn an_open_breaker_blocks_even_when_on_timeout_allows() {
+    // Review finding: a caller chose inputs that made an `onTimeout: allow` guard slow; five
+    // timeouts opened its breaker, and an open breaker answering as a timeout let the
+    // refused call through without asking the handler. It answers as an error now.
+    let guard = "in=$(cat); case \"$in\" in *SLOW*) sleep 5;; *danger*) echo refused >&2; exit 2;; esac; exit 0";
     let s = set(vec![
         cmd(
             "tenant-acme",
-            "slow",
+            "guard",
             2,
-            "sleep 5",
+            guard,
             "timeoutMs: 50\nonTimeout: allow",
         ),
         cmd("tenant-acme", "after", 1, "exit 0", ""),
     ]);
     let e = engine();
-    for _ in 0..crate::breaker::FAULT_THRESHOLD {
-        let d = decide(&e, &s, event(json!({}))).await;
-        assert_eq!(ran(&d)[0], ("tenant-acme/slow", Outcome::Timeout));
-        assert_eq!(d.decision, Verdict::Allow);
+    for i in 0..crate::breaker::FAULT_THRESHOLD {
+        let d = decide(
+            &e,
+            &s,
+            event(json!({"tool_input": {"cmd": format!("SLOW {i}")}})),
+        )
+        .await;
+        assert_eq!(ran(&d)[0], ("tenant-acme/guard", Outcome::Timeout));
+        assert_eq!(
+            d.decision,
+            Verdict::Allow,
+            "onTimeout: allow, as configured"
+        );
     }
     let started = Instant::now();
-    let d = decide(&e, &s, event(json!({}))).await;
+    let d = decide(&e, &s, event(json!({"tool_input": {"cmd": "danger"}}))).await;
     assert!(
         started.elapsed() < Duration::from_millis(40),
         "answered at once"
     );
     assert_eq!(
-        ran(&d),
-        [
-            ("tenant-acme/slow", Outcome::Timeout),
-            ("tenant-acme/after", Outcome::Allow)
-        ]
+        (d.decision, d.reason.as_deref(), ran(&d)),
+        (
+            Verdict::Block,
+            Some("CircuitOpen"),
+            vec![("tenant-acme/guard", Outcome::Error)]
+        )
     );
-    assert_eq!(d.hooks[0].reason.as_deref(), Some("CircuitOpen"));
+}
+
+#[tokio::test]
+async fn a_hook_cut_short_by_the_chain_budget_is_not_faulted() {
+    // Review finding: a slow hook ahead of a guard spent the chain budget; the guard's cut
+    // timeouts counted as its faults and opened its breaker. They do not count now.
+    let s = set(vec![
+        cmd(
+            "tenant-acme",
+            "slow-first",
+            2,
+            "sleep 5",
+            "timeoutMs: 50\nonTimeout: allow",
+        ),
+        cmd(
+            "tenant-acme",
+            "guard",
+            1,
+            "sleep 5",
+            "timeoutMs: 5000\nonTimeout: allow",
+        ),
+    ]);
+    let mut e = engine();
+    e.chain_budget = Duration::from_millis(70);
+    for i in 0..crate::breaker::FAULT_THRESHOLD {
+        let d = decide(&e, &s, event(json!({}))).await;
+        assert_eq!(
+            (d.decision, d.reason.as_deref(), d.hooks.len()),
+            (Verdict::Block, Some(CHAIN_BUDGET_EXCEEDED), 2),
+            "round {i}: {d:?}"
+        );
+        assert_eq!(d.hooks[1].decision, Outcome::Timeout, "the guard was cut");
+    }
+    let slow = s.get("tenant-acme/slow-first").unwrap();
+    let guard = s.get("tenant-acme/guard").unwrap();
+    assert!(slow.breaker.is_open("acme"), "its own timeouts are faults");
+    assert!(
+        !guard.breaker.is_open("acme"),
+        "cut short by the budget: not the guard's fault"
+    );
 }

@@ -191,18 +191,15 @@ impl HandlerResult {
             Some(ErrorKind::Timeout),
         )
     }
-    /// The answer of an open breaker (CONTRACT §6.2): the handler did not run; the hook is
-    /// answered as its fault — an `error` when `fail_closed` (the run that opened it had an
-    /// error), else a `timeout`, so `onTimeout` decides — with reason
-    /// [`agenthooks_crds::rules::breaker::REASON_CIRCUIT_OPEN`] and kind `circuit_open`.
-    pub fn circuit_open(fail_closed: bool) -> Self {
-        let outcome = if fail_closed {
-            Outcome::Error
-        } else {
-            Outcome::Timeout
-        };
+    /// The answer of an open breaker (CONTRACT §6.2): the handler did not run, and the hook
+    /// is answered as an `error` — `block` on a blocking event, whatever `onTimeout` says —
+    /// with reason [`agenthooks_crds::rules::breaker::REASON_CIRCUIT_OPEN`] and kind
+    /// `circuit_open`. An open breaker cannot know what the handler would have answered,
+    /// and a caller can choose inputs that make a handler slow: answering as a timeout
+    /// would let `onTimeout: allow` pass calls the handler refuses.
+    pub fn circuit_open() -> Self {
         Self::with(
-            outcome,
+            Outcome::Error,
             Some(agenthooks_crds::rules::breaker::REASON_CIRCUIT_OPEN.to_string()),
             Some(ErrorKind::CircuitOpen),
         )

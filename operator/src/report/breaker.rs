@@ -172,23 +172,14 @@ pub fn breaker_status(
     b
 }
 
-fn answered_as(t: &TenantBreakerStatus) -> &'static str {
-    if t.fail_closed {
-        "an error (fail-closed)"
-    } else {
-        "a timeout (onTimeout decides)"
-    }
-}
-
 /// The note of the Warning Event (and log) of one tenant's trip.
 pub fn trip_note(t: &TenantBreakerStatus) -> String {
     format!(
-        "circuit breaker opened for tenant {:?} by dispatcher {} at {}: {}; its events are answered as {} of the hook without running the handler, until a probe {} s later finds the handler answering again, the spec changes or the {} annotation changes",
+        "circuit breaker opened for tenant {:?} by dispatcher {} at {}: {}; its events are answered as an error of the hook (block on blocking events) without running the handler, until a probe {} s later finds the handler answering again, the spec changes or the {} annotation changes",
         t.tenant,
         t.dispatcher.as_deref().unwrap_or("(unknown)"),
         t.tripped_at,
         t.reason.as_deref().unwrap_or("(no reason given)"),
-        answered_as(t),
         HALF_OPEN_AFTER_MS / 1000,
         RESET_BREAKER_ANNOTATION,
     )
@@ -207,7 +198,7 @@ pub fn open_message(b: &BreakerStatus) -> String {
         named.push(format!("and {} more", b.open.len() - MAX_TENANTS_NAMED));
     }
     format!(
-        "circuit breaker open for {} tenant(s) ({}): their events are answered as the hook's fault without running the handler (other tenants run it); newest trip by dispatcher {} at {}: {}; a probe {} s after a trip closes it when the handler answers; a spec edit or a change of the {} annotation closes all",
+        "circuit breaker open for {} tenant(s) ({}): their events are answered as an error of the hook (block on blocking events) without running the handler (other tenants run it); newest trip by dispatcher {} at {}: {}; a probe {} s after a trip closes it when the handler answers; a spec edit or a change of the {} annotation closes all",
         b.open.len(),
         named.join(", "),
         b.dispatcher.as_deref().unwrap_or("(unknown)"),
@@ -658,7 +649,7 @@ mod tests {
             n.contains("tenant \"acme\"")
                 && n.contains("disp-1")
                 && n.contains("5 timeouts and 0 errors")
-                && n.contains("an error (fail-closed)")
+                && n.contains("answered as an error of the hook (block on blocking events)")
                 && n.contains("30 s"),
             "{n}"
         );

@@ -561,7 +561,7 @@ async fn apply(
                     tripped_at = %entry.tripped_at,
                     fail_closed = entry.fail_closed,
                     reason = entry.reason.as_deref().unwrap_or_default(),
-                    "security.hook.circuit_breaker: breaker opened for a tenant; its events are answered as the hook's fault"
+                    "security.hook.circuit_breaker: breaker opened for a tenant; its events are answered as an error of the hook (block on blocking events)"
                 );
                 publish_event(
                     &core,

@@ -461,7 +461,7 @@ async fn faults_of_tenant_a_merged_over_three_dispatchers_trip_a_only() {
     assert_eq!(
         snapshot_breakers(&shared, "h"),
         Some(vec![("ta".to_string(), since, false)]),
-        "ta open (timeouts only: answered as a timeout), tb not"
+        "ta open (timeouts only: fail_closed false), tb not"
     );
     assert!(matches!(
         lock(&shared.index).publication(&HookKey::new("ns", "h")),

@@ -3,6 +3,7 @@ use super::*;
 const T: RunClass = RunClass::Fault(FaultKind::Timeout);
 const E: RunClass = RunClass::Fault(FaultKind::Error);
 const A: RunClass = RunClass::Answer;
+const C: RunClass = RunClass::Cut;
 
 /// Records `class` at `now` on a closed breaker, as a normal run.
 fn run(s: &mut State, class: RunClass, now: i64) -> Transition {
@@ -73,7 +74,7 @@ fn the_window_is_inclusive_at_exactly_sixty_seconds() {
 }
 
 #[test]
-fn open_refuses_as_the_faults_did_then_probes_after_thirty_seconds() {
+fn open_refuses_then_probes_after_thirty_seconds_one_probe_at_a_time() {
     let mut s = State::default();
     for i in 0..4 {
         run(&mut s, T, i * 1000);
@@ -141,6 +142,38 @@ fn a_lost_probe_is_replaced_after_thirty_seconds() {
     assert_eq!(s.admit(30_000), Admission::Probe);
     assert!(matches!(s.admit(59_999), Admission::Refuse { .. }));
     assert_eq!(s.admit(60_000), Admission::Probe);
+}
+
+#[test]
+fn a_run_cut_by_the_chain_budget_neither_counts_nor_ends_the_run() {
+    let mut s = State::default();
+    for i in 0..4 {
+        run(&mut s, T, i * 1000);
+    }
+    // any number of cut runs: no trip, and the four faults are still there
+    for i in 4..20 {
+        assert_eq!(run(&mut s, C, i * 1000), Transition::None, "cut at {i} s");
+    }
+    assert!(!s.is_open());
+    assert!(matches!(run(&mut s, T, 20_000), Transition::Tripped(_)));
+}
+
+#[test]
+fn a_probe_cut_by_the_chain_budget_gives_its_slot_back() {
+    let mut s = State::Open {
+        since: 0,
+        fail_closed: false,
+        probe_at: None,
+    };
+    assert_eq!(s.admit(30_000), Admission::Probe);
+    assert!(matches!(s.admit(30_001), Admission::Refuse { .. }));
+    assert_eq!(s.record(Admission::Probe, C, 30_050), Transition::None);
+    assert!(s.is_open(), "a cut probe does not close it");
+    assert_eq!(s.admit(30_060), Admission::Probe, "the next event probes");
+    assert_eq!(
+        s.record(Admission::Probe, A, 30_100),
+        Transition::Closed { since: 0 }
+    );
 }
 
 #[test]
