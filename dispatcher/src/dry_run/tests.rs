@@ -392,7 +392,27 @@ async fn dispatch_and_the_dry_run_agree_on_every_case() {
             10_000,
         ),
     ];
-    for (command, extra, sample, budget_ms) in cases {
+    // What each case must give (the verdict the caller gets, the hook's outcome), in order.
+    use Outcome::{Allow, Block, Error, Timeout};
+    let expected = [
+        (Verdict::Allow, Allow),
+        (Verdict::Block, Block),
+        (Verdict::Block, Error),
+        (Verdict::Block, Block),
+        (Verdict::Allow, Allow),
+        (Verdict::Block, Timeout),
+        (Verdict::Allow, Timeout),
+        (Verdict::Block, Timeout),
+        (Verdict::Allow, Allow),
+        (Verdict::Allow, Allow),
+        (Verdict::Block, Allow),
+        (Verdict::Block, Error),
+        (Verdict::Allow, Block),
+    ];
+    assert_eq!(cases.len(), expected.len());
+    for ((command, extra, sample, budget_ms), (want_verdict, want_outcome)) in
+        cases.into_iter().zip(expected)
+    {
         let mut e = engine(Edition::Lite);
         e.chain_budget = std::time::Duration::from_millis(budget_ms);
         let ns = if extra.get("scope").is_some() {
@@ -423,6 +443,11 @@ async fn dispatch_and_the_dry_run_agree_on_every_case() {
             Verdict::Allow
         };
         let case = format!("{command} {extra} {sample}");
+        assert_eq!(
+            (live_verdict, run.decision),
+            (want_verdict, want_outcome),
+            "expected: {case}"
+        );
         assert_eq!(dry.verdict, live_verdict, "verdict: {case}");
         assert_eq!(
             dry.reason.as_deref(),
