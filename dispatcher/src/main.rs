@@ -32,7 +32,7 @@ use agenthooks_dispatcher::runner::Engine;
 use agenthooks_dispatcher::sandbox::CommandRunner;
 use agenthooks_dispatcher::sandbox::local::LocalConfig;
 use agenthooks_dispatcher::sandbox::server::{self, ServerConfig};
-use agenthooks_dispatcher::sandbox::supervise::RunAs;
+use agenthooks_dispatcher::sandbox::uids::UidPool;
 use agenthooks_dispatcher::server::admin::AdminToken;
 use agenthooks_dispatcher::server::{AppState, router};
 use agenthooks_dispatcher::{audit, manifests, sync, telemetry};
@@ -81,8 +81,10 @@ struct CommandRunnerArgs {
     /// Runs in flight at most; past it a run is refused at once (runner_unavailable).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
     max_runs: u64,
-    /// When the runner is root: the uid (and gid) every run switches to before `sh`
-    /// starts. Required when running as root, so no hook ever runs as root.
+    /// When the runner is root: runs switch to uids (and gids) UID, UID+1, …,
+    /// UID+max-runs-1 before `sh` starts, one per run in flight, so no two runs share a
+    /// uid; each is swept (every process of it killed) before it is used again. Required
+    /// when running as root, so no hook ever runs as root.
     #[arg(long, value_name = "UID")]
     run_as_uid: Option<u32>,
 }
@@ -333,22 +335,24 @@ fn main() -> ExitCode {
 async fn command_runner(args: CommandRunnerArgs) -> anyhow::Result<()> {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
-    let run_as = match (root, args.run_as_uid) {
+    let max_runs = usize::try_from(args.max_runs).unwrap_or(64);
+    let uids = match (root, args.run_as_uid) {
         (true, None) => {
             bail!("command-runner runs as root: give --run-as-uid UID so no hook runs as root")
         }
         (true, Some(0)) => bail!("--run-as-uid 0: hooks must not run as root"),
-        (true, Some(uid)) => Some(RunAs { uid, gid: uid }),
+        (true, Some(base)) => Some(UidPool::new(base, max_runs)?),
         (false, Some(_)) => bail!("--run-as-uid needs the runner to run as root"),
         (false, None) => None,
     };
     let config = ServerConfig {
         socket: args.socket,
-        max_runs: usize::try_from(args.max_runs).unwrap_or(64),
+        max_runs,
         local: LocalConfig {
             tmp_root: args.tmp_dir.unwrap_or_else(std::env::temp_dir),
-            run_as,
+            run_as: None,
         },
+        uids,
     };
     let cancel = CancellationToken::new();
     let stop = cancel.clone();

@@ -380,3 +380,130 @@ fn a_root_runner_needs_a_run_uid() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--run-as-uid"), "{err}");
 }
+
+/// First uid of the per-run range in the test below (the chart's default range is 65533..).
+const RUN_UID_BASE: u32 = 64_200;
+
+/// Runs `req` on the runner's socket and returns its outcome.
+async fn run_on(socket: &Path, req: RunRequest) -> RunOutcome {
+    let mut conn = tokio::net::UnixStream::connect(socket).await.unwrap();
+    write_frame(&mut conn, &req).await.unwrap();
+    read_frame(&mut conn, MAX_RESPONSE_FRAME).await.unwrap()
+}
+
+fn sh(command: String, timeout_ms: u64, stdin: &[u8]) -> RunRequest {
+    RunRequest {
+        command,
+        allowed_env_vars: vec![],
+        cwd: None,
+        timeout_ms,
+        stdin: stdin.to_vec(),
+    }
+}
+
+/// CONTRACT §10.1 "nor to another run's files", with tenants' command hooks allowed (the
+/// chart then starts the runner as root with `--run-as-uid`): two runs at once get two
+/// uids; the second reads neither the first's private directory, nor its stdin (the
+/// event) through `/proc`, nor its environment; when both are over, no process of any
+/// run uid is left.
+#[tokio::test]
+async fn concurrent_runs_have_their_own_uids_and_cannot_read_each_other() {
+    if !is_root() {
+        eprintln!("not root: a uid per run needs a root runner; nothing to check");
+        return;
+    }
+    let l = Layout::new();
+    std::fs::set_permissions(l.p("pub"), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_agenthooks-dispatcher"));
+    cmd.args(["command-runner", "--max-runs", "4", "--socket"])
+        .arg(l.socket())
+        .arg("--tmp-dir")
+        .arg(l.p("runner-tmp"))
+        .arg(format!("--run-as-uid={RUN_UID_BASE}"))
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin");
+    let _runner = api_harness::spawn(cmd);
+    for _ in 0..400 {
+        if l.socket().exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let pubd = l.p("pub").display().to_string();
+    let secret = format!("run-a-secret-{}", uuid::Uuid::new_v4().simple());
+    let m = marker();
+    // A: keeps its stdin (the event) unread on fd 0, writes a file into its private
+    // directory, says where, and waits for B to finish looking (or 8 s).
+    let a = sh(
+        format!(
+            "echo {secret} > \"$TMPDIR/file\"; id -u > {pubd}/a.uid; echo \"$TMPDIR\" > {pubd}/a.tmp; echo $$ > {pubd}/a.pid; \
+             sh -c 'exec sleep {m}' </dev/null >/dev/null 2>&1 & \
+             i=0; while [ ! -e {pubd}/b.done ] && [ $i -lt 800 ]; do sleep 0.01; i=$((i+1)); done; echo '{{}}'"
+        ),
+        9_000,
+        format!("{{\"tool_input\": \"{secret}-stdin\"}}").as_bytes(),
+    );
+    // B: once A is ready, tries A's file, directory, stdin, environment and cwd.
+    let b = sh(
+        format!(
+            "while [ ! -s {pubd}/a.pid ]; do sleep 0.01; done; id -u > {pubd}/b.uid; \
+             d=$(cat {pubd}/a.tmp); p=$(cat {pubd}/a.pid); \
+             {{ cat \"$d/file\"; ls \"$d\"; cat /proc/$p/fd/0; cat /proc/$p/environ; ls /proc/$p/cwd/; kill -0 $p && echo signalled; }} > {pubd}/b.out 2>&1; \
+             touch {pubd}/b.done; exit 0"
+        ),
+        9_000,
+        b"{}",
+    );
+    let socket = l.socket();
+    let (ra, rb) = tokio::join!(run_on(&socket, a), run_on(&socket, b));
+    for (name, r) in [("a", &ra), ("b", &rb)] {
+        assert!(
+            matches!(
+                r,
+                RunOutcome::Completed {
+                    exit_code: Some(0),
+                    ..
+                }
+            ),
+            "{name}: {r:?}"
+        );
+    }
+    let uid = |f: &str| {
+        std::fs::read_to_string(l.p(f))
+            .unwrap()
+            .trim()
+            .parse::<u32>()
+            .unwrap()
+    };
+    let (ua, ub) = (uid("pub/a.uid"), uid("pub/b.uid"));
+    assert_ne!(ua, ub, "two runs at once share a uid");
+    for u in [ua, ub] {
+        assert!((RUN_UID_BASE..RUN_UID_BASE + 4).contains(&u), "{u}");
+    }
+    let seen = std::fs::read_to_string(l.p("pub/b.out")).unwrap();
+    assert!(!seen.contains(&secret), "B read A's run:\n{seen}");
+    assert!(!seen.contains("signalled"), "B could signal A:\n{seen}");
+    assert!(
+        seen.matches("Permission denied").count() + seen.matches("Operation not permitted").count()
+            >= 4,
+        "{seen}"
+    );
+    // Nothing of either run is left, on any run uid.
+    assert!(processes_with_arg(&m).is_empty());
+    let mut left = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(status) = std::fs::read_to_string(e.path().join("status")) else {
+            continue;
+        };
+        let uid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|u| u.split_whitespace().next()?.parse::<u32>().ok());
+        if uid.is_some_and(|u| (RUN_UID_BASE..RUN_UID_BASE + 4).contains(&u))
+            && !status.contains("State:\tZ")
+        {
+            left.push(status.lines().next().unwrap_or_default().to_string());
+        }
+    }
+    assert!(left.is_empty(), "processes of run uids left: {left:?}");
+}

@@ -8,12 +8,14 @@
 //! - [`server`]: the command runner (`agenthooks-dispatcher command-runner`), a second
 //!   container of the dispatcher Pod, with no secrets and another uid.
 //! - [`remote`]: the dispatcher's client of that runner.
+//! - [`uids`]: a root runner's uid per run in flight, swept before reuse.
 
 pub mod local;
 pub mod protocol;
 pub mod remote;
 pub mod server;
 pub mod supervise;
+pub mod uids;
 
 use std::path::PathBuf;
 

@@ -6,7 +6,8 @@
 //! capped, the whole tree killed — never trusting the dispatcher to have checked), and
 //! answers one [`RunOutcome`]. A client that closes the connection before the answer
 //! cancels the run (its tree is killed). At most `max_runs` runs at once; past it the
-//! answer is `RunnerUnavailable` at once.
+//! answer is `RunnerUnavailable` at once. A root runner gives every run in flight a uid
+//! of its own ([`super::uids`]).
 
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -20,12 +21,14 @@ use tokio_util::sync::CancellationToken;
 
 use super::local::{self, LocalConfig};
 use super::protocol::{MAX_REQUEST_FRAME, RunOutcome, RunRequest, read_frame, write_frame};
+use super::supervise::RunAs;
+use super::uids::UidPool;
 
 /// Most time a client may take to send its request.
 const REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How the runner serves.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct ServerConfig {
     /// The Unix socket to create (a stale socket there is replaced; any other file is
     /// an error). Mode 0660: the dispatcher reaches it through the shared group.
@@ -34,6 +37,9 @@ pub struct ServerConfig {
     pub max_runs: usize,
     /// Where runs' private directories go and as whom they run.
     pub local: LocalConfig,
+    /// A root runner: each run in flight takes its own uid from this pool (`local.run_as`
+    /// is then set per run).
+    pub uids: Option<UidPool>,
 }
 
 /// Errors starting the runner.
@@ -51,9 +57,10 @@ pub enum ServeError {
 /// Binds the socket and serves until `cancel`.
 pub async fn serve(config: ServerConfig, cancel: CancellationToken) -> Result<(), ServeError> {
     let listener = bind(&config.socket)?;
-    tracing::info!(socket = %config.socket.display(), max_runs = config.max_runs, tmp = %config.local.tmp_root.display(), run_as = ?config.local.run_as, "command runner listening");
+    tracing::info!(socket = %config.socket.display(), max_runs = config.max_runs, tmp = %config.local.tmp_root.display(), run_as = ?config.local.run_as, uid_per_run = config.uids.is_some(), "command runner listening");
     let slots = Arc::new(Semaphore::new(config.max_runs.max(1)));
     let local = Arc::new(config.local);
+    let uids = config.uids.map(Arc::new);
     loop {
         let conn = tokio::select! {
             () = cancel.cancelled() => break,
@@ -69,18 +76,29 @@ pub async fn serve(config: ServerConfig, cancel: CancellationToken) -> Result<()
         };
         let permit = Arc::clone(&slots).try_acquire_owned().ok();
         let local = Arc::clone(&local);
+        let uids = uids.clone();
         let max = config.max_runs;
         tokio::spawn(async move {
-            match permit {
-                Some(_permit) => handle(conn, &local).await,
-                None => {
-                    let mut conn = conn;
-                    let busy = RunOutcome::RunnerUnavailable {
-                        message: format!("command runner busy: {max} runs in flight"),
-                    };
-                    let _ = write_frame(&mut conn, &busy).await;
-                }
-            }
+            let Some(_permit) = permit else {
+                return refuse(conn, format!("command runner busy: {max} runs in flight")).await;
+            };
+            let Some(pool) = uids else {
+                return handle(conn, &local).await;
+            };
+            // Held until the run is over and its uid swept (the permit too).
+            let Some(uid) = pool.take() else {
+                return refuse(
+                    conn,
+                    "command runner: no run uid left (a sweep failed)".into(),
+                )
+                .await;
+            };
+            let own = LocalConfig {
+                run_as: Some(RunAs { uid, gid: uid }),
+                ..(*local).clone()
+            };
+            handle(conn, &own).await;
+            pool.give_back(uid).await;
         });
     }
     let _ = std::fs::remove_file(&config.socket);
@@ -107,6 +125,11 @@ fn bind(path: &Path) -> Result<UnixListener, ServeError> {
         }
     })?;
     Ok(listener)
+}
+
+/// Answers `RunnerUnavailable` with `message` without reading the request.
+async fn refuse(mut conn: UnixStream, message: String) {
+    let _ = write_frame(&mut conn, &RunOutcome::RunnerUnavailable { message }).await;
 }
 
 /// One connection: read the request, run it unless the client goes away, answer.
