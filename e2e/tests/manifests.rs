@@ -422,6 +422,8 @@ fn kustomize_default_renders_and_passes_a_server_side_dry_run() {
     );
     // No admission policy in the Lite install.
     assert_eq!(count(&items, "ValidatingAdmissionPolicy"), 0);
+    // Lite: command hooks run in the runner container, as in the chart.
+    check_command_runner(&items);
 
     // Every base renders on its own, and admission/ passes the API server (which compiles the
     // policy's CEL) with its binding naming the policy.
@@ -776,31 +778,11 @@ fn helm_values_schema_refuses_typos_and_bad_enums() {
     );
 }
 
-/// CONTRACT §10.1 in the chart: on Lite each dispatcher Pod has a `command-runner`
-/// container (another uid, only the socket and its own /tmp mounted, no ServiceAccount
-/// token) and the dispatcher is pointed at its socket; Standard has neither; the
-/// operator gets `--allow-tenant-command-hooks` only from its value; the runner's image
-/// is a value.
-#[test]
-fn helm_command_runner_runs_hooks_away_from_the_dispatchers_secrets() {
-    let cp = cp();
-    let ns = "agenthooks-system";
-    let yaml = ok(
-        helm_template(
-            ns,
-            &[
-                "--set",
-                "dispatcher.adminTokenSecret.name=agenthooks-admin",
-                "--set",
-                "dispatcher.audit.keySecret=audit-keys",
-                "--set",
-                "dispatcher.audit.keys={k1}",
-            ],
-        ),
-        "helm template (lite)",
-    );
-    let items = to_json(cp, &yaml);
-    let d = find(&items, "Deployment", "agenthooks-dispatcher");
+/// The dispatcher Deployment of `items` runs command hooks in its `command-runner`
+/// container (CONTRACT §10.1): another uid, only the socket and its own /tmp mounted, no
+/// Secret, no ServiceAccount token; the dispatcher reaches it over the socket.
+fn check_command_runner(items: &[Value]) {
+    let d = find(items, "Deployment", "agenthooks-dispatcher");
     let pod = &d["spec"]["template"]["spec"];
     assert_eq!(pod["automountServiceAccountToken"], false);
     let containers = pod["containers"].as_array().unwrap();
@@ -863,6 +845,33 @@ fn helm_command_runner_runs_hooks_away_from_the_dispatchers_secrets() {
             .count(),
         1
     );
+}
+
+/// CONTRACT §10.1 in the chart: on Lite each dispatcher Pod has a `command-runner`
+/// container (another uid, only the socket and its own /tmp mounted, no ServiceAccount
+/// token) and the dispatcher is pointed at its socket; Standard has neither; the
+/// operator gets `--allow-tenant-command-hooks` only from its value; the runner's image
+/// is a value.
+#[test]
+fn helm_command_runner_runs_hooks_away_from_the_dispatchers_secrets() {
+    let cp = cp();
+    let ns = "agenthooks-system";
+    let yaml = ok(
+        helm_template(
+            ns,
+            &[
+                "--set",
+                "dispatcher.adminTokenSecret.name=agenthooks-admin",
+                "--set",
+                "dispatcher.audit.keySecret=audit-keys",
+                "--set",
+                "dispatcher.audit.keys={k1}",
+            ],
+        ),
+        "helm template (lite)",
+    );
+    let items = to_json(cp, &yaml);
+    check_command_runner(&items);
     let op_args = args_of(find(&items, "Deployment", "agenthooks-operator"));
     assert!(!has_arg(&op_args, "--allow-tenant-command-hooks"));
 
@@ -891,6 +900,54 @@ fn helm_command_runner_runs_hooks_away_from_the_dispatchers_secrets() {
         &args_of(find(&items, "Deployment", "agenthooks-operator")),
         "--allow-tenant-command-hooks"
     ));
+    // Tenants' command hooks: a uid per run (the runner root with only the capabilities
+    // to switch uids, clean up and kill).
+    let r = &d["spec"]["template"]["spec"]["containers"][1];
+    assert!(
+        r["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a == "--run-as-uid=65533"),
+        "{r}"
+    );
+    let sc = &r["securityContext"];
+    assert_eq!(
+        (
+            &sc["runAsUser"],
+            &sc["runAsNonRoot"],
+            &sc["allowPrivilegeEscalation"]
+        ),
+        (&json!(0), &json!(false), &json!(false))
+    );
+    assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
+    assert_eq!(
+        sc["capabilities"]["add"],
+        json!([
+            "SETUID",
+            "SETGID",
+            "CHOWN",
+            "DAC_OVERRIDE",
+            "FOWNER",
+            "KILL"
+        ])
+    );
+    // A range of run uids that would hold the dispatcher's uid is refused at render time.
+    let out = helm_template(
+        ns,
+        &[
+            "--set",
+            "dispatcher.commandRunner.uidPerRun=true",
+            "--set",
+            "dispatcher.commandRunner.runAsUser=65500",
+        ],
+    );
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("65500..65563") && err.contains("65532"),
+        "{err}"
+    );
 
     // Standard: no runner, no flag, no socket volume.
     let yaml = ok(
