@@ -106,8 +106,8 @@ async fn block_rm_rf_holds_against_the_obvious_variants() {
     );
     for cmd in DESTRUCTIVE {
         for call in calls(cmd) {
-            // Loaded afresh for each call: this tests the filter, and on this branch the
-            // seed's breaker still trips a hook after 5 blocks (issue 10 point 1).
+            // Loaded afresh for each call: this tests the filter alone, with no state
+            // carried from one call to the next.
             let (engine, hooks) = load();
             let d = decide(&engine, &hooks, event(call.clone())).await;
             assert_eq!(d.decision, Verdict::Block, "{call}: {d:?}");
