@@ -37,7 +37,9 @@ lint:
 ## bench: dispatch overhead against a bare axum handler, side by side in one run; then
 ## issue 3's figures on a real control plane (status writes per hook under 2,000
 ## decisions/s, breaker trip -> open breaker seen by every dispatcher vs apply -> served); then
-## issue 5's: audit rows/s into PostgreSQL while decisions run, latency audit on vs off
+## issue 5's: audit rows/s into PostgreSQL while decisions run, latency audit on vs off; then
+## issue 10's: the decision path of this tree against $(BENCH_BASE) (built in ~/.cache)
+BENCH_BASE ?= 312fd1b
 bench: deps
 	bash e2e/controlplane/build.sh >/dev/null
 	$(CARGO) build --release -p agenthooks-operator -p agenthooks-dispatcher --bins
@@ -45,6 +47,7 @@ bench: deps
 	$(CARGO) bench -p agenthooks-dispatcher --bench telemetry_overhead
 	$(CARGO) bench -p agenthooks-e2e --bench safeguards
 	$(CARGO) bench -p agenthooks-e2e --bench audit
+	bash bench/before-after.sh $(BENCH_BASE)
 
 controlplane:
 	bash e2e/controlplane/build.sh

@@ -20,6 +20,11 @@
 //!    saturation that shows in the ratio; the paced load shows the decision path's own
 //!    cost.
 //!
+//! 3. **What a SIGKILL under load loses**: a third dispatcher on the same database, the
+//!    clients unpaced for `KILL_AFTER`, then `SIGKILL`: the answered runs that have no row
+//!    and how far before the kill the oldest of them was answered (the README's crash-loss
+//!    window), over `KILL_ROUNDS` rounds.
+//!
 //! Run: `make bench`, or `cargo build --release --bins && cargo bench -p agenthooks-e2e --bench audit`.
 //! Without `--bench` (e.g. `cargo test --all-targets`) it does nothing.
 
@@ -384,5 +389,104 @@ async fn main() {
     );
     drop(on);
     drop(off);
+    crash_loss(&client, &hooks, &url, dir.path()).await;
     let _ = tokio::task::spawn_blocking(move || drop(pg)).await;
+}
+
+/// Rounds of the crash-loss measurement, and how long the load runs before the kill.
+const KILL_ROUNDS: usize = 5;
+const KILL_AFTER: Duration = Duration::from_secs(3);
+
+/// Part 3: SIGKILL under load, `KILL_ROUNDS` times; prints what each kill lost.
+async fn crash_loss(
+    client: &reqwest::Client,
+    hooks: &std::path::Path,
+    url: &str,
+    dir: &std::path::Path,
+) {
+    println!();
+    println!(
+        "SIGKILL under load ({CLIENTS} unpaced clients, killed {:.0} s in; README: about 70 ms of runs):",
+        KILL_AFTER.as_secs_f64()
+    );
+    let mut worst = 0.0f64;
+    for k in 0..KILL_ROUNDS {
+        let name = format!("audit-kill{k}");
+        let d = start(&name, hooks, url, dir);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while get(client, &format!("{}/readyz", d.url)).await.is_none() {
+            assert!(Instant::now() < deadline, "{name} not ready");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let mut tasks = Vec::new();
+        for w in 0..CLIENTS {
+            let (client, url) = (client.clone(), format!("{}/v1/dispatch", d.url));
+            let tag = format!("kill{k}-{w}");
+            tasks.push(tokio::spawn(async move {
+                // (event_id, when its answer arrived) until the dispatcher is gone
+                let mut answered = Vec::with_capacity(50_000);
+                for i in 0u64.. {
+                    let event_id = format!("{tag}-{i}");
+                    let body = json!({"event": "pre_tool_use", "event_id": event_id,
+                        "session_id": "s-1", "tenant_id": "acme", "agent_id": "a1",
+                        "tool_name": "Bash", "tool_input": {"command": "ls -la", "i": i}})
+                    .to_string();
+                    let Ok(r) = client
+                        .post(&url)
+                        .header("content-type", "application/json")
+                        .body(body)
+                        .send()
+                        .await
+                    else {
+                        break;
+                    };
+                    let ok = r.status() == 200;
+                    if r.bytes().await.is_err() || !ok {
+                        break;
+                    }
+                    answered.push((event_id, Instant::now()));
+                }
+                answered
+            }));
+        }
+        tokio::time::sleep(KILL_AFTER).await;
+        let killed_at = Instant::now();
+        d.proc.signal(libc::SIGKILL);
+        let mut answered = Vec::new();
+        for t in tasks {
+            answered.extend(t.await.unwrap());
+        }
+        let store = AuditStore::connect(url).await.unwrap();
+        let AuditStore::Postgres(pool) = &store else {
+            unreachable!("postgres")
+        };
+        let keys: Vec<(String,)> =
+            sqlx::query_as("SELECT dedup_key FROM hook_executions WHERE dedup_key LIKE $1")
+                .bind(format!("%:kill{k}-%"))
+                .fetch_all(pool)
+                .await
+                .unwrap();
+        store.close().await;
+        let stored: std::collections::HashSet<String> = keys
+            .into_iter()
+            .filter_map(|(key,)| key.split_once(':').map(|(_, id)| id.to_owned()))
+            .collect();
+        let lost: Vec<_> = answered
+            .iter()
+            .filter(|(id, _)| !stored.contains(id))
+            .collect();
+        let window_ms = lost
+            .iter()
+            .map(|(_, at)| killed_at.saturating_duration_since(*at).as_secs_f64() * 1000.0)
+            .fold(0.0, f64::max);
+        worst = worst.max(window_ms);
+        println!(
+            "  round {}: {} runs answered, {} of them without a row, the oldest of those answered {window_ms:.0} ms before the kill",
+            k + 1,
+            answered.len(),
+            lost.len(),
+        );
+        drop(d);
+    }
+    println!("  worst: {worst:.0} ms of answered runs lost to a SIGKILL");
 }
