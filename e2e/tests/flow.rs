@@ -434,8 +434,13 @@ fn relabelling_a_namespace_rechecks_its_hooks() {
     let s = stack();
     let ns = unique_name("tenant-relabel");
     s.cp.create_namespace(&ns, &[("agenthooks.io/tenant", "globex")]);
-    let body = "  event: pre_tool_use\n  tenant: initech\n  handler: {type: http, http: {url: 'https://a.example'}}\n";
-    s.cp.apply_yaml(&hook_yaml(&ns, "pinned", body));
+    // A tenant of this test only: the hook stays on the shared API server after the test,
+    // where it would run on other tests' events of a common tenant.
+    let tenant = unique_name("initech");
+    let body = format!(
+        "  event: pre_tool_use\n  tenant: {tenant}\n  handler: {{type: http, http: {{url: 'https://a.example'}}}}\n"
+    );
+    s.cp.apply_yaml(&hook_yaml(&ns, "pinned", &body));
     assert!(wait_for(Duration::from_secs(20), || condition(
         s.cp, &ns, "pinned", "Accepted"
     )
@@ -444,7 +449,7 @@ fn relabelling_a_namespace_rechecks_its_hooks() {
         "label",
         "namespace",
         &ns,
-        "agenthooks.io/tenant=initech",
+        &format!("agenthooks.io/tenant={tenant}"),
         "--overwrite",
     ]);
     assert!(

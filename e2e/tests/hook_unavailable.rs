@@ -84,8 +84,12 @@ fn a_hook_a_dispatcher_cannot_load_blocks_there_and_is_not_ready_until_it_leaves
     let tenant_ns = unique_name("tenant-acme");
     let other_ns = unique_name("tenant-globex");
     cp.create_namespace(&master, &[]);
-    cp.create_namespace(&tenant_ns, &[("agenthooks.io/tenant", "acme")]);
-    cp.create_namespace(&other_ns, &[("agenthooks.io/tenant", "globex")]);
+    // Tenants of this test only: other tests of the run leave hooks of tenant `acme` on
+    // the shared API server, and they would decide first.
+    let acme = unique_name("acme");
+    let globex = unique_name("globex");
+    cp.create_namespace(&tenant_ns, &[("agenthooks.io/tenant", acme.as_str())]);
+    cp.create_namespace(&other_ns, &[("agenthooks.io/tenant", globex.as_str())]);
     let logs = log_dir("ah-unavail");
     let ttl = TTL_SECONDS.to_string();
     let op = OperatorProc::start(
@@ -178,7 +182,7 @@ fn a_hook_a_dispatcher_cannot_load_blocks_there_and_is_not_ready_until_it_leaves
     // whatever its command would have answered; another tenant's events go through.
     for cmd in ["rm -rf /", "ls"] {
         assert_eq!(
-            decide(&standard, &exec_event("acme", cmd)),
+            decide(&standard, &exec_event(&acme, cmd)),
             (
                 "block".into(),
                 Some("HookUnavailable".into()),
@@ -188,7 +192,7 @@ fn a_hook_a_dispatcher_cannot_load_blocks_there_and_is_not_ready_until_it_leaves
         );
     }
     assert_eq!(
-        decide(&standard, &exec_event("globex", "rm -rf /")),
+        decide(&standard, &exec_event(&globex, "rm -rf /")),
         ("allow".into(), None, None),
         "standard, globex"
     );
@@ -204,12 +208,12 @@ fn a_hook_a_dispatcher_cannot_load_blocks_there_and_is_not_ready_until_it_leaves
 
     // Lite: the hook runs.
     assert_eq!(
-        decide(&lite, &exec_event("acme", "rm -rf /")),
+        decide(&lite, &exec_event(&acme, "rm -rf /")),
         ("block".into(), Some("lite-ran".into()), Some(key.clone())),
         "lite, acme, rm"
     );
     assert_eq!(
-        decide(&lite, &exec_event("acme", "ls")).0,
+        decide(&lite, &exec_event(&acme, "ls")).0,
         "allow",
         "lite, acme, ls"
     );
@@ -281,7 +285,7 @@ fn a_hook_a_dispatcher_cannot_load_blocks_there_and_is_not_ready_until_it_leaves
     );
     // The Lite dispatcher still runs it.
     assert_eq!(
-        decide(&lite, &exec_event("acme", "rm -rf /")),
+        decide(&lite, &exec_event(&acme, "rm -rf /")),
         ("block".into(), Some("lite-ran".into()), Some(key.clone())),
     );
 }

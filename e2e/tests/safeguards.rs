@@ -394,7 +394,9 @@ fn a_global_guards_endpoint_failing_for_one_tenant_opens_its_breaker_and_a_probe
     s.wait(Duration::from_secs(60), "hook served by all three", || {
         s.ds.iter().all(|d| d.served_generation(&key) == Some(1))
     });
-    let (a, b) = ("initech", "umbrella");
+    // Tenants of this test only (other tests leave hooks of common tenants behind).
+    let (a, b) = (unique_name("initech"), unique_name("umbrella"));
+    let (a, b) = (a.as_str(), b.as_str());
 
     // Five faults of tenant A, spread 2/2/1 over the dispatchers (none trips locally);
     // each 500 is retried once after 1 s, so each event is one fault and two requests.

@@ -349,8 +349,12 @@ fn the_namespace_tenant_comes_from_the_served_hooks() {
 async fn dispatch_and_the_dry_run_agree_on_every_case() {
     use crate::chain::{Filters, drive};
     use crate::observer::Live;
-    let big = "x".repeat(crate::event::MAX_TOOL_INPUT_BYTES + 1);
-    let over_caps = format!(r#"echo '{{"updatedInput": {{"command": "{big}"}}}}'"#);
+    // A rewrite over the input caps, made by the command (an argument that long would not
+    // even start: the kernel caps one argument at 128 KiB).
+    let over_caps = format!(
+        r#"printf '{{"updatedInput": {{"command": "'; head -c {} /dev/zero | tr '\0' x; printf '"}}}}'"#,
+        crate::event::MAX_TOOL_INPUT_BYTES + 1
+    );
     let cases: Vec<(&str, Value, Value, u64)> = vec![
         ("exit 0", json!({}), json!({}), 10_000),
         ("echo no >&2; exit 2", json!({}), json!({}), 10_000),
@@ -442,7 +446,7 @@ async fn dispatch_and_the_dry_run_agree_on_every_case() {
         } else {
             Verdict::Allow
         };
-        let case = format!("{command} {extra} {sample}");
+        let case = format!("{:.120} {extra} {sample}", command);
         assert_eq!(
             (live_verdict, run.decision),
             (want_verdict, want_outcome),
