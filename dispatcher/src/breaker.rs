@@ -40,12 +40,16 @@ pub fn class(outcome: Outcome) -> RunClass {
     }
 }
 
-/// How a finished run counts: as its outcome ([`class`]), except a timeout cut short by the
-/// chain budget ([`ErrorKind::ChainBudget`]), which says nothing of the handler
-/// ([`RunClass::Cut`]).
+/// How a finished run counts: as its outcome ([`class`]), except runs that say nothing of
+/// the handler ([`RunClass::Cut`]): a timeout cut short by the chain budget
+/// ([`ErrorKind::ChainBudget`]: another hook spent it) and a command runner that was busy
+/// or unreachable ([`ErrorKind::RunnerUnavailable`]: the handler never started, and the
+/// runner is shared by every tenant, so one tenant's load must not open another's breaker,
+/// CONTRACT §6.3). Both still fail closed on the event.
 pub fn class_of(result: &HandlerResult) -> RunClass {
     match (result.outcome, result.error_kind) {
-        (Outcome::Timeout, Some(ErrorKind::ChainBudget)) => RunClass::Cut,
+        (Outcome::Timeout, Some(ErrorKind::ChainBudget))
+        | (Outcome::Error, Some(ErrorKind::RunnerUnavailable)) => RunClass::Cut,
         (outcome, _) => class(outcome),
     }
 }

@@ -336,12 +336,13 @@ async fn command_runner(args: CommandRunnerArgs) -> anyhow::Result<()> {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let max_runs = usize::try_from(args.max_runs).unwrap_or(64);
+    let tmp_root = args.tmp_dir.unwrap_or_else(std::env::temp_dir);
     let uids = match (root, args.run_as_uid) {
         (true, None) => {
             bail!("command-runner runs as root: give --run-as-uid UID so no hook runs as root")
         }
         (true, Some(0)) => bail!("--run-as-uid 0: hooks must not run as root"),
-        (true, Some(base)) => Some(UidPool::new(base, max_runs)?),
+        (true, Some(base)) => Some(UidPool::new(base, max_runs, &tmp_root)?),
         (false, Some(_)) => bail!("--run-as-uid needs the runner to run as root"),
         (false, None) => None,
     };
@@ -349,7 +350,7 @@ async fn command_runner(args: CommandRunnerArgs) -> anyhow::Result<()> {
         socket: args.socket,
         max_runs,
         local: LocalConfig {
-            tmp_root: args.tmp_dir.unwrap_or_else(std::env::temp_dir),
+            tmp_root,
             run_as: None,
         },
         uids,
@@ -404,6 +405,9 @@ async fn check(args: CheckArgs) -> anyhow::Result<Verdict> {
         args.common.edition,
         &key,
     )?;
+    if let Some(w) = loaded.unlabelled_warning() {
+        tracing::warn!("{w}");
+    }
     let set = loaded.hooks;
     let body = std::fs::read(&args.event).with_context(|| format!("{}", args.event.display()))?;
     let event =
@@ -468,6 +472,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 args.common.edition,
                 &key,
             )?;
+            if let Some(w) = loaded.unlabelled_warning() {
+                tracing::warn!("{w}");
+            }
             let budgets = loaded.budgets.len();
             engine.budgets = Budgets::local(
                 LocalLedger::new(loaded.budgets)?,

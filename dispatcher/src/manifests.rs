@@ -32,6 +32,24 @@ pub struct Loaded {
     pub hooks: HookSet,
     /// TenantHookBudget documents, one per tenant at most, in file order.
     pub budgets: Vec<LocalBudget>,
+    /// Namespaces (not the master namespace) whose hooks took their namespace's name as
+    /// tenant because no `Namespace` document with an `agenthooks.io/tenant` label names
+    /// another: a hooks file copied without its `Namespace` document guards a tenant no
+    /// caller sends. Sorted; the caller warns of them.
+    pub unlabelled_namespaces: Vec<String>,
+}
+
+impl Loaded {
+    /// One warning line for [`Loaded::unlabelled_namespaces`], if any.
+    pub fn unlabelled_warning(&self) -> Option<String> {
+        (!self.unlabelled_namespaces.is_empty()).then(|| {
+            format!(
+                "hooks in namespace(s) {} apply to the tenant of the same name: no Namespace document with label {} names their tenant in the hooks files",
+                self.unlabelled_namespaces.join(", "),
+                agenthooks_crds::TENANT_LABEL
+            )
+        })
+    }
 }
 
 struct PendingBudget {
@@ -270,6 +288,17 @@ pub fn load_all(
             path: path.to_path_buf(),
         });
     }
+    let unlabelled: std::collections::BTreeSet<String> = hooks
+        .iter()
+        .filter(|h| {
+            h.namespace != master_namespace
+                && namespaces
+                    .get(&h.namespace)
+                    .and_then(|l| l.get(agenthooks_crds::TENANT_LABEL))
+                    .is_none_or(|t| t.is_empty())
+        })
+        .map(|h| h.namespace.clone())
+        .collect();
     let mut sources = Vec::with_capacity(hooks.len());
     let mut origin: HashMap<(String, String), (PathBuf, usize)> = HashMap::new();
     for h in hooks {
@@ -338,6 +367,7 @@ pub fn load_all(
     Ok(Loaded {
         hooks: set,
         budgets,
+        unlabelled_namespaces: unlabelled.into_iter().collect(),
     })
 }
 

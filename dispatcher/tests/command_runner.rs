@@ -401,6 +401,97 @@ fn sh(command: String, timeout_ms: u64, stdin: &[u8]) -> RunRequest {
     }
 }
 
+/// Starts a root runner giving each run its own uid from `base` (4 of them; each test
+/// its own range, since tests run at once and a sweep kills everything of its uid).
+async fn start_uid_per_run_runner(l: &Layout, base: u32) -> Proc {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_agenthooks-dispatcher"));
+    cmd.args(["command-runner", "--max-runs", "4", "--socket"])
+        .arg(l.socket())
+        .arg("--tmp-dir")
+        .arg(l.p("runner-tmp"))
+        .arg(format!("--run-as-uid={base}"))
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin");
+    let proc = api_harness::spawn(cmd);
+    for _ in 0..400 {
+        if l.socket().exists() {
+            return proc;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("the runner never created {}", l.socket().display());
+}
+
+/// Review finding: a file a run leaves outside its private directory (in `/dev/shm`, or
+/// the shared temp root) was read by the next run on the same uid, and files were made
+/// world-readable. Runs now create files 0600, and a uid's files at the top of the
+/// scratch directories go with its sweep.
+#[tokio::test]
+async fn a_run_finds_nothing_the_previous_run_on_its_uid_left() {
+    if !is_root() {
+        eprintln!("not root: a uid per run needs a root runner; nothing to check");
+        return;
+    }
+    let l = Layout::new();
+    std::fs::set_permissions(l.p("pub"), std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::set_permissions(l.p("runner-tmp"), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let _runner = start_uid_per_run_runner(&l, RUN_UID_BASE + 10).await;
+    let m = uuid::Uuid::new_v4().simple().to_string();
+    let (pubd, tmp) = (
+        l.p("pub").display().to_string(),
+        l.p("runner-tmp").display().to_string(),
+    );
+    let plant = sh(
+        format!(
+            "id -u > {pubd}/first.uid; echo planted > /dev/shm/ah-{m}; echo planted > {tmp}/ah-{m};              mkdir {tmp}/ah-dir-{m}; stat -c %a {tmp}/ah-{m} > {pubd}/mode"
+        ),
+        5_000,
+        b"{}",
+    );
+    let out = run_on(&l.socket(), plant).await;
+    assert!(
+        matches!(
+            out,
+            RunOutcome::Completed {
+                exit_code: Some(0),
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(l.p("pub/mode")).unwrap().trim(),
+        "600"
+    );
+    let look = sh(
+        format!(
+            "id -u > {pubd}/second.uid; cat /dev/shm/ah-{m} {tmp}/ah-{m} > {pubd}/seen 2>&1; ls -d {tmp}/ah-dir-{m} >> {pubd}/seen 2>&1; exit 0"
+        ),
+        5_000,
+        b"{}",
+    );
+    let out = run_on(&l.socket(), look).await;
+    assert!(
+        matches!(
+            out,
+            RunOutcome::Completed {
+                exit_code: Some(0),
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(l.p("pub/first.uid")).unwrap(),
+        std::fs::read_to_string(l.p("pub/second.uid")).unwrap(),
+        "the second run reuses the swept uid"
+    );
+    let seen = std::fs::read_to_string(l.p("pub/seen")).unwrap();
+    assert!(!seen.contains("planted"), "{seen}");
+    assert_eq!(seen.matches("No such file").count(), 3, "{seen}");
+    assert!(!Path::new(&format!("/dev/shm/ah-{m}")).exists());
+}
+
 /// CONTRACT §10.1 "nor to another run's files", with tenants' command hooks allowed (the
 /// chart then starts the runner as root with `--run-as-uid`): two runs at once get two
 /// uids; the second reads neither the first's private directory, nor its stdin (the
@@ -414,21 +505,7 @@ async fn concurrent_runs_have_their_own_uids_and_cannot_read_each_other() {
     }
     let l = Layout::new();
     std::fs::set_permissions(l.p("pub"), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_agenthooks-dispatcher"));
-    cmd.args(["command-runner", "--max-runs", "4", "--socket"])
-        .arg(l.socket())
-        .arg("--tmp-dir")
-        .arg(l.p("runner-tmp"))
-        .arg(format!("--run-as-uid={RUN_UID_BASE}"))
-        .env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin");
-    let _runner = api_harness::spawn(cmd);
-    for _ in 0..400 {
-        if l.socket().exists() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let _runner = start_uid_per_run_runner(&l, RUN_UID_BASE).await;
     let pubd = l.p("pub").display().to_string();
     let secret = format!("run-a-secret-{}", uuid::Uuid::new_v4().simple());
     let m = marker();
@@ -436,7 +513,7 @@ async fn concurrent_runs_have_their_own_uids_and_cannot_read_each_other() {
     // directory, says where, and waits for B to finish looking (or 8 s).
     let a = sh(
         format!(
-            "echo {secret} > \"$TMPDIR/file\"; id -u > {pubd}/a.uid; echo \"$TMPDIR\" > {pubd}/a.tmp; echo $$ > {pubd}/a.pid; \
+            "umask 022; echo {secret} > \"$TMPDIR/file\"; id -u > {pubd}/a.uid; echo \"$TMPDIR\" > {pubd}/a.tmp; echo $$ > {pubd}/a.pid; \
              sh -c 'exec sleep {m}' </dev/null >/dev/null 2>&1 & \
              i=0; while [ ! -e {pubd}/b.done ] && [ $i -lt 800 ]; do sleep 0.01; i=$((i+1)); done; echo '{{}}'"
         ),

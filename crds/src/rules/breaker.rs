@@ -17,8 +17,8 @@
 //!   let `onTimeout: allow` pass calls the handler refuses (found in review). `fail_closed`
 //!   only records whether the tripping run had an error (status and Events show it);
 //! - a timeout cut short by the chain budget is not a fault of the hook that was cut
-//!   ([`RunClass::Cut`]): another hook spent the budget; a probe cut short gives its slot
-//!   back;
+//!   ([`RunClass::Cut`]): another hook spent the budget; nor is a run the shared command
+//!   runner had no room for (another tenant's load); a probe cut short gives its slot back;
 //! - **half-open**: [`HALF_OPEN_AFTER_MS`] after it opened, one event runs the handler as a
 //!   probe ([`Admission::Probe`]); an answer closes the breaker, a fault opens it for
 //!   another [`HALF_OPEN_AFTER_MS`]. A probe that never reports back (its run was lost) is
@@ -48,8 +48,9 @@ pub enum RunClass {
     /// The handler failed.
     Fault(FaultKind),
     /// The run says nothing of the handler: a timeout cut short by the chain budget
-    /// (another hook spent it). It neither counts nor ends a run of faults; a probe cut
-    /// short gives its slot back, so the next event probes again.
+    /// (another hook spent it), or a handler that never started because the shared command
+    /// runner was busy or unreachable. It neither counts nor ends a run of faults; a probe
+    /// cut short gives its slot back, so the next event probes again.
     Cut,
 }
 

@@ -483,6 +483,38 @@ async fn five_faults_open_the_breaker_of_that_tenant_only_and_it_answers_as_the_
 }
 
 #[tokio::test]
+async fn a_runner_with_no_room_blocks_but_never_opens_a_breaker() {
+    // Review finding: one tenant filling the shared command runner made another tenant's
+    // runs `runner_unavailable`, which counted as faults and opened that tenant's breaker
+    // of a global guard. The handler never started: it is not the hook's fault.
+    let dir = tempfile::tempdir().unwrap();
+    let mut global = cmd(MASTER, "guard", 2, "exit 0", "scope: global");
+    global.namespace_tenant = MASTER.into();
+    let s = set(vec![global]);
+    let mut e = engine();
+    e.command_runner = crate::sandbox::CommandRunner::Remote(dir.path().join("no-runner.sock"));
+    for i in 0..3 * crate::breaker::FAULT_THRESHOLD {
+        let d = decide(&e, &s, event(json!({}))).await;
+        assert_eq!(
+            (d.decision, d.hooks[0].decision, d.hooks[0].error_kind),
+            (
+                Verdict::Block,
+                Outcome::Error,
+                Some(ErrorKind::RunnerUnavailable)
+            ),
+            "fails closed, never CircuitOpen ({i})"
+        );
+    }
+    assert!(
+        !s.get("agenthooks-system/guard")
+            .unwrap()
+            .breaker
+            .is_open("acme")
+    );
+    assert_eq!(e.metrics.breaker_trips.get(), 0);
+}
+
+#[tokio::test]
 async fn an_open_breaker_blocks_even_when_on_timeout_allows() {
     // Review finding: a caller chose inputs that made an `onTimeout: allow` guard slow; five
     // timeouts opened its breaker, and an open breaker answering as a timeout let the

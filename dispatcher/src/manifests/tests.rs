@@ -57,6 +57,42 @@ fn namespace_documents_set_the_tenant() {
 }
 
 #[test]
+fn hooks_whose_namespace_names_no_tenant_are_listed_for_a_warning() {
+    // Review finding: the sample hook file loaded without its Namespace document guarded
+    // tenant "tenant-acme", which no caller sends, without a word.
+    let dir = tempfile::tempdir().unwrap();
+    let master = HOOK
+        .replace("NAME", "m")
+        .replace("tenant-acme", "agenthooks-system");
+    let p = write(
+        dir.path(),
+        "h.yaml",
+        &format!(
+            "{}---
+{master}",
+            HOOK.replace("NAME", "h")
+        ),
+    );
+    let key = SealKey::generate();
+    let loaded = load_all(&p, "agenthooks-system", Edition::Lite, &key).unwrap();
+    assert_eq!(loaded.unlabelled_namespaces, ["tenant-acme"]);
+    let w = loaded.unlabelled_warning().unwrap();
+    assert!(
+        w.contains("tenant-acme") && w.contains("agenthooks.io/tenant"),
+        "{w}"
+    );
+    let ns = "apiVersion: v1\nkind: Namespace\nmetadata: {name: tenant-acme, labels: {agenthooks.io/tenant: acme}}\n---\n";
+    write(
+        dir.path(),
+        "h.yaml",
+        &format!("{ns}{}", HOOK.replace("NAME", "h")),
+    );
+    let loaded = load_all(&p, "agenthooks-system", Edition::Lite, &key).unwrap();
+    assert!(loaded.unlabelled_namespaces.is_empty());
+    assert_eq!(loaded.unlabelled_warning(), None);
+}
+
+#[test]
 fn invalid_hook_refuses_the_whole_load_naming_file_document_and_field() {
     let dir = tempfile::tempdir().unwrap();
     let bad = HOOK.replace("NAME", "bad").replace(

@@ -83,7 +83,7 @@ pub async fn serve(config: ServerConfig, cancel: CancellationToken) -> Result<()
                 return refuse(conn, format!("command runner busy: {max} runs in flight")).await;
             };
             let Some(pool) = uids else {
-                return handle(conn, &local).await;
+                return handle(conn, &local, None).await;
             };
             // Held until the run is over and its uid swept (the permit too).
             let Some(uid) = pool.take() else {
@@ -97,8 +97,7 @@ pub async fn serve(config: ServerConfig, cancel: CancellationToken) -> Result<()
                 run_as: Some(RunAs { uid, gid: uid }),
                 ..(*local).clone()
             };
-            handle(conn, &own).await;
-            pool.give_back(uid).await;
+            handle(conn, &own, Some((&pool, uid))).await;
         });
     }
     let _ = std::fs::remove_file(&config.socket);
@@ -132,8 +131,11 @@ async fn refuse(mut conn: UnixStream, message: String) {
     let _ = write_frame(&mut conn, &RunOutcome::RunnerUnavailable { message }).await;
 }
 
-/// One connection: read the request, run it unless the client goes away, answer.
-async fn handle(conn: UnixStream, local: &LocalConfig) {
+/// One connection: read the request, run it unless the client goes away, then sweep the
+/// run's uid when it has one of its own (`swept`: the pool and that uid), and only then
+/// answer: when the answer arrives, nothing of the run is left, not even a process that
+/// left its supervisor, and its uid is free for the next run. Every way out sweeps.
+async fn handle(conn: UnixStream, local: &LocalConfig, swept: Option<(&UidPool, u32)>) {
     let (mut rd, mut wr) = conn.into_split();
     let req = match tokio::time::timeout(
         REQUEST_READ_TIMEOUT,
@@ -141,25 +143,33 @@ async fn handle(conn: UnixStream, local: &LocalConfig) {
     )
     .await
     {
-        Ok(Ok(r)) => r,
+        Ok(Ok(r)) => Some(r),
         Ok(Err(e)) => {
             let bad = RunOutcome::RunnerUnavailable {
                 message: format!("bad request: {e}"),
             };
             let _ = write_frame(&mut wr, &bad).await;
-            return;
+            None
         }
-        Err(_) => return,
+        Err(_) => None,
     };
-    let outcome = tokio::select! {
-        o = local::run(local, &req) => o,
-        () = peer_gone(&mut rd) => {
-            // Dropping the run above kills its tree.
-            tracing::debug!("command runner: client went away; run cancelled");
-            return;
-        }
+    let outcome = match req {
+        Some(req) => tokio::select! {
+            o = local::run(local, &req) => Some(o),
+            () = peer_gone(&mut rd) => {
+                // Dropping the run above kills its tree.
+                tracing::debug!("command runner: client went away; run cancelled");
+                None
+            }
+        },
+        None => None,
     };
-    let _ = write_frame(&mut wr, &outcome).await;
+    if let Some((pool, uid)) = swept {
+        pool.give_back(uid).await;
+    }
+    if let Some(outcome) = outcome {
+        let _ = write_frame(&mut wr, &outcome).await;
+    }
 }
 
 /// Resolves when the client closes its end (or it fails).

@@ -91,6 +91,9 @@ fn pre_exec(backstop_ms: i64, run_as: Option<RunAs>) -> io::Result<()> {
                 return Err(io::Error::last_os_error());
             }
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+            // What the run creates is its own: no file of it is readable by another run
+            // (or another uid) unless the hook says so with chmod.
+            libc::umask(0o077);
             if let Some(who) = run_as
                 && (libc::setgroups(0, std::ptr::null()) != 0
                     || libc::setgid(who.gid) != 0
