@@ -5,7 +5,8 @@
 //! Rules: the URL parses (after trimming control characters, as browsers do); scheme
 //! `http` or `https`; no userinfo at all (even an empty `@`); no IPv6 zone id; a host;
 //! not a name that always means this machine (`localhost`, `*.localhost`, any case,
-//! trailing dot or not). IP-literal hosts come back canonicalised by the `url` crate
+//! trailing dot or not); no empty label in a name (`a..b`, `127.0.0.1..`: not a DNS name,
+//! and an IPv4 address in disguise would be left to the resolver). IP-literal hosts come back canonicalised by the `url` crate
 //! (`http://2130706433/` is `127.0.0.1`) for the guard to classify.
 
 use url::{Host, Url};
@@ -29,11 +30,13 @@ pub enum UrlError {
         "url host `{host}` names the local machine (loopback); point the hook at a routable service, or ask the operator to allow its address range"
     )]
     LocalHostname { host: String },
+    #[error("url host `{host}` has an empty label (`..`, or a leading dot): it is not a DNS name")]
+    EmptyLabel { host: String },
 }
 
 impl UrlError {
     /// A short stable label for logs and metrics: `invalid_url`, `scheme`, `userinfo`,
-    /// `zone_id`, `no_host`, `loopback`.
+    /// `zone_id`, `no_host`, `loopback`, `empty_label`.
     pub fn rule(&self) -> &'static str {
         match self {
             UrlError::InvalidUrl { .. } => "invalid_url",
@@ -42,6 +45,7 @@ impl UrlError {
             UrlError::ZoneId => "zone_id",
             UrlError::NoHost => "no_host",
             UrlError::LocalHostname { .. } => "loopback",
+            UrlError::EmptyLabel { .. } => "empty_label",
         }
     }
 }
@@ -89,6 +93,14 @@ pub fn check_hook_url(url: &str) -> Result<Url, UrlError> {
             let name = d.trim_end_matches('.').to_ascii_lowercase();
             if name == "localhost" || name.ends_with(".localhost") {
                 return Err(UrlError::LocalHostname { host: d.to_owned() });
+            }
+            // One trailing dot is the root label; any other empty label is no DNS name.
+            if d.strip_suffix('.')
+                .unwrap_or(d)
+                .split('.')
+                .any(str::is_empty)
+            {
+                return Err(UrlError::EmptyLabel { host: d.to_owned() });
             }
         }
         Some(Host::Ipv4(_) | Host::Ipv6(_)) => {}
@@ -162,6 +174,24 @@ mod tests {
             check_hook_url("not a url"),
             Err(UrlError::InvalidUrl { .. })
         ));
+    }
+
+    #[test]
+    fn names_with_an_empty_label_are_refused() {
+        // Found by the `ssrf` fuzz target: `127.0.0.1..` is not an IPv4 address to the
+        // `url` crate, so it stayed a name, left to the resolver.
+        for url in [
+            "http://127.0.0.1../",
+            "http://a..example/",
+            "http://.example/",
+            "http://x.example../",
+        ] {
+            let e = check_hook_url(url).unwrap_err();
+            assert_eq!(e.rule(), "empty_label", "{url}: {e}");
+        }
+        for url in ["http://example.com./", "http://127.0.0.1./"] {
+            assert!(check_hook_url(url).is_ok(), "{url}");
+        }
     }
 
     #[test]
