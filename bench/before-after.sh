@@ -2,8 +2,8 @@
 # The decision path of this tree against an earlier commit, side by side in one run:
 # builds `dispatch_overhead` (release) at BASE in a cache outside the repo and here, runs
 # the two binaries in alternating rounds, and prints for each scenario the median of
-#   - the in-process engine cost (`Event::parse` + `decide` + serialize, mean µs), and
-#   - the sequential HTTP mean as a ratio to the bare axum baseline of the same binary,
+#   - the in-process engine cost (`Event::parse` + `decide` + serialize, p50 and mean µs), and
+#   - the sequential HTTP p50 and mean as ratios to the bare axum baseline of the same binary,
 # with HEAD ÷ BASE (1.00 = no change; issue 10 asks for at most 1.05 after the
 # one-decision-core refactor).
 #
@@ -48,7 +48,7 @@ import re, statistics, sys, pathlib
 out, rounds, rev = pathlib.Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 
 def parse(text):
-    """{scenario: (in-process mean µs, sequential mean × base)}"""
+    """{scenario: (in-process p50 µs, in-process mean µs, sequential p50 × base, sequential mean × base)}"""
     seq, inproc, section = {}, {}, None
     for line in text.splitlines():
         if line.startswith("### "):
@@ -57,17 +57,22 @@ def parse(text):
             continue
         cells = [c.strip() for c in line.strip("|").split("|")]
         if section and section.startswith("### Sequential"):
-            seq[cells[0]] = float(cells[9].rstrip("×"))
+            seq[cells[0]] = (float(cells[8].rstrip("×")), float(cells[9].rstrip("×")))
         elif section and section.startswith("### In process"):
-            inproc[cells[0]] = float(cells[4])
-    return {s: (inproc[s], seq[s]) for s in inproc if s in seq}
+            inproc[cells[0]] = (float(cells[2]), float(cells[4]))
+    return {s: inproc[s] + seq[s] for s in inproc if s in seq}
 
 runs = {w: [parse((out / f"{w}-{i}.md").read_text()) for i in range(1, rounds + 1)] for w in ("base", "head")}
-print(f"# decision path: HEAD vs {rev}, {rounds} alternating rounds, medians\n")
-print("| scenario | engine µs BASE | engine µs HEAD | HEAD ÷ BASE | seq mean × axum BASE | seq mean × axum HEAD | HEAD ÷ BASE |")
-print("|---|---:|---:|---:|---:|---:|---:|")
+print(f"# decision path: HEAD vs {rev}, {rounds} alternating rounds, medians of the rounds\n")
+print("Engine: in process (`Event::parse` + `decide` + serialize), µs per event. Seq: one")
+print("keep-alive HTTP client, as a multiple of bare axum in the same binary. p50 is the robust")
+print("figure; a mean over loopback hook calls carries their millisecond tails.\n")
+print("| scenario | engine p50 BASE | engine p50 HEAD | ÷ | engine mean BASE | engine mean HEAD | ÷ | seq p50 × axum ÷ | seq mean × axum ÷ |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 for s in runs["base"][0]:
     med = lambda w, k: statistics.median(r[s][k] for r in runs[w])
-    eb, eh, qb, qh = med("base", 0), med("head", 0), med("base", 1), med("head", 1)
-    print(f"| {s} | {eb:.2f} | {eh:.2f} | {eh / eb:.2f} | {qb:.2f} | {qh:.2f} | {qh / qb:.2f} |")
+    pb, ph, mb, mh = med("base", 0), med("head", 0), med("base", 1), med("head", 1)
+    qpb, qph, qmb, qmh = med("base", 2), med("head", 2), med("base", 3), med("head", 3)
+    print(f"| {s} | {pb:.2f} | {ph:.2f} | {ph / pb:.2f} | {mb:.2f} | {mh:.2f} | {mh / mb:.2f} "
+          f"| {qph / qpb:.2f} | {qmh / qmb:.2f} |")
 EOF

@@ -37,6 +37,7 @@ use crate::chain::{decide, observe};
 use crate::event::{Event, MAX_BODY_BYTES};
 use crate::hookset::HookSet;
 use crate::runner::Engine;
+use outlive::finish_detached;
 
 /// Requests one port serves at once by default (`--max-concurrent-requests`).
 pub const DEFAULT_MAX_CONCURRENT_REQUESTS: usize = 1024;
@@ -313,11 +314,11 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: axum::extract::Re
         }
     };
     let decision = if event.event.is_blocking() {
-        // In a task of its own (CONTRACT §10.3): if the client goes away, this handler
-        // is dropped but the chain runs on, so every hook run that started finishes,
-        // settles its budget and writes its audit row. It keeps the request's slot.
+        // Detached (CONTRACT §10.3): if the client goes away, this handler is dropped but
+        // the chain runs on, so every hook run that started finishes, settles its budget
+        // and writes its audit row. It keeps the request's slot.
         let slot = parts.extensions.get::<RequestSlot>().cloned();
-        let chain = tokio::spawn(async move {
+        let chain = finish_detached(async move {
             let _slot = slot;
             decide(&state.engine, &set, event).await
         });
@@ -395,5 +396,6 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 pub mod admin;
 mod dry_run;
 mod executions;
+mod outlive;
 #[cfg(test)]
 mod tests;
