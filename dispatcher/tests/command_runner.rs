@@ -391,6 +391,21 @@ async fn run_on(socket: &Path, req: RunRequest) -> RunOutcome {
     read_frame(&mut conn, MAX_RESPONSE_FRAME).await.unwrap()
 }
 
+/// Runs `req` and asserts it completed with exit code 0.
+async fn run_ok(socket: &Path, req: RunRequest) {
+    let out = run_on(socket, req).await;
+    assert!(
+        matches!(
+            out,
+            RunOutcome::Completed {
+                exit_code: Some(0),
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+}
+
 fn sh(command: String, timeout_ms: u64, stdin: &[u8]) -> RunRequest {
     RunRequest {
         command,
@@ -443,22 +458,12 @@ async fn a_run_finds_nothing_the_previous_run_on_its_uid_left() {
     );
     let plant = sh(
         format!(
-            "id -u > {pubd}/first.uid; echo planted > /dev/shm/ah-{m}; echo planted > {tmp}/ah-{m};              mkdir {tmp}/ah-dir-{m}; stat -c %a {tmp}/ah-{m} > {pubd}/mode"
+            "id -u > {pubd}/first.uid; echo planted > /dev/shm/ah-{m}; echo planted > {tmp}/ah-{m}; mkdir {tmp}/ah-dir-{m}; stat -c %a {tmp}/ah-{m} > {pubd}/mode"
         ),
         5_000,
         b"{}",
     );
-    let out = run_on(&l.socket(), plant).await;
-    assert!(
-        matches!(
-            out,
-            RunOutcome::Completed {
-                exit_code: Some(0),
-                ..
-            }
-        ),
-        "{out:?}"
-    );
+    run_ok(&l.socket(), plant).await;
     assert_eq!(
         std::fs::read_to_string(l.p("pub/mode")).unwrap().trim(),
         "600"
@@ -470,17 +475,7 @@ async fn a_run_finds_nothing_the_previous_run_on_its_uid_left() {
         5_000,
         b"{}",
     );
-    let out = run_on(&l.socket(), look).await;
-    assert!(
-        matches!(
-            out,
-            RunOutcome::Completed {
-                exit_code: Some(0),
-                ..
-            }
-        ),
-        "{out:?}"
-    );
+    run_ok(&l.socket(), look).await;
     assert_eq!(
         std::fs::read_to_string(l.p("pub/first.uid")).unwrap(),
         std::fs::read_to_string(l.p("pub/second.uid")).unwrap(),
@@ -532,19 +527,7 @@ async fn concurrent_runs_have_their_own_uids_and_cannot_read_each_other() {
         b"{}",
     );
     let socket = l.socket();
-    let (ra, rb) = tokio::join!(run_on(&socket, a), run_on(&socket, b));
-    for (name, r) in [("a", &ra), ("b", &rb)] {
-        assert!(
-            matches!(
-                r,
-                RunOutcome::Completed {
-                    exit_code: Some(0),
-                    ..
-                }
-            ),
-            "{name}: {r:?}"
-        );
-    }
+    tokio::join!(run_ok(&socket, a), run_ok(&socket, b));
     let uid = |f: &str| {
         std::fs::read_to_string(l.p(f))
             .unwrap()
