@@ -406,7 +406,7 @@ async fn crash_loss(
 ) {
     println!();
     println!(
-        "SIGKILL under load ({CLIENTS} unpaced clients, killed {:.0} s in; README: about 70 ms of runs):",
+        "SIGKILL under load ({CLIENTS} unpaced clients, killed {:.0} s in; README: about 70 ms of runs while the writer keeps up, the queue backlog when it does not):",
         KILL_AFTER.as_secs_f64()
     );
     let mut worst = 0.0f64;
@@ -469,7 +469,9 @@ async fn crash_loss(
         store.close().await;
         let stored: std::collections::HashSet<String> = keys
             .into_iter()
-            .filter_map(|(key,)| key.split_once(':').map(|(_, id)| id.to_owned()))
+            // `<hook uid>:<event_id>`; a standalone uid has a colon of its own
+            // (`standalone:<ns>/<name>`), these event ids none.
+            .filter_map(|(key,)| key.rsplit_once(':').map(|(_, id)| id.to_owned()))
             .collect();
         let lost: Vec<_> = answered
             .iter()
