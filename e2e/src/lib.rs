@@ -456,3 +456,35 @@ pub fn unique_name(prefix: &str) -> String {
         .unwrap_or(0);
     format!("{prefix}-{}-{n}-{:04x}", std::process::id(), nanos & 0xffff)
 }
+
+/// The repository's root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// `helm`: `$HELM` if set, else the binary `e2e/controlplane/build-helm.sh` builds once.
+pub fn helm_bin() -> PathBuf {
+    static HELM: OnceLock<PathBuf> = OnceLock::new();
+    HELM.get_or_init(|| {
+        if let Some(h) = std::env::var_os("HELM").filter(|h| !h.is_empty()) {
+            return PathBuf::from(h);
+        }
+        let out = Command::new(repo_root().join("e2e/controlplane/build-helm.sh"))
+            .stdin(Stdio::null())
+            .output()
+            .expect("run e2e/controlplane/build-helm.sh");
+        assert!(
+            out.status.success(),
+            "build-helm.sh: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PathBuf::from(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .last()
+                .unwrap_or_default()
+                .trim(),
+        )
+    })
+    .clone()
+}

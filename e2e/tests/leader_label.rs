@@ -82,7 +82,7 @@ fn create_pod(cp: &ControlPlane, ns: &str, name: &str, labels: &Value) {
         &json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": ns, "labels": labels},
-            "spec": {"containers": [{"name": "operator", "image": "agenthooks/agenthooks:0.1.0"}]},
+            "spec": {"containers": [{"name": "operator", "image": "agenthooks/operator:0.1.0"}]},
         })
         .to_string(),
     );

@@ -616,12 +616,12 @@ fn helm_chart_lints_renders_and_passes_a_server_side_dry_run() {
         "masterNamespace: tenants-master\n\
          logLevel: debug\n\
          imagePullSecrets: [{name: regcred}]\n\
-         image: {repository: registry.example.com/agenthooks, tag: \"1.2\", pullPolicy: Always}\n\
-         operator:\n  replicaCount: 3\n  logFormat: text\n  leaseDurationSeconds: 20\n\
+         image: {tag: \"1.2\", pullPolicy: Always}\n\
+         operator:\n  image: {repository: registry.example.com/agenthooks/operator}\n  replicaCount: 3\n  logFormat: text\n  leaseDurationSeconds: 20\n\
          \x20 nodeSelector: {kubernetes.io/os: linux}\n\
          \x20 tolerations: [{key: dedicated, operator: Equal, value: agents, effect: NoSchedule}]\n\
          \x20 podAnnotations: {prometheus.io/scrape: \"true\"}\n\
-         dispatcher:\n  service: {type: NodePort, port: 18080}\n\
+         dispatcher:\n  image: {repository: registry.example.com/agenthooks/dispatcher, tag: \"1.3\"}\n  service: {type: NodePort, port: 18080}\n\
          \x20 resources: {requests: {cpu: 1, memory: 1Gi}, limits: {memory: 2Gi}}\n",
     )
     .unwrap();
@@ -651,9 +651,21 @@ fn helm_chart_lints_renders_and_passes_a_server_side_dry_run() {
     assert_eq!(operator["spec"]["replicas"], 3);
     assert_eq!(
         operator["spec"]["template"]["spec"]["containers"][0]["image"],
-        "registry.example.com/agenthooks:1.2"
+        "registry.example.com/agenthooks/operator:1.2"
     );
     let dispatcher = find(&items, "Deployment", "prod-agenthooks-dispatcher");
+    // a component's own tag wins over image.tag; the runner follows the dispatcher
+    for c in dispatcher["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap()
+    {
+        assert_eq!(
+            c["image"], "registry.example.com/agenthooks/dispatcher:1.3",
+            "{}",
+            c["name"]
+        );
+        assert_eq!(c["imagePullPolicy"], "Always", "{}", c["name"]);
+    }
     assert!(has_arg(
         &args_of(dispatcher),
         "--operator-url=http://prod-agenthooks-operator-leader:9090"
@@ -796,7 +808,13 @@ fn check_command_runner(items: &[Value]) {
     assert_eq!(r["name"], "command-runner");
     assert_eq!(
         r["image"], containers[0]["image"],
-        "the chart's image by default"
+        "the dispatcher's image by default"
+    );
+    assert_eq!(r["image"], "agenthooks/dispatcher:0.1.0");
+    assert_eq!(
+        find(items, "Deployment", "agenthooks-operator")["spec"]["template"]["spec"]["containers"]
+            [0]["image"],
+        "agenthooks/operator:0.1.0"
     );
     let r_args: Vec<&str> = r["args"]
         .as_array()

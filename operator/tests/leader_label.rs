@@ -57,7 +57,7 @@ async fn create_pod(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "labels": all_labels, "annotations": map(annotations)},
-        "spec": {"containers": [{"name": "operator", "image": "agenthooks/agenthooks:0.1.0"}]},
+        "spec": {"containers": [{"name": "operator", "image": "agenthooks/operator:0.1.0"}]},
     }))
     .expect("pod");
     api.create(&PostParams::default(), &pod)

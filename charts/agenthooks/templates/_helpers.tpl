@@ -37,8 +37,11 @@ Cut to 48 characters so that "-standard-edition" still fits in 63.
 {{- default (printf "%s-seal-key" (include "agenthooks.fullname" .)) .Values.sealKey.existingSecret }}
 {{- end }}
 
+{{/* Image of one component: include with (list . "operator") or (list . "dispatcher"). */}}
 {{- define "agenthooks.image" -}}
-{{- printf "%s:%s" .Values.image.repository .Values.image.tag }}
+{{- $ctx := index . 0 -}}
+{{- $i := (index $ctx.Values (index . 1)).image -}}
+{{- printf "%s:%s" $i.repository ($i.tag | default $ctx.Values.image.tag) }}
 {{- end }}
 
 {{/* Labels on every object. */}}
@@ -153,12 +156,12 @@ The audit values the dispatcher would refuse or could not use, failing with the 
 {{- end }}
 {{- end }}
 
-{{/* Image of the command runner: dispatcher.commandRunner.image, else the chart's image. */}}
+{{/* Image of the command runner: dispatcher.commandRunner.image, else the dispatcher's. */}}
 {{- define "agenthooks.runnerImage" -}}
 {{- $i := .Values.dispatcher.commandRunner.image -}}
 {{- if $i.repository -}}
-{{ $i.repository }}:{{ $i.tag | default .Values.image.tag }}
+{{ $i.repository }}:{{ $i.tag | default .Values.dispatcher.image.tag | default .Values.image.tag }}
 {{- else -}}
-{{ include "agenthooks.image" . }}
+{{ include "agenthooks.image" (list . "dispatcher") }}
 {{- end -}}
 {{- end }}
