@@ -4,7 +4,7 @@ CARGO ?= cargo
 LISTEN ?= 127.0.0.1:8080
 CLUSTER_DIR ?= $(CURDIR)/.cluster
 
-.PHONY: run test deps build crds lint bench cluster cluster-down controlplane fuzz fuzz-build fuzz-replay
+.PHONY: run test test-node deps build crds lint bench cluster cluster-down controlplane node fuzz fuzz-build fuzz-replay
 
 ## run: the dispatcher in standalone mode on the sample hooks, on $(LISTEN)
 ## (history and dry runs need the admin token: made once into .agenthooks-admin-token)
@@ -22,6 +22,21 @@ test: deps
 	bash e2e/controlplane/build-helm.sh >/dev/null
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace --no-fail-fast
+
+## test-node: the chart tier on a real single-node cluster (root; e2e/node/README.md): the
+## node's binaries (built once, cached by version), the release images as the Dockerfile
+## makes them, `helm install --wait` of the chart, an agent Pod calling the dispatcher
+## Service; the node is torn down and the host checked
+test-node: deps
+	bash scripts/install-deps.sh node
+	bash e2e/controlplane/build.sh >/dev/null
+	bash e2e/controlplane/build-helm.sh >/dev/null
+	bash e2e/node/build.sh >/dev/null
+	$(CARGO) test -p agenthooks-e2e --test chart_node -- --ignored --nocapture
+
+## node: build (or find cached) the real node's binaries
+node:
+	bash e2e/node/build.sh
 
 build:
 	$(CARGO) build --workspace

@@ -1,7 +1,18 @@
 #!/usr/bin/env bash
 # Installs what `make test` needs and a fresh Debian machine may lack. Idempotent.
+#   scripts/install-deps.sh node   also what the real node of `make test-node` needs
 set -euo pipefail
 need=()
+if [ "${1:-}" = node ]; then
+  command -v iptables >/dev/null || need+=(iptables)        # kube-proxy, kubelet, CNI
+  command -v nft >/dev/null || need+=(nftables)             # down.sh checks/cleans nft tables
+  command -v conntrack >/dev/null || need+=(conntrack)      # kube-proxy's UDP clean-up
+  command -v ip >/dev/null || need+=(iproute2)
+  command -v jq >/dev/null || need+=(jq)                    # OCI archives of the images
+  command -v gcc >/dev/null || need+=(gcc libc6-dev)        # the static pause binary
+  dpkg -s libseccomp2 >/dev/null 2>&1 || need+=(libseccomp2) # Debian's runc links it
+  dpkg -s ca-certificates >/dev/null 2>&1 || need+=(ca-certificates)
+fi
 command -v openssl >/dev/null || need+=(openssl)
 command -v setsid >/dev/null || need+=(util-linux)
 command -v curl >/dev/null || need+=(curl)

@@ -96,6 +96,10 @@ if [[ -n "${AGENTHOOKS_IMAGE_BIN_DIR:-}" ]]; then
   BIN="$AGENTHOOKS_IMAGE_BIN_DIR"
 else
   read -r -a NICE <<< "${BUILD_NICE-nice -n 10}"
+  # Run from a test, the environment holds what cargo set for that test crate
+  # (CARGO_MANIFEST_DIR, CARGO_PKG_*, ...); build scripts that track them (ring's) would
+  # make this build differ from a plain `cargo build --release` and redo it every time.
+  for v in $(compgen -e | grep -E '^(CARGO_(MANIFEST_|PKG_|CRATE_|BIN_|PRIMARY_PACKAGE|TARGET_TMPDIR|RUSTC_CURRENT_DIR)|OUT_DIR$)'); do unset "$v"; done
   t0=$(date +%s)
   log "cargo build --release (operator, dispatcher)"
   (cd "$ROOT" && "${NICE[@]}" "${CARGO:-cargo}" build --release --locked -q \

@@ -1,0 +1,204 @@
+//! A real single-node cluster (kubelet, kube-proxy, containerd, CoreDNS as host processes
+//! next to their own etcd + kube-apiserver) for the chart tier: `e2e/node/up.sh` and
+//! `down.sh` driven from a test, with the agenthooks images built by `e2e/images/build.sh`
+//! and imported into the node's containerd.
+//!
+//! One node per machine (fixed bridge and addresses): `up.sh` refuses to start over a
+//! running one. A test owns its node: [`Node::down`] tears it down and reports whether the
+//! host was restored; dropping a [`Node`] (a failed test) tears it down too, and `up.sh`
+//! leaves a watchdog that runs `down.sh` when the test process dies any other way.
+//!
+//! Needs root, iptables/nftables, a Go toolchain for the first build (binaries are cached
+//! by version under `~/.cache/agenthooks/node/`) and cargo for the release images.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Instant;
+
+use crate::{helm_bin, repo_root};
+
+/// A running node. Get one with [`Node::up`].
+pub struct Node {
+    /// DIR given to `up.sh`: logs in `dir/logs/`, the admin kubeconfig in `dir/kubeconfig`.
+    pub dir: PathBuf,
+    /// Admin kubeconfig (token in `system:masters`, TLS verified against the node's CA).
+    pub kubeconfig: PathBuf,
+    /// Seconds `e2e/images/build.sh` took (the release build included).
+    pub images_secs: f64,
+    /// Seconds `up.sh` took (node Ready and CoreDNS Ready).
+    pub up_secs: f64,
+    down_done: bool,
+}
+
+fn script(rel: &str) -> PathBuf {
+    repo_root().join(rel)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+impl Node {
+    /// Builds the images, starts the node with them imported and waits for it (and
+    /// CoreDNS) to be Ready. Panics with the scripts' output on failure (`up.sh` has torn
+    /// down what it started by then).
+    pub fn up() -> Node {
+        let base = std::env::var_os("AGENTHOOKS_E2E_TMPDIR")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir);
+        // short: containerd's socket lives under it
+        let dir = base.join(format!("ahnode-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create the node dir");
+
+        let t = Instant::now();
+        let images = dir.join("images");
+        let out = Command::new(script("e2e/images/build.sh"))
+            .arg(&images)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run e2e/images/build.sh");
+        assert!(
+            out.status.success(),
+            "e2e/images/build.sh failed ({}):\n{}{}",
+            out.status,
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        let images_secs = t.elapsed().as_secs_f64();
+        eprintln!("[node] images built in {images_secs:.1}s");
+
+        let t = Instant::now();
+        let out = Command::new(script("e2e/node/up.sh"))
+            .arg(&dir)
+            .arg(images.join("operator.tar"))
+            .arg(images.join("dispatcher.tar"))
+            .env("AGENTHOOKS_E2E_OWNER_PID", std::process::id().to_string())
+            .stdin(Stdio::null())
+            .output()
+            .expect("run e2e/node/up.sh");
+        assert!(
+            out.status.success(),
+            "e2e/node/up.sh {} failed ({}):\n{}{}",
+            dir.display(),
+            out.status,
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        let up_secs = t.elapsed().as_secs_f64();
+        eprintln!("[node] up in {up_secs:.1}s (dir {})", dir.display());
+        Node {
+            kubeconfig: dir.join("kubeconfig"),
+            dir,
+            images_secs,
+            up_secs,
+            down_done: false,
+        }
+    }
+
+    fn env_cmd(&self, program: impl AsRef<OsStr>) -> Command {
+        let run = self.dir.join("run");
+        let mut cmd = Command::new(program);
+        cmd.env("KUBECONFIG", &self.kubeconfig)
+            .env("KUBECACHEDIR", run.join("kube-cache"))
+            .env("HELM_CACHE_HOME", run.join("helm/cache"))
+            .env("HELM_CONFIG_HOME", run.join("helm/config"))
+            .env("HELM_DATA_HOME", run.join("helm/data"))
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// `kubectl ARGS...` against the node (never panics on a non-zero exit).
+    pub fn kubectl<S: AsRef<OsStr>>(&self, args: &[S]) -> Output {
+        self.env_cmd(crate_kubectl())
+            .args(args)
+            .output()
+            .expect("run kubectl")
+    }
+
+    /// `kubectl ARGS...`, panicking with its output unless it exits 0; returns stdout.
+    pub fn kubectl_ok<S: AsRef<OsStr>>(&self, args: &[S]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {} failed: {}{}",
+            join(args),
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        text(&out.stdout)
+    }
+
+    /// `kubectl ARGS... -o json`, parsed.
+    pub fn kubectl_json<S: AsRef<OsStr>>(&self, args: &[S]) -> serde_json::Value {
+        let mut all: Vec<&OsStr> = args.iter().map(AsRef::as_ref).collect();
+        all.extend([OsStr::new("-o"), OsStr::new("json")]);
+        let out = self.kubectl_ok(&all);
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("kubectl {}: {e}", join(args)))
+    }
+
+    /// `helm ARGS...` against the node (`$HELM`, else the binary `build-helm.sh` caches).
+    pub fn helm<S: AsRef<OsStr>>(&self, args: &[S]) -> Output {
+        self.env_cmd(helm_bin())
+            .args(args)
+            .output()
+            .expect("run helm")
+    }
+
+    /// The last `lines` lines of a component's log (`kubelet`, `containerd`, ...).
+    pub fn log_tail(&self, component: &str, lines: usize) -> String {
+        let log = std::fs::read_to_string(self.dir.join(format!("logs/{component}.log")))
+            .unwrap_or_default();
+        let all: Vec<&str> = log.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// Tears the node down; `Ok(seconds)` when `down.sh` says the host is as before,
+    /// `Err(its output)` when something differs.
+    pub fn down(&mut self) -> Result<f64, String> {
+        self.down_done = true;
+        let t = Instant::now();
+        let out = Command::new(script("e2e/node/down.sh"))
+            .arg(&self.dir)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run e2e/node/down.sh");
+        let secs = t.elapsed().as_secs_f64();
+        if out.status.success() {
+            Ok(secs)
+        } else {
+            Err(format!(
+                "down.sh ({}) after {secs:.1}s:\n{}{}",
+                out.status,
+                text(&out.stdout),
+                text(&out.stderr)
+            ))
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if !self.down_done
+            && let Err(e) = self.down()
+        {
+            eprintln!("[node] {e}");
+        }
+    }
+}
+
+fn join<S: AsRef<OsStr>>(args: &[S]) -> String {
+    args.iter()
+        .map(|a| a.as_ref().to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn crate_kubectl() -> PathBuf {
+    match std::env::var_os("KUBECTL") {
+        Some(k) if !k.is_empty() => PathBuf::from(k),
+        _ if Path::new("/usr/bin/kubectl").exists() => PathBuf::from("/usr/bin/kubectl"),
+        _ => PathBuf::from("kubectl"),
+    }
+}
