@@ -10,6 +10,12 @@
 //!
 //! Needs root, iptables/nftables, a Go toolchain for the first build (binaries are cached
 //! by version under `~/.cache/agenthooks/node/`) and cargo for the release images.
+//!
+//! With `AGENTHOOKS_E2E_KUBECONFIG` set, [`Node::up`] starts nothing and uses that cluster
+//! (kind, a node of `make cluster NODE=1`, ...); its images (agenthooks/operator,
+//! agenthooks/dispatcher and agenthooks.test/agent at the chart's tags) are the caller's
+//! business, and [`Node::down`] stops nothing. A node started by `e2e/node/up.sh` is
+//! recognised by the `env` file next to its kubeconfig: its logs and node IP are used.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -18,17 +24,35 @@ use std::time::Instant;
 
 use crate::{helm_bin, repo_root};
 
+pub mod agent;
+
 /// A running node. Get one with [`Node::up`].
 pub struct Node {
     /// DIR given to `up.sh`: logs in `dir/logs/`, the admin kubeconfig in `dir/kubeconfig`.
+    /// For an existing cluster: a fresh directory for the test's files.
     pub dir: PathBuf,
     /// Admin kubeconfig (token in `system:masters`, TLS verified against the node's CA).
     pub kubeconfig: PathBuf,
-    /// Seconds `e2e/images/build.sh` took (the release build included).
+    /// The node's address on the Pods' bridge, which Pods reach the host at
+    /// (`10.244.0.1`); `None` on a cluster not started by `up.sh`.
+    pub node_ip: Option<String>,
+    /// Seconds `e2e/images/build.sh` took (the release build included); 0 for an existing
+    /// cluster.
     pub images_secs: f64,
-    /// Seconds `up.sh` took (node Ready and CoreDNS Ready).
+    /// Seconds `up.sh` took (node Ready and CoreDNS Ready); 0 for an existing cluster.
     pub up_secs: f64,
+    /// Whether this process started the node (and [`Node::down`] stops it).
+    pub owned: bool,
+    /// Where `up.sh` logs went (`logs/<component>.log`), when it is one of its nodes.
+    logs: Option<PathBuf>,
     down_done: bool,
+}
+
+/// `KEY=value` of an `up.sh` env file.
+fn env_value(env: &str, key: &str) -> Option<String> {
+    env.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+        .map(str::to_owned)
 }
 
 fn script(rel: &str) -> PathBuf {
@@ -44,6 +68,9 @@ impl Node {
     /// CoreDNS) to be Ready. Panics with the scripts' output on failure (`up.sh` has torn
     /// down what it started by then).
     pub fn up() -> Node {
+        if let Some(kc) = std::env::var_os(crate::KUBECONFIG_ENV).filter(|v| !v.is_empty()) {
+            return Node::existing(PathBuf::from(kc));
+        }
         let base = std::env::var_os("AGENTHOOKS_E2E_TMPDIR")
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
@@ -90,11 +117,57 @@ impl Node {
         eprintln!("[node] up in {up_secs:.1}s (dir {})", dir.display());
         Node {
             kubeconfig: dir.join("kubeconfig"),
+            node_ip: std::fs::read_to_string(dir.join("env"))
+                .ok()
+                .and_then(|e| env_value(&e, "NODE_IP")),
+            logs: Some(dir.join("logs")),
             dir,
             images_secs,
             up_secs,
+            owned: true,
             down_done: false,
         }
+    }
+
+    /// The cluster of `kubeconfig`, which must answer `/readyz`.
+    fn existing(kubeconfig: PathBuf) -> Node {
+        assert!(
+            kubeconfig.is_file(),
+            "{}={}: no such file",
+            crate::KUBECONFIG_ENV,
+            kubeconfig.display()
+        );
+        let parent = kubeconfig.parent().unwrap_or(Path::new("/")).to_owned();
+        let env = std::fs::read_to_string(parent.join("env")).ok();
+        let node_ip = env.as_deref().and_then(|e| env_value(e, "NODE_IP"));
+        let ours = env.is_some() && node_ip.is_some();
+        let dir = tempfile::Builder::new()
+            .prefix("ahnode-ext-")
+            .tempdir()
+            .expect("a directory for the test's files")
+            .keep();
+        let node = Node {
+            kubeconfig,
+            node_ip,
+            logs: ours.then(|| parent.join("logs")),
+            dir,
+            images_secs: 0.0,
+            up_secs: 0.0,
+            owned: false,
+            down_done: false,
+        };
+        let out = node.kubectl(&["--request-timeout=10s", "get", "--raw", "/readyz"]);
+        assert!(
+            out.status.success(),
+            "the cluster of {} is not ready: {}",
+            node.kubeconfig.display(),
+            text(&out.stderr)
+        );
+        eprintln!(
+            "[node] using the existing cluster of {} (nothing started or stopped)",
+            node.kubeconfig.display()
+        );
+        node
     }
 
     fn env_cmd(&self, program: impl AsRef<OsStr>) -> Command {
@@ -115,6 +188,41 @@ impl Node {
             .args(args)
             .output()
             .expect("run kubectl")
+    }
+
+    /// `kubectl ARGS...` with `stdin` on its standard input (never panics on a non-zero exit).
+    pub fn kubectl_stdin<S: AsRef<OsStr>>(&self, args: &[S], stdin: &[u8]) -> Output {
+        use std::io::Write;
+        let mut child = self
+            .env_cmd(crate_kubectl())
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run kubectl");
+        let mut pipe = child.stdin.take().expect("kubectl stdin");
+        let input = stdin.to_vec();
+        // written from a thread: kubectl may answer before it read everything
+        let writer = std::thread::spawn(move || {
+            let _ = pipe.write_all(&input);
+        });
+        let out = child.wait_with_output().expect("wait for kubectl");
+        let _ = writer.join();
+        out
+    }
+
+    /// `kubectl apply -f -` of `manifest` (YAML or JSON), panicking with its output unless
+    /// it exits 0; returns stdout.
+    pub fn apply(&self, manifest: &str) -> String {
+        let out = self.kubectl_stdin(&["apply", "-f", "-"], manifest.as_bytes());
+        assert!(
+            out.status.success(),
+            "kubectl apply failed: {}{}\n{manifest}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        text(&out.stdout)
     }
 
     /// `kubectl ARGS...`, panicking with its output unless it exits 0; returns stdout.
@@ -146,17 +254,25 @@ impl Node {
             .expect("run helm")
     }
 
-    /// The last `lines` lines of a component's log (`kubelet`, `containerd`, ...).
+    /// The last `lines` lines of a component's log (`kubelet`, `containerd`, ...); empty
+    /// on a cluster not started by `up.sh`.
     pub fn log_tail(&self, component: &str, lines: usize) -> String {
-        let log = std::fs::read_to_string(self.dir.join(format!("logs/{component}.log")))
-            .unwrap_or_default();
+        let Some(logs) = &self.logs else {
+            return String::new();
+        };
+        let log =
+            std::fs::read_to_string(logs.join(format!("{component}.log"))).unwrap_or_default();
         let all: Vec<&str> = log.lines().collect();
         all[all.len().saturating_sub(lines)..].join("\n")
     }
 
     /// Tears the node down; `Ok(seconds)` when `down.sh` says the host is as before,
-    /// `Err(its output)` when something differs.
+    /// `Err(its output)` when something differs. `Ok(0.0)` at once for a cluster this
+    /// process did not start.
     pub fn down(&mut self) -> Result<f64, String> {
+        if !self.owned {
+            return Ok(0.0);
+        }
         self.down_done = true;
         let t = Instant::now();
         let out = Command::new(script("e2e/node/down.sh"))
