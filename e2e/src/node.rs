@@ -266,8 +266,9 @@ impl Node {
         all[all.len().saturating_sub(lines)..].join("\n")
     }
 
-    /// Tears the node down; `Ok(seconds)` when `down.sh` says the host is as before,
-    /// `Err(its output)` when something differs. `Ok(0.0)` at once for a cluster this
+    /// Tears the node down; `Ok(seconds)` when `down.sh` says the host is as before (then
+    /// only the logs and snapshots stay in [`Node::dir`]), `Err(its output)` when something
+    /// differs (everything stays). `Ok(0.0)` at once for a cluster this
     /// process did not start.
     pub fn down(&mut self) -> Result<f64, String> {
         if !self.owned {
@@ -282,6 +283,11 @@ impl Node {
             .expect("run e2e/node/down.sh");
         let secs = t.elapsed().as_secs_f64();
         if out.status.success() {
+            // the host is restored: drop the half GiB of images and containerd state, keep
+            // the logs and the snapshots
+            for heavy in ["run", "images"] {
+                let _ = std::fs::remove_dir_all(self.dir.join(heavy));
+            }
             Ok(secs)
         } else {
             Err(format!(

@@ -12,10 +12,11 @@
 //! minutes once the binaries are cached, many minutes cold); `make test-node` runs it.
 
 mod install;
+mod manifests;
 mod support;
 
 #[test]
 #[ignore = "needs root and starts a real node (kubelet, containerd): make test-node"]
 fn chart_tier_on_a_real_node() {
-    support::run(&[("install", install::run)]);
+    support::run(&[("install", install::run), ("manifests", manifests::run)]);
 }

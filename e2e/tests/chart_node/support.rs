@@ -5,6 +5,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Duration, Instant};
 
 use agenthooks_e2e::node::Node;
+use agenthooks_e2e::node::agent::{Agent, verdict};
 use agenthooks_e2e::{repo_root, wait_for};
 use serde_json::{Value, json};
 
@@ -205,6 +206,27 @@ impl Tier {
         let t = Instant::now();
         self.helm_ok(&args);
         t.elapsed().as_secs_f64()
+    }
+
+    /// The release with the base values and the sample hook Ready, installing (or
+    /// upgrading back to the base values) what is missing: what a scenario run on its own
+    /// starts from.
+    pub fn ensure_installed(&mut self) {
+        if !self.installed() {
+            self.install(&[]);
+        }
+        self.apply_sample_hook();
+        if self.baseline.is_empty() {
+            let agent = Agent::start(&self.node, TENANT_NS, "agent");
+            self.baseline = CALLS
+                .iter()
+                .map(|(label, event)| {
+                    let a = agent.request(DISPATCH_URL, &[], Some(event));
+                    assert_eq!(a.status, 200, "{label}: {a:?}");
+                    ((*label).to_owned(), verdict(&a.json()))
+                })
+                .collect();
+        }
     }
 
     /// Applies the sample namespaces and the sample hook `tenant-acme/block-rm-rf` and waits
