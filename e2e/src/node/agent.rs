@@ -268,7 +268,7 @@ impl<'a> Load<'a> {
                 "event bodies are single-quoted: {event}"
             );
             script.push_str(&format!(
-                "  a=$(wget -q -T 10 -O - --header 'content-type: application/json' --post-data '{event}' \"$url\" 2>&1 | tr '\\n' ' ')\n  echo \"A {label} $a\"\n"
+                "  a=$(timeout 15 wget -q -O - --header 'content-type: application/json' --post-data '{event}' \"$url\" 2>&1 | tr '\\n' ' ')\n  echo \"A {label} $a\"\n"
             ));
         }
         script.push_str("done\necho \"DONE $i\"\n");

@@ -11,6 +11,7 @@
 //! Ignored by `cargo test` (it needs root, builds release images and starts a node: a few
 //! minutes once the binaries are cached, many minutes cold); `make test-node` runs it.
 
+mod failover;
 mod install;
 mod manifests;
 mod support;
@@ -18,5 +19,9 @@ mod support;
 #[test]
 #[ignore = "needs root and starts a real node (kubelet, containerd): make test-node"]
 fn chart_tier_on_a_real_node() {
-    support::run(&[("install", install::run), ("manifests", manifests::run)]);
+    support::run(&[
+        ("install", install::run),
+        ("manifests", manifests::run),
+        ("leader-failover", failover::run),
+    ]);
 }

@@ -229,6 +229,15 @@ impl Tier {
         }
     }
 
+    /// The verdict the sample hook gives call `label` of [`CALLS`] (from [`Tier::baseline`]).
+    pub fn expected(&self, label: &str) -> Value {
+        self.baseline
+            .iter()
+            .find(|(l, _)| l == label)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("no baseline verdict for {label}"))
+    }
+
     /// Applies the sample namespaces and the sample hook `tenant-acme/block-rm-rf` and waits
     /// until it is Accepted and Ready. Returns the milliseconds from apply to Ready.
     pub fn apply_sample_hook(&self) -> u128 {
@@ -312,6 +321,25 @@ impl Tier {
             .collect();
         ips.sort();
         ips
+    }
+
+    /// Waits until every Pod of the Deployment `name` is Ready, of its latest revision,
+    /// and no old one is left (`kubectl rollout status`).
+    pub fn wait_rollout(&self, name: &str) {
+        let out = self.node.kubectl(&[
+            "-n",
+            NS,
+            "rollout",
+            "status",
+            &format!("deployment/{name}"),
+            "--timeout=180s",
+        ]);
+        assert!(
+            out.status.success(),
+            "rollout of {name}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// Everything a failure message needs: Pods, events, the dispatcher and operator logs,
