@@ -196,6 +196,13 @@ struct ServeArgs {
     /// same per-run supervisor (standalone).
     #[arg(long, value_name = "unix:PATH", env = "AGENTHOOKS_COMMAND_RUNNER")]
     command_runner: Option<CommandRunner>,
+    /// Seconds between SIGTERM and closing the port, while `/readyz` answers 503
+    /// (`draining`) and decisions are still served: time for the Service's endpoints to
+    /// drop this process before it stops accepting (in a cluster, a few seconds; the
+    /// Pod's terminationGracePeriodSeconds must cover it). A second SIGTERM or SIGINT cuts
+    /// it short.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=300))]
+    shutdown_delay_seconds: u64,
     #[command(flatten)]
     common: Common,
     #[command(flatten)]
@@ -543,8 +550,22 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("listen on {}", args.listen))?;
     tracing::info!(addr = %listener.local_addr()?, "dispatcher listening");
     let shutdown = cancel.clone();
+    let draining = Arc::clone(&state);
+    let delay = Duration::from_secs(args.shutdown_delay_seconds);
     tokio::spawn(async move {
         shutdown_signal().await;
+        if !delay.is_zero() {
+            // Unready first, still serving: the endpoints drop us before the port closes.
+            draining.start_draining();
+            tracing::info!(
+                delay_s = delay.as_secs(),
+                "shutting down: not ready; still serving until the shutdown delay is over"
+            );
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = shutdown_signal() => tracing::info!("second signal: the shutdown delay is cut short"),
+            }
+        }
         shutdown.cancel();
     });
     agenthooks_dispatcher::server::serve(listener, router(Arc::clone(&state)), cancel).await?;

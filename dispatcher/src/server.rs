@@ -21,7 +21,8 @@
 //!   [`admin`]).
 //! - `GET /healthz`, `GET /readyz` (200 once a snapshot or hooks file is loaded — with
 //!   the audit trail's state in `audit`, `degraded` when its spool is full — else
-//!   503), `GET /metrics`.
+//!   503; 503 with `draining: true` once shutting down, while decisions are still
+//!   served), `GET /metrics`.
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -51,6 +52,8 @@ pub struct AppState {
     /// One permit per request in flight on the port (CONTRACT §10.2).
     request_slots: Arc<tokio::sync::Semaphore>,
     max_requests: usize,
+    /// Shutting down: `/readyz` answers 503 while requests are still served.
+    draining: std::sync::atomic::AtomicBool,
 }
 
 impl AppState {
@@ -70,12 +73,26 @@ impl AppState {
             admin_token: std::sync::OnceLock::new(),
             request_slots: Arc::new(tokio::sync::Semaphore::new(max_requests)),
             max_requests,
+            draining: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
     /// Requests served at once at most; the excess gets 503.
     pub fn max_requests(&self) -> usize {
         self.max_requests
+    }
+
+    /// Marks the server as shutting down: `/readyz` answers 503 (`draining`) from now on,
+    /// everything else is served as before, so load balancers stop sending requests
+    /// before the port closes.
+    pub fn start_draining(&self) {
+        self.draining
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether [`AppState::start_draining`] was called.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Waits until no request holds a slot (blocking chains whose client went away
@@ -368,7 +385,16 @@ async fn list_hooks(State(state): State<Arc<AppState>>) -> Response {
 /// makes the dispatcher unready: every replica shares the database, so a 503 would take
 /// all of them out of service during a database outage and turn a gap in the audit trail
 /// into agents without decisions. The gap is loud instead (metric, log, this body).
+/// Once shutting down ([`AppState::start_draining`]) it answers 503 `{"ready": false,
+/// "draining": true}`.
 async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    if state.is_draining() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({"ready": false, "draining": true})),
+        )
+            .into_response();
+    }
     match state.hooks() {
         Some(set) => {
             let mut body = json!({"ready": true, "version": set.version, "hooks": set.len()});

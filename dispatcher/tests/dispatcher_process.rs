@@ -350,3 +350,77 @@ async fn standalone_reports_nothing_and_its_breaker_still_trips_closed() {
         assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
     }
 }
+
+/// `--shutdown-delay-seconds`: on SIGTERM the process is unready at once and still decides
+/// until the delay is over, then exits 0; without it, SIGTERM closes the port at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_a_shutdown_delay_is_unready_first_and_decides_until_the_delay_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = dir.path().join("hooks.yaml");
+    std::fs::write(
+        &hooks,
+        "apiVersion: agenthooks.io/v1alpha1\nkind: AgentHook\nmetadata: {name: no-rm, namespace: tenant-acme}\nspec:\n  event: pre_tool_use\n  matcher: '^exec$'\n  handler: {type: command, command: {command: \"grep -q 'rm -rf' && exit 2; exit 0\"}}\n",
+    )
+    .unwrap();
+    let c = client();
+    let rm = json!({"event": "pre_tool_use", "tenant_id": "tenant-acme", "tool_name": "exec", "tool_input": {"cmd": "rm -rf /"}});
+
+    let mut cmd = dispatcher_command();
+    cmd.args([
+        "--hooks",
+        hooks.to_str().unwrap(),
+        "--audit-db",
+        "off",
+        "--shutdown-delay-seconds",
+        "2",
+    ]);
+    let (mut proc, base) = serve(cmd).await;
+    let t = std::time::Instant::now();
+    proc.sigterm();
+    let mut readyz = status(&c, &format!("{base}/readyz"), None).await;
+    while readyz.0 == 200 && t.elapsed() < Duration::from_secs(1) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        readyz = status(&c, &format!("{base}/readyz"), None).await;
+    }
+    assert_eq!(readyz, (503, json!({"ready": false, "draining": true})));
+    let mut decided = 0;
+    while t.elapsed() < Duration::from_millis(1500) {
+        let (code, body) = status(&c, &format!("{base}/v1/dispatch"), Some(&rm)).await;
+        assert_eq!((code, body["decision"].as_str()), (200, Some("block")));
+        decided += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(decided >= 5, "decided {decided} times during the delay");
+    // (no second SIGTERM: it would cut the delay short)
+    let exit = loop {
+        if let Some(s) = proc.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "no exit 10 s after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    };
+    assert!(exit.success(), "{exit:?}");
+    assert!(
+        t.elapsed() >= Duration::from_secs(2),
+        "exited after the delay: {:?}",
+        t.elapsed()
+    );
+    assert_eq!(
+        status(&c, &format!("{base}/readyz"), None).await.0,
+        0,
+        "the port is closed"
+    );
+
+    // No delay (the default): the port closes at once.
+    let mut cmd = dispatcher_command();
+    cmd.args(["--hooks", hooks.to_str().unwrap(), "--audit-db", "off"]);
+    let (mut proc, base) = serve(cmd).await;
+    let t = std::time::Instant::now();
+    let exit = proc.terminate(Duration::from_secs(10)).await;
+    assert!(exit.success(), "{exit:?}");
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    assert_eq!(status(&c, &format!("{base}/readyz"), None).await.0, 0);
+}

@@ -64,6 +64,47 @@ async fn post(base: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {
     )
 }
 
+/// Shutting down: unready at once (so the Service drops the Pod), deciding until the port
+/// closes (so no request sent meanwhile is lost).
+#[tokio::test]
+async fn a_draining_server_is_unready_and_still_decides() {
+    let state = new_state();
+    state.set_hooks(hooks(
+        r#"grep -q 'rm -rf' && { echo 'no rm' >&2; exit 2; }; exit 0"#,
+    ));
+    let base = serve_state(Arc::clone(&state)).await;
+    let c = reqwest::Client::new();
+    let readyz = || async {
+        let r = c.get(format!("{base}/readyz")).send().await.unwrap();
+        let status = r.status().as_u16();
+        (
+            status,
+            serde_json::from_slice::<Value>(&r.bytes().await.unwrap()).unwrap(),
+        )
+    };
+    assert_eq!(readyz().await.0, 200);
+    assert!(!state.is_draining());
+
+    state.start_draining();
+    assert!(state.is_draining());
+    assert_eq!(
+        readyz().await,
+        (503, json!({"ready": false, "draining": true}))
+    );
+    let ev = json!({"event": "pre_tool_use", "tenant_id": "acme", "tool_name": "exec", "tool_input": {"cmd": "rm -rf /"}});
+    let (status, d) = post(&base, ev.to_string()).await;
+    assert_eq!((status, d["decision"].as_str()), (200, Some("block")));
+    assert_eq!(
+        c.get(format!("{base}/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200,
+        "alive: not restarted while it drains"
+    );
+}
+
 #[tokio::test]
 async fn not_ready_until_hooks_are_loaded_then_decides() {
     let state = new_state();
