@@ -352,6 +352,53 @@ fn check_wiring(items: &[Value], op: &str, disp: &str, edition: &str, seal_secre
     assert!(d_c["ports"].as_array().unwrap().iter().any(|p| p["name"]
         == d_c["readinessProbe"]["httpGet"]["port"]
         && p["containerPort"] == 8080));
+    check_disruptions(items, operator, dispatcher);
+}
+
+/// Disruptions as a user expects them: rollouts add a Pod before one stops
+/// (maxUnavailable 0), a PodDisruptionBudget per component selects its Pods and lets one
+/// be evicted at a time, and a stopping dispatcher stays serving (unready) for its
+/// shutdown delay, which its grace period covers with the drain and the audit flush.
+fn check_disruptions(items: &[Value], operator: &Value, dispatcher: &Value) {
+    for deploy in [operator, dispatcher] {
+        let name = &deploy["metadata"]["name"];
+        assert_eq!(
+            deploy["spec"]["strategy"],
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}),
+            "{name}"
+        );
+        let pod_labels = &deploy["spec"]["template"]["metadata"]["labels"];
+        let pdbs: Vec<&Value> = items
+            .iter()
+            .filter(|o| o["kind"] == "PodDisruptionBudget")
+            .filter(|o| {
+                o["spec"]["selector"]["matchLabels"]
+                    .as_object()
+                    .is_some_and(|m| !m.is_empty() && m.iter().all(|(k, v)| &pod_labels[k] == v))
+            })
+            .collect();
+        assert_eq!(
+            pdbs.len(),
+            1,
+            "one PodDisruptionBudget selects {name}'s Pods"
+        );
+        assert_eq!(pdbs[0]["spec"]["maxUnavailable"], 1, "{name}");
+    }
+    let delay = args_of(dispatcher)
+        .iter()
+        .find_map(|a| {
+            a.strip_prefix("--shutdown-delay-seconds=")?
+                .parse::<i64>()
+                .ok()
+        })
+        .expect("the dispatcher has a shutdown delay");
+    assert!(delay >= 5, "--shutdown-delay-seconds={delay}");
+    assert!(
+        dispatcher["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+            .as_i64()
+            .is_some_and(|g| g >= delay + 40),
+        "the grace period covers the delay, the drain and the flush"
+    );
 }
 
 fn cluster_role_rules(items: &[Value]) -> Value {
@@ -655,9 +702,12 @@ fn helm_chart_lints_renders_and_passes_a_server_side_dry_run() {
     );
     let dispatcher = find(&items, "Deployment", "prod-agenthooks-dispatcher");
     // a component's own tag wins over image.tag; the runner follows the dispatcher
-    for c in dispatcher["spec"]["template"]["spec"]["containers"]
+    let pod = &dispatcher["spec"]["template"]["spec"];
+    for c in pod["containers"]
         .as_array()
-        .unwrap()
+        .into_iter()
+        .chain(pod["initContainers"].as_array())
+        .flatten()
     {
         assert_eq!(
             c["image"], "registry.example.com/agenthooks/dispatcher:1.3",
@@ -753,6 +803,15 @@ fn helm_values_schema_refuses_typos_and_bad_enums() {
         ("dispatcher.prompt.providers[0].baseUrl=ftp://x", "baseUrl"),
         ("dispatcher.commandRunner.runAsUser=65532", "runAsUser"),
         ("dispatcher.commandRunner.maxRun=3", "maxRun"),
+        ("dispatcher.shutdownDelaySeconds=-1", "shutdownDelaySeconds"),
+        (
+            "operator.podDisruptionBudget.maxUnavailabel=1",
+            "maxUnavailabel",
+        ),
+        (
+            "dispatcher.podDisruptionBudget.maxUnavailable=half",
+            "maxUnavailable",
+        ),
         (
             "operator.allowTenantCommandHooks=maybe",
             "allowTenantCommandHooks",
@@ -792,20 +851,25 @@ fn helm_values_schema_refuses_typos_and_bad_enums() {
 
 /// The dispatcher Deployment of `items` runs command hooks in its `command-runner`
 /// container (CONTRACT §10.1): another uid, only the socket and its own /tmp mounted, no
-/// Secret, no ServiceAccount token; the dispatcher reaches it over the socket.
+/// Secret, no ServiceAccount token; the dispatcher reaches it over the socket. A native
+/// sidecar (an init container that restarts Always): up before the dispatcher, stopped
+/// after it, so a draining dispatcher still has its runner.
 fn check_command_runner(items: &[Value]) {
     let d = find(items, "Deployment", "agenthooks-dispatcher");
     let pod = &d["spec"]["template"]["spec"];
     assert_eq!(pod["automountServiceAccountToken"], false);
     let containers = pod["containers"].as_array().unwrap();
-    assert_eq!(containers.len(), 2, "{containers:?}");
+    assert_eq!(containers.len(), 1, "{containers:?}");
     assert_eq!(containers[0]["name"], "dispatcher");
     assert!(has_arg(
         &args_of(d),
         "--command-runner=unix:/run/agenthooks-runner/runner.sock"
     ));
-    let r = &containers[1];
+    let sidecars = pod["initContainers"].as_array().expect("initContainers");
+    assert_eq!(sidecars.len(), 1, "{sidecars:?}");
+    let r = &sidecars[0];
     assert_eq!(r["name"], "command-runner");
+    assert_eq!(r["restartPolicy"], "Always", "a native sidecar");
     assert_eq!(
         r["image"], containers[0]["image"],
         "the dispatcher's image by default"
@@ -911,7 +975,7 @@ fn helm_command_runner_runs_hooks_away_from_the_dispatchers_secrets() {
     let items = to_json(cp, &yaml);
     let d = find(&items, "Deployment", "agenthooks-dispatcher");
     assert_eq!(
-        d["spec"]["template"]["spec"]["containers"][1]["image"],
+        d["spec"]["template"]["spec"]["initContainers"][0]["image"],
         "registry.example.com/hooks-tools:2026.1"
     );
     assert!(has_arg(
@@ -920,7 +984,7 @@ fn helm_command_runner_runs_hooks_away_from_the_dispatchers_secrets() {
     ));
     // Tenants' command hooks: a uid per run (the runner root with only the capabilities
     // to switch uids, clean up and kill).
-    let r = &d["spec"]["template"]["spec"]["containers"][1];
+    let r = &d["spec"]["template"]["spec"]["initContainers"][0];
     assert!(
         r["args"]
             .as_array()
@@ -976,6 +1040,7 @@ fn helm_command_runner_runs_hooks_away_from_the_dispatchers_secrets() {
     let d = find(&items, "Deployment", "agenthooks-dispatcher");
     let pod = &d["spec"]["template"]["spec"];
     assert_eq!(pod["containers"].as_array().unwrap().len(), 1);
+    assert!(pod.get("initContainers").is_none(), "{pod}");
     assert!(!args_of(d).iter().any(|a| a.starts_with("--command-runner")));
     assert!(volume(pod, "runner-socket").is_none());
 }

@@ -14,6 +14,7 @@
 mod failover;
 mod install;
 mod manifests;
+mod rollout;
 mod support;
 
 #[test]
@@ -23,5 +24,6 @@ fn chart_tier_on_a_real_node() {
         ("install", install::run),
         ("manifests", manifests::run),
         ("leader-failover", failover::run),
+        ("rollout", rollout::run),
     ]);
 }
