@@ -12,6 +12,7 @@
 //! minutes once the binaries are cached, many minutes cold); `make test-node` runs it.
 
 mod failover;
+mod faults;
 mod install;
 mod manifests;
 mod rollout;
@@ -25,5 +26,6 @@ fn chart_tier_on_a_real_node() {
         ("manifests", manifests::run),
         ("leader-failover", failover::run),
         ("rollout", rollout::run),
+        ("faults", faults::run),
     ]);
 }
