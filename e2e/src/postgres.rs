@@ -65,6 +65,8 @@ pub struct PgServer {
     dir: tempfile::TempDir,
     bin: PathBuf,
     port: u16,
+    /// `listen_addresses`: 127.0.0.1 and those of [`PgServer::new_listening`].
+    listen: String,
     /// `(uid, gid)` of the `postgres` user when this process runs as root.
     run_as: Option<(u32, u32)>,
     postmaster: Mutex<Option<Child>>,
@@ -100,8 +102,19 @@ impl PgServer {
         Self::new_timed().map(|(pg, _)| pg)
     }
 
+    /// [`PgServer::new`], also listening on `addresses` (e.g. a node's bridge address, for
+    /// Pods) and letting clients from `cidrs` in without a password (`host all all CIDR
+    /// trust` in pg_hba.conf). For tests only: trust means anyone there is the superuser.
+    pub fn new_listening(addresses: &[&str], cidrs: &[&str]) -> Result<PgServer> {
+        Self::start_new(addresses, cidrs).map(|(pg, _)| pg)
+    }
+
     /// [`PgServer::new`], also returning how long each phase took.
     pub fn new_timed() -> Result<(PgServer, StartTimings)> {
+        Self::start_new(&[], &[])
+    }
+
+    fn start_new(addresses: &[&str], cidrs: &[&str]) -> Result<(PgServer, StartTimings)> {
         let bin = find_bin_dir()?;
         let run_as = if unsafe { libc::geteuid() } == 0 {
             Some(postgres_user()?)
@@ -119,10 +132,15 @@ impl PgServer {
             }
         }
         let port = free_port()?;
+        let listen = std::iter::once("127.0.0.1")
+            .chain(addresses.iter().copied())
+            .collect::<Vec<_>>()
+            .join(",");
         let pg = PgServer {
             dir,
             bin,
             port,
+            listen,
             run_as,
             postmaster: Mutex::new(None),
             watchdog: Mutex::new(None),
@@ -153,6 +171,14 @@ impl PgServer {
             );
         }
         let initdb = t0.elapsed();
+        if !cidrs.is_empty() {
+            let hba = pg.data_dir().join("pg_hba.conf");
+            let mut conf = fs::read_to_string(&hba).context("read pg_hba.conf")?;
+            for cidr in cidrs {
+                conf.push_str(&format!("host all all {cidr} trust\n"));
+            }
+            fs::write(&hba, conf).context("write pg_hba.conf")?;
+        }
 
         pg.spawn_watchdog()?;
         let t1 = Instant::now();
@@ -372,7 +398,7 @@ impl PgServer {
             .args(["-p", &self.port.to_string()])
             .arg("-k")
             .arg(self.dir.path().join("sock"))
-            .args(["-c", "listen_addresses=127.0.0.1"])
+            .args(["-c", &format!("listen_addresses={}", self.listen)])
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2)

@@ -190,6 +190,35 @@ impl Spool {
         })
     }
 
+    /// [`Spool::open`], waiting up to `wait` while another process holds the directory's
+    /// lock (retrying every 200 ms): a dispatcher whose predecessor on the same volume is
+    /// still shutting down (flushing its queue into this spool) starts once it is gone,
+    /// instead of failing. [`SpoolError::Locked`] when it is still held after `wait`.
+    pub fn open_waiting(
+        dir: &Path,
+        max_bytes: u64,
+        wait: std::time::Duration,
+    ) -> Result<Spool, SpoolError> {
+        let deadline = std::time::Instant::now() + wait;
+        let mut logged = false;
+        loop {
+            match Spool::open(dir, max_bytes) {
+                Err(SpoolError::Locked(_)) if std::time::Instant::now() < deadline => {
+                    if !logged {
+                        logged = true;
+                        tracing::warn!(
+                            spool = %dir.display(),
+                            wait_s = wait.as_secs(),
+                            "audit spool in use by another process (a predecessor still shutting down?); waiting for it"
+                        );
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// The spool directory.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -594,6 +623,37 @@ mod tests {
             .map(|n| format!("uid-1:evt-{n}"))
             .collect();
         assert_eq!(seen, want);
+    }
+
+    #[test]
+    fn open_waiting_takes_the_directory_once_its_holder_lets_go_and_gives_up_after_the_wait() {
+        use std::time::{Duration, Instant};
+        let dir = tempfile::tempdir().unwrap();
+        let held = Spool::open(dir.path(), 1 << 20).unwrap();
+        let t = Instant::now();
+        assert!(matches!(
+            Spool::open_waiting(dir.path(), 1 << 20, Duration::from_millis(500)),
+            Err(SpoolError::Locked(_))
+        ));
+        assert!(
+            t.elapsed() >= Duration::from_millis(500),
+            "{:?}",
+            t.elapsed()
+        );
+
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(400));
+            drop(held);
+        });
+        let t = Instant::now();
+        let s = Spool::open_waiting(dir.path(), 1 << 20, Duration::from_secs(10)).unwrap();
+        let waited = t.elapsed();
+        release.join().unwrap();
+        assert!(
+            waited >= Duration::from_millis(300) && waited < Duration::from_secs(5),
+            "took the lock once released: {waited:?}"
+        );
+        assert_eq!(s.dir(), dir.path());
     }
 
     #[test]

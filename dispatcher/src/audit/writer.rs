@@ -224,17 +224,23 @@ fn backend_of(url: &str) -> &'static str {
     }
 }
 
-/// Opens the spool, connects to the database and starts the writer on the current
-/// runtime. A PostgreSQL database that does not answer at start is not an error: the
+/// How long [`start`] waits for a spool directory another process holds: a predecessor
+/// on the same volume (a replaced Pod) flushing its queue before it exits. Longer than
+/// the chart's grace period (shutdown delay + 40 s).
+pub const SPOOL_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Opens the spool (waiting up to [`SPOOL_LOCK_WAIT`] while another process holds it),
+/// connects to the database and starts the writer on the current runtime. A PostgreSQL database that does not answer at start is not an error: the
 /// dispatcher serves, rows spool, and the writer keeps trying (logged). A malformed URL,
 /// an unusable SQLite file or spool directory is ([`AuditStartError`]).
 pub async fn start(config: AuditConfig, metrics: &Metrics) -> Result<AuditSink, AuditStartError> {
     let dir = config.spool_dir.clone();
     let max = config.spool_max_bytes;
-    let spool = tokio::task::spawn_blocking(move || Spool::open(&dir, max))
-        .await
-        .expect("spool open task")
-        .map_err(AuditStartError::Spool)?;
+    let spool =
+        tokio::task::spawn_blocking(move || Spool::open_waiting(&dir, max, SPOOL_LOCK_WAIT))
+            .await
+            .expect("spool open task")
+            .map_err(AuditStartError::Spool)?;
     let cell = Arc::new(OnceLock::new());
     let backend = backend_of(&config.url);
     let health = Arc::new(AuditHealth::default());

@@ -11,6 +11,7 @@
 //! Ignored by `cargo test` (it needs root, builds release images and starts a node: a few
 //! minutes once the binaries are cached, many minutes cold); `make test-node` runs it.
 
+mod audit;
 mod failover;
 mod faults;
 mod install;
@@ -27,5 +28,6 @@ fn chart_tier_on_a_real_node() {
         ("leader-failover", failover::run),
         ("rollout", rollout::run),
         ("faults", faults::run),
+        ("audit", audit::run),
     ]);
 }

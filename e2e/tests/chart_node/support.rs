@@ -208,6 +208,27 @@ impl Tier {
         t.elapsed().as_secs_f64()
     }
 
+    /// `helm upgrade --wait` of the release to [`Tier::base_values`] and `extra` (not
+    /// reusing the values of the last release). Returns the seconds it took.
+    pub fn upgrade(&self, extra: &[&str]) -> f64 {
+        let chart = self.chart();
+        let mut args = vec![
+            "upgrade",
+            RELEASE,
+            chart.as_str(),
+            "--namespace",
+            NS,
+            "--wait",
+            "--timeout",
+            "5m",
+        ];
+        args.extend(Self::base_values());
+        args.extend_from_slice(extra);
+        let t = Instant::now();
+        self.helm_ok(&args);
+        t.elapsed().as_secs_f64()
+    }
+
     /// The release with the base values and the sample hook Ready, installing (or
     /// upgrading back to the base values) what is missing: what a scenario run on its own
     /// starts from.
