@@ -12,6 +12,7 @@
 //! minutes once the binaries are cached, many minutes cold); `make test-node` runs it.
 
 mod audit;
+mod edition;
 mod failover;
 mod faults;
 mod install;
@@ -29,5 +30,6 @@ fn chart_tier_on_a_real_node() {
         ("rollout", rollout::run),
         ("faults", faults::run),
         ("audit", audit::run),
+        ("edition-uninstall", edition::run),
     ]);
 }
