@@ -16,6 +16,7 @@ mod edition;
 mod failover;
 mod faults;
 mod install;
+mod kustomize;
 mod manifests;
 mod rollout;
 mod support;
@@ -31,5 +32,6 @@ fn chart_tier_on_a_real_node() {
         ("faults", faults::run),
         ("audit", audit::run),
         ("edition-uninstall", edition::run),
+        ("kustomize", kustomize::run),
     ]);
 }
