@@ -3,7 +3,8 @@
 //! (every object through the API server's validation and admission, nothing stored), their
 //! wiring is consistent (Service ↔ pods, ServiceAccounts, the operator URL, the RBAC of the
 //! chart against `config/rbac/`, the chart's admission policy against `config/admission/`),
-//! the chart's values schema refuses typos and bad enums, the Argo CD health check runs in
+//! chart values that cannot work fail `helm template`/`install` naming the value (its
+//! values schema and `templates/_validate.tpl`), the Argo CD health check runs in
 //! a real Lua interpreter, and the Standard-edition ValidatingAdmissionPolicy refuses a
 //! command hook through the API server while admitting an http hook.
 //!
@@ -735,59 +736,536 @@ fn helm_chart_lints_renders_and_passes_a_server_side_dry_run() {
     );
 }
 
+/// Where the chart refuses a value: its values schema (one value out of bounds, a typo, a
+/// bad enum; Helm checks it before any template runs) or the checks of
+/// `templates/_validate.tpl` (values that cannot work together).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Refused {
+    Schema,
+    Template,
+}
+
+/// How each kind of refusal starts on stderr.
+fn refusal_header(by: Refused) -> &'static str {
+    match by {
+        Refused::Schema => "values don't meet the specifications of the schema",
+        Refused::Template => "values that cannot work:",
+    }
+}
+
+/// Chart values that cannot work: `--set` arguments, what the message must name, and who
+/// refuses them. Issue 11: no image, a bad edition, no operator, missing Secret names, and
+/// the numbers, ports, sizes and ranges that the binaries or the API server would refuse.
+const CANNOT_WORK: &[(&[&str], &str, Refused)] = &[
+    // typos and enums
+    (&["replicaCont=2"], "replicaCont", Refused::Schema),
+    (
+        &["dispatcher.replicaCont=3"],
+        "replicaCont",
+        Refused::Schema,
+    ),
+    (&["edition=enterprise"], "'/edition'", Refused::Schema),
+    (
+        &["operator.logFormat=yaml"],
+        "'/operator/logFormat'",
+        Refused::Schema,
+    ),
+    (
+        &["operator.resources.limits.memroy=1Gi"],
+        "memroy",
+        Refused::Schema,
+    ),
+    (
+        &["image.pullPolicy=Sometimes"],
+        "'/image/pullPolicy'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.prompt.providrs={}"],
+        "providrs",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.adminTokenSecret.nme=x"],
+        "nme",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.prompt.providers[0].kind=gemini"],
+        "'/dispatcher/prompt/providers/0/kind'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.prompt.providers[0].baseUrl=ftp://x"],
+        "'/dispatcher/prompt/providers/0/baseUrl'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.commandRunner.maxRun=3"],
+        "maxRun",
+        Refused::Schema,
+    ),
+    (
+        &["operator.allowTenantCommandHooks=maybe"],
+        "'/operator/allowTenantCommandHooks'",
+        Refused::Schema,
+    ),
+    // no image
+    (&["image.tag="], "'/image/tag'", Refused::Schema),
+    (&["image.tag=null"], "tag", Refused::Schema),
+    (
+        &["operator.image.repository="],
+        "'/operator/image/repository'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.image.repository="],
+        "'/dispatcher/image/repository'",
+        Refused::Schema,
+    ),
+    (
+        &["operator.image.repository=agenthooks/operator:0.1.0"],
+        "'/operator/image/repository'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.image.repository=Agenthooks/Dispatcher"],
+        "'/dispatcher/image/repository'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.image.tag=0.1:0"],
+        "'/dispatcher/image/tag'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.commandRunner.image.repository=tools:1"],
+        "'/dispatcher/commandRunner/image/repository'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.commandRunner.image.tag=2026.1"],
+        "dispatcher.commandRunner.image.tag",
+        Refused::Template,
+    ),
+    // replicas, ports, numbers
+    (
+        &["operator.replicaCount=0"],
+        "'/operator/replicaCount'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.replicaCount=-1"],
+        "'/dispatcher/replicaCount'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.service.port=0"],
+        "'/dispatcher/service/port'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.service.port=65536"],
+        "'/dispatcher/service/port'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.maxConcurrentRequests=0"],
+        "'/dispatcher/maxConcurrentRequests'",
+        Refused::Schema,
+    ),
+    (
+        &["operator.leaseDurationSeconds=1"],
+        "'/operator/leaseDurationSeconds'",
+        Refused::Schema,
+    ),
+    (
+        &["operator.leaseDurationSeconds=301"],
+        "'/operator/leaseDurationSeconds'",
+        Refused::Schema,
+    ),
+    (
+        &["operator.dispatcherTtlSeconds=0"],
+        "'/operator/dispatcherTtlSeconds'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.httpAllowCidrs={not-a-cidr}"],
+        "'/dispatcher/httpAllowCidrs/0'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.httpAllowCidrs={10.0.0.0/33}"],
+        "'/dispatcher/httpAllowCidrs/0'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.httpAllowCidrs={300.1.0.0/16}"],
+        "'/dispatcher/httpAllowCidrs/0'",
+        Refused::Schema,
+    ),
+    (
+        &[
+            "operator.tolerations[0].key=k,operator.tolerations[0].operator=Exists,operator.tolerations[0].value=v",
+        ],
+        "'/operator/tolerations/0/value'",
+        Refused::Schema,
+    ),
+    (
+        &[
+            "dispatcher.tolerations[0].key=k,dispatcher.tolerations[0].tolerationSeconds=30,dispatcher.tolerations[0].effect=NoSchedule",
+        ],
+        "'/dispatcher/tolerations/0/effect'",
+        Refused::Schema,
+    ),
+    // sizes and resources
+    (
+        &["operator.resources.limits.memory=-1"],
+        "'/operator/resources/limits/memory'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.resources.requests.cpu=1 core"],
+        "'/dispatcher/resources/requests/cpu'",
+        Refused::Schema,
+    ),
+    (
+        &["operator.resources.requests.memory=1Gi"],
+        "operator.resources.requests.memory: 1Gi is above operator.resources.limits.memory (256Mi)",
+        Refused::Template,
+    ),
+    (
+        &["dispatcher.resources.requests.cpu=2,dispatcher.resources.limits.cpu=1500m"],
+        "dispatcher.resources.requests.cpu",
+        Refused::Template,
+    ),
+    (
+        &["dispatcher.commandRunner.resources.limits.memory=16Mi"],
+        "dispatcher.commandRunner.resources.requests.memory",
+        Refused::Template,
+    ),
+    (
+        &["dispatcher.commandRunner.tmpSizeLimit=0"],
+        "'/dispatcher/commandRunner/tmpSizeLimit'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.audit.storage.sizeLimit=0Gi"],
+        "'/dispatcher/audit/storage/sizeLimit'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.audit.spoolMaxBytes=1000"],
+        "'/dispatcher/audit/spoolMaxBytes'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.audit.spoolMaxBytes=1Ki"],
+        "dispatcher.audit.spoolMaxBytes: 1Ki is below the dispatcher's minimum of 64Ki",
+        Refused::Template,
+    ),
+    (
+        &["dispatcher.audit.spoolMaxBytes=1Gi"],
+        "dispatcher.audit.spoolMaxBytes: 1Gi does not fit in dispatcher.audit.storage.sizeLimit (1Gi)",
+        Refused::Template,
+    ),
+    // the audit volume
+    (
+        &["dispatcher.audit.storage.volume.secret.secretName=x"],
+        "'/dispatcher/audit/storage/volume/secret'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.audit.storage.volume.name=audit"],
+        "'/dispatcher/audit/storage/volume/name'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.audit.storage.volume.persistentVolumeClaim.claimName=a"],
+        "dispatcher.audit.storage.volume: one persistentVolumeClaim for 2 dispatcher replicas",
+        Refused::Template,
+    ),
+    (
+        &["dispatcher.replicaCount=3,dispatcher.audit.storage.volume.hostPath.path=/var/lib/ah"],
+        "dispatcher.audit.storage.volume: one hostPath for 3 dispatcher replicas",
+        Refused::Template,
+    ),
+    // the command runner's uids
+    (
+        &["dispatcher.commandRunner.runAsUser=0"],
+        "'/dispatcher/commandRunner/runAsUser'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.commandRunner.runAsUser=65532"],
+        "'/dispatcher/commandRunner/runAsUser'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.commandRunner.runAsUser=2147483648"],
+        "'/dispatcher/commandRunner/runAsUser'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.commandRunner.maxRuns=0"],
+        "'/dispatcher/commandRunner/maxRuns'",
+        Refused::Schema,
+    ),
+    (
+        &[
+            "operator.allowTenantCommandHooks=true,dispatcher.commandRunner.runAsUser=65000,dispatcher.commandRunner.maxRuns=600",
+        ],
+        "dispatcher.commandRunner.runAsUser: runs take the uids 65000..65599",
+        Refused::Template,
+    ),
+    // Secrets a feature needs, and Secret names the API server would refuse
+    (
+        &["dispatcher.audit.backend=postgres"],
+        "dispatcher.audit.databaseUrlSecret.name: required",
+        Refused::Template,
+    ),
+    (
+        &["dispatcher.audit.keys={key-1}"],
+        "dispatcher.audit.keySecret: required",
+        Refused::Template,
+    ),
+    (
+        &["dispatcher.audit.keySecret=audit-keys"],
+        "dispatcher.audit.keys:",
+        Refused::Template,
+    ),
+    (
+        &[
+            "dispatcher.prompt.providers[0].name=a,dispatcher.prompt.providers[0].kind=openai,dispatcher.prompt.providers[0].baseUrl=https://x,dispatcher.prompt.providers[0].apiKeySecretKey=k",
+        ],
+        "dispatcher.prompt.apiKeySecret: required",
+        Refused::Template,
+    ),
+    (
+        &["sealKey.existingSecret=Seal_Key"],
+        "'/sealKey/existingSecret'",
+        Refused::Schema,
+    ),
+    (
+        &["sealKey.secretKey="],
+        "'/sealKey/secretKey'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.audit.databaseUrlSecret.name=db/url"],
+        "'/dispatcher/audit/databaseUrlSecret/name'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.adminTokenSecret.key="],
+        "'/dispatcher/adminTokenSecret/key'",
+        Refused::Schema,
+    ),
+    (
+        &["imagePullSecrets[0].name=Regcred"],
+        "'/imagePullSecrets/0/name'",
+        Refused::Schema,
+    ),
+];
+
+/// Issue 11, bad input: each value that cannot work fails `helm template` (what `helm
+/// install` renders) naming the value. `helm lint` fails on the schema's refusals; the
+/// template checks it prints as `[INFO] Fail: ...` and passes (Helm's lint mode makes
+/// `fail` non-fatal, helm/helm#8973), so the message is still in front of whoever lints.
+/// Every template check fails at once, listing them all. The values at the edges pass, and
+/// numbers from a values file render as the binaries and the API server read them.
 #[test]
-fn helm_values_schema_refuses_typos_and_bad_enums() {
+fn helm_values_that_cannot_work_fail_naming_the_value() {
     let ns = "agenthooks-system";
-    for (set, needle) in [
-        ("replicaCont=2", "replicaCont"),
-        ("dispatcher.replicaCont=3", "replicaCont"),
-        ("edition=enterprise", "edition"),
-        ("operator.logFormat=yaml", "logFormat"),
-        ("operator.resources.limits.memroy=1Gi", "memroy"),
-        ("image.pullPolicy=Sometimes", "pullPolicy"),
-        ("dispatcher.httpAllowCidrs={not-a-cidr}", "httpAllowCidrs"),
-        ("operator.leaseDurationSeconds=1", "leaseDurationSeconds"),
-        ("dispatcher.prompt.providrs={}", "providrs"),
-        ("dispatcher.adminTokenSecret.nme=x", "nme"),
-        ("dispatcher.prompt.providers[0].kind=gemini", "kind"),
-        ("dispatcher.prompt.providers[0].baseUrl=ftp://x", "baseUrl"),
-        ("dispatcher.commandRunner.runAsUser=65532", "runAsUser"),
-        ("dispatcher.commandRunner.maxRun=3", "maxRun"),
-        (
-            "operator.allowTenantCommandHooks=maybe",
-            "allowTenantCommandHooks",
-        ),
-    ] {
-        let out = helm_template(ns, &["--set", set]);
+    let chart = chart();
+    for (sets, needle, by) in CANNOT_WORK {
+        let mut args = Vec::new();
+        for s in *sets {
+            args.extend(["--set", *s]);
+        }
+        let out = helm_template(ns, &args);
         let stderr = text(&out.stderr);
         assert!(
             !out.status.success(),
-            "--set {set} was accepted:\n{}",
+            "{sets:?} was accepted:\n{}",
             text(&out.stdout)
         );
         assert!(
-            stderr.contains("schema") && stderr.contains(needle),
+            stderr.contains(refusal_header(*by)) && stderr.contains(needle),
+            "{sets:?} should be refused by the {by:?} naming {needle:?}:\n{stderr}"
+        );
+        let mut lint_args = vec!["lint", chart.as_str()];
+        lint_args.extend(&args);
+        let lint = run_helm(&lint_args);
+        let lint_out = format!("{}{}", text(&lint.stdout), text(&lint.stderr));
+        assert_eq!(
+            lint.status.success(),
+            *by == Refused::Template,
+            "helm lint {sets:?}:\n{lint_out}"
+        );
+        assert!(lint_out.contains(needle), "helm lint {sets:?}:\n{lint_out}");
+    }
+
+    // Every template check at once, each on its own line.
+    let out = helm_template(
+        ns,
+        &[
+            "--set",
+            "dispatcher.audit.backend=postgres,dispatcher.audit.keys={k1}",
+            "--set-string",
+            "dispatcher.commandRunner.image.tag=1",
+            "--set",
+            "operator.resources.requests.cpu=2,operator.resources.limits.cpu=1",
+        ],
+    );
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    for line in [
+        "\n- dispatcher.commandRunner.image.tag:",
+        "\n- dispatcher.audit.databaseUrlSecret.name:",
+        "\n- dispatcher.audit.keySecret:",
+        "\n- operator.resources.requests.cpu: 2 is above operator.resources.limits.cpu (1)",
+    ] {
+        assert!(stderr.contains(line), "{line:?} in:\n{stderr}");
+    }
+
+    // The edges that work: a spool of exactly 64Ki, a uid range ending just below the
+    // dispatcher's 65532 or starting just above it, one claim for one dispatcher, a claim
+    // per Pod for three, requests equal to limits, no dispatcher at all (NOTES warns),
+    // runner resources on Standard (no runner there).
+    for sets in [
+        &["dispatcher.audit.spoolMaxBytes=64Ki"][..],
+        &["dispatcher.audit.spoolMaxBytes=65536"],
+        &["dispatcher.commandRunner.uidPerRun=true,dispatcher.commandRunner.runAsUser=65468"],
+        &["dispatcher.commandRunner.uidPerRun=true,dispatcher.commandRunner.runAsUser=65533"],
+        &[
+            "dispatcher.replicaCount=1,dispatcher.audit.storage.volume.persistentVolumeClaim.claimName=a",
+        ],
+        &[
+            "dispatcher.replicaCount=3,dispatcher.audit.storage.volume.ephemeral.volumeClaimTemplate.spec.accessModes={ReadWriteOnce}",
+        ],
+        &["dispatcher.audit.backend=off,dispatcher.audit.spoolMaxBytes=8Gi"],
+        &[
+            "operator.resources.requests.memory=256Mi,operator.resources.requests.cpu=0.5,operator.resources.limits.cpu=500m",
+        ],
+        &["dispatcher.replicaCount=0"],
+        &["edition=standard,dispatcher.commandRunner.resources.requests.memory=1Gi"],
+        &[
+            "dispatcher.commandRunner.image.repository=registry.example.com:5000/tools,dispatcher.commandRunner.image.tag=v1",
+        ],
+    ] {
+        let mut args = Vec::new();
+        for s in sets {
+            args.extend(["--set", *s]);
+        }
+        ok(helm_template(ns, &args), &format!("helm template {sets:?}"));
+    }
+
+    // Numbers from a values file are floats to Helm: they render in full, not as 1e+06
+    // (which the dispatcher's flags and the API server's int64 fields refuse).
+    let dir = tempfile::tempdir().unwrap();
+    let values = dir.path().join("numbers.yaml");
+    std::fs::write(
+        &values,
+        "operator: {allowTenantCommandHooks: true}\n\
+         dispatcher:\n  maxConcurrentRequests: 1000000\n  audit: {spoolMaxBytes: 268435456}\n\
+         \x20 commandRunner: {runAsUser: 1000000, maxRuns: 4096}\n",
+    )
+    .unwrap();
+    let rendered = ok(
+        helm_template(ns, &["-f", &path_str(&values)]),
+        "helm template -f numbers.yaml",
+    );
+    for want in [
+        "- --max-concurrent-requests=1000000\n",
+        "- --audit-spool-max-bytes=268435456\n",
+        "- --run-as-uid=1000000\n",
+        "- --max-runs=4096\n",
+    ] {
+        assert!(rendered.contains(want), "{want:?} in:\n{rendered}");
+    }
+    assert!(!rendered.contains("e+0"), "{rendered}");
+}
+
+/// `helm install` (against the real API server, no dry run) refuses values that cannot
+/// work before it creates anything: no release, no object in the namespace.
+#[test]
+fn helm_install_refuses_values_that_cannot_work_and_creates_nothing() {
+    let cp = cp();
+    let ns = unique_name("ah-helm-bad");
+    cp.create_namespace(&ns, &[]);
+    let home = tempfile::tempdir().unwrap();
+    let helm_env = |cmd: &mut Command| {
+        for (var, sub) in [
+            ("HELM_CACHE_HOME", "cache"),
+            ("HELM_CONFIG_HOME", "config"),
+            ("HELM_DATA_HOME", "data"),
+        ] {
+            cmd.env(var, home.path().join(sub));
+        }
+    };
+    let kubeconfig = path_str(&cp.kubeconfig);
+    let chart = chart();
+    for (set, needle) in [
+        ("operator.replicaCount=0", "'/operator/replicaCount'"),
+        ("edition=enterprise", "'/edition'"),
+        (
+            "dispatcher.audit.backend=postgres",
+            "dispatcher.audit.databaseUrlSecret.name: required",
+        ),
+    ] {
+        let mut cmd = Command::new(helm());
+        helm_env(&mut cmd);
+        let out = cmd
+            .args([
+                "install",
+                "agenthooks",
+                chart.as_str(),
+                "--namespace",
+                ns.as_str(),
+                "--kubeconfig",
+                kubeconfig.as_str(),
+                "--skip-crds",
+                "--set",
+                set,
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run helm install");
+        let stderr = text(&out.stderr);
+        assert!(!out.status.success(), "helm install --set {set} succeeded");
+        assert!(
+            stderr.contains("INSTALLATION FAILED") && stderr.contains(needle),
             "--set {set}: {stderr}"
         );
-        // helm lint refuses it too.
-        let lint = run_helm(&["lint", chart().as_str(), "--set", set]);
-        assert!(!lint.status.success(), "helm lint accepted --set {set}");
     }
-    // Sanity: the accepted spellings pass.
-    ok(
-        helm_template(
-            ns,
-            &[
-                "--set",
-                "dispatcher.replicaCount=3",
-                "--set",
-                "edition=standard",
-                "--set",
-                "operator.resources.limits.memory=1Gi",
-            ],
-        ),
-        "helm template with valid values",
+    let mut cmd = Command::new(helm());
+    helm_env(&mut cmd);
+    let list = ok(
+        cmd.args([
+            "list",
+            "--all",
+            "--short",
+            "--namespace",
+            ns.as_str(),
+            "--kubeconfig",
+            kubeconfig.as_str(),
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run helm list"),
+        "helm list",
     );
+    assert_eq!(list.trim(), "", "no release is left");
+    let left = cp.kubectl_json(&[
+        "-n",
+        &ns,
+        "get",
+        "deployments,services,serviceaccounts,secrets,configmaps,roles,rolebindings",
+        "-l",
+        "app.kubernetes.io/managed-by=Helm",
+    ]);
+    assert_eq!(left["items"], json!([]), "objects left: {left}");
 }
 
 /// The dispatcher Deployment of `items` runs command hooks in its `command-runner`

@@ -104,56 +104,21 @@ capabilities:
 {{/*
 The dispatchers' providers file (--providers-file; dispatcher handlers/prompt/config.rs):
 providers with apiKeyFile pointing into the mounted key Secret, models, defaultModel.
-Fails on what the dispatcher would refuse at start-up, naming the value.
+What the dispatcher would refuse in it is refused first by agenthooks.validate.
 */}}
 {{- define "agenthooks.providersFile" -}}
 {{- $p := .Values.dispatcher.prompt | default dict }}
 {{- $providers := $p.providers | default list }}
 {{- $models := $p.models | default dict }}
-{{- if and (not $providers) (or $models $p.defaultModel) }}
-{{- fail "dispatcher.prompt.models/defaultModel are set but dispatcher.prompt.providers is empty" }}
-{{- end }}
-{{- if and $providers (not $p.apiKeySecret) }}
-{{- fail "dispatcher.prompt.apiKeySecret: required when dispatcher.prompt.providers is set (an existing Secret with the providers' API keys)" }}
-{{- end }}
-{{- $names := list }}
 {{- $out := list }}
-{{- range $i, $pr := $providers }}
-{{- if has $pr.name $names }}
-{{- fail (printf "dispatcher.prompt.providers[%d].name: provider %q is defined twice" $i $pr.name) }}
-{{- end }}
-{{- $names = append $names $pr.name }}
+{{- range $pr := $providers }}
 {{- $out = append $out (dict "name" $pr.name "kind" $pr.kind "baseUrl" $pr.baseUrl "apiKeyFile" (printf "%s/%s" (include "agenthooks.providerKeysDir" $) $pr.apiKeySecretKey)) }}
-{{- end }}
-{{- range $alias, $m := $models }}
-{{- if not (has $m.provider $names) }}
-{{- fail (printf "dispatcher.prompt.models.%s.provider: unknown provider %q" $alias $m.provider) }}
-{{- end }}
-{{- end }}
-{{- if and $p.defaultModel (not (hasKey $models $p.defaultModel)) }}
-{{- fail (printf "dispatcher.prompt.defaultModel: %q is not an alias under dispatcher.prompt.models" $p.defaultModel) }}
 {{- end }}
 {{- $file := dict "providers" $out "models" $models }}
 {{- with $p.defaultModel }}
 {{- $_ := set $file "defaultModel" . }}
 {{- end }}
 {{- toYaml $file }}
-{{- end }}
-
-{{/*
-The audit values the dispatcher would refuse or could not use, failing with the value's name.
-*/}}
-{{- define "agenthooks.checkAudit" -}}
-{{- $a := .Values.dispatcher.audit }}
-{{- if and (eq $a.backend "postgres") (not $a.databaseUrlSecret.name) }}
-{{- fail "dispatcher.audit.databaseUrlSecret.name: required when dispatcher.audit.backend is postgres (an existing Secret holding the database URL)" }}
-{{- end }}
-{{- if and $a.keys (not $a.keySecret) }}
-{{- fail "dispatcher.audit.keySecret: required when dispatcher.audit.keys is set (an existing Secret holding the keys)" }}
-{{- end }}
-{{- if and $a.keySecret (not $a.keys) }}
-{{- fail "dispatcher.audit.keys: name the keys of dispatcher.audit.keySecret to use, current first" }}
-{{- end }}
 {{- end }}
 
 {{/* Image of the command runner: dispatcher.commandRunner.image, else the dispatcher's. */}}
