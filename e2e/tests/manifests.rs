@@ -1268,6 +1268,227 @@ fn helm_install_refuses_values_that_cannot_work_and_creates_nothing() {
     assert_eq!(left["items"], json!([]), "objects left: {left}");
 }
 
+/// What the NOTES of each documented example must say (and must not).
+const EXAMPLE_NOTES: &[(&str, &[&str], &[&str])] = &[
+    (
+        "(defaults)",
+        &[
+            "audit       SQLite, one file per dispatcher Pod",
+            "command hooks run in its command-runner container (agenthooks/dispatcher:0.1.0)",
+            "- dispatcher.audit.backend=sqlite on an emptyDir",
+            "- operator.image.repository / dispatcher.image.repository are the default agenthooks/*",
+        ],
+        &[
+            "allowTenantCommandHooks",
+            "replicaCount=1",
+            "refused at admission",
+        ],
+    ),
+    (
+        "standard-values.yaml",
+        &[
+            "command hooks are refused at admission (ValidatingAdmissionPolicy agenthooks-standard-edition)",
+        ],
+        &["command-runner container", "uid per command run"],
+    ),
+    (
+        "postgres-values.yaml",
+        &[
+            "audit       PostgreSQL (URL from Secret agenthooks-audit-db)",
+            "registry.example.com/agenthooks/operator:0.1.0",
+        ],
+        &["which no registry publishes", "sqlite on an emptyDir"],
+    ),
+    (
+        "sqlite-volume-values.yaml",
+        &["- dispatcher.replicaCount=1: a restart or a node drain"],
+        &["sqlite on an emptyDir"],
+    ),
+    (
+        "ephemeral-values.yaml",
+        &["Deployment agenthooks-dispatcher: 3 replica(s)"],
+        &["sqlite on an emptyDir", "replicaCount=1"],
+    ),
+    (
+        "prompt-values.yaml",
+        &[
+            "prompt hooks: providers anthropic, openai; model aliases gpt-4o-mini, haiku (default haiku)",
+        ],
+        &["prompt hooks block"],
+    ),
+    (
+        "tenant-command-hooks-values.yaml",
+        &[
+            "- operator.allowTenantCommandHooks=true: hooks in tenant namespaces may run shell commands",
+            "- a uid per command run (uids 1000000..1000127)",
+            "\"restricted\" Pod Security Standard",
+            "command-runner container (registry.example.com/agenthooks/hook-tools:2026.1)",
+        ],
+        &[],
+    ),
+];
+
+/// The recommended labels every object of the release carries.
+fn check_release_labels(labels: &Value, what: &str) {
+    for (k, v) in [
+        ("app.kubernetes.io/name", "agenthooks"),
+        ("app.kubernetes.io/instance", "agenthooks"),
+        ("app.kubernetes.io/version", "0.1.0"),
+        ("app.kubernetes.io/managed-by", "Helm"),
+        ("app.kubernetes.io/part-of", "agenthooks"),
+        ("helm.sh/chart", "agenthooks-0.1.0"),
+    ] {
+        assert_eq!(labels[k], v, "{what}: label {k} in {labels}");
+    }
+}
+
+/// The chart's documented examples (`charts/agenthooks/ci/*-values.yaml`, the directory
+/// chart-testing reads) and the defaults: each passes `helm lint --strict`, renders and
+/// passes a server-side dry run; every object carries Kubernetes' recommended labels and
+/// Helm's chart label, every container asks for CPU and memory and has a memory limit; the
+/// NOTES that `helm install` prints name what was installed, how to check Ready (with a
+/// selector that matches the Deployments) and how to reach the dispatcher Service, and warn
+/// of what the values risk.
+#[test]
+fn helm_documented_examples_render_with_labels_resources_and_notes() {
+    let cp = cp();
+    let chart = chart();
+    let ns = unique_name("ah-helm-examples");
+    cp.create_namespace(&ns, &[]);
+    let kubeconfig = path_str(&cp.kubeconfig);
+    let home = tempfile::tempdir().unwrap();
+    let mut files: Vec<String> = std::fs::read_dir(root().join("charts/agenthooks/ci"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with("-values.yaml"))
+        .collect();
+    files.sort();
+    let mut expected: Vec<&str> = EXAMPLE_NOTES.iter().skip(1).map(|e| e.0).collect();
+    expected.sort();
+    assert_eq!(
+        files, expected,
+        "every example has its NOTES expectations here"
+    );
+
+    for (example, notes_have, notes_lack) in EXAMPLE_NOTES {
+        let values = (*example != "(defaults)")
+            .then(|| path_str(&root().join("charts/agenthooks/ci").join(example)));
+        let mut extra: Vec<&str> = Vec::new();
+        if let Some(v) = &values {
+            extra.extend(["-f", v.as_str()]);
+        }
+        let mut lint = vec!["lint", "--strict", chart.as_str()];
+        lint.extend(&extra);
+        ok(run_helm(&lint), &format!("helm lint --strict {example}"));
+        let rendered = ok(
+            helm_template(&ns, &extra),
+            &format!("helm template {example}"),
+        );
+        let items = server_dry_run(cp, &rendered, example);
+
+        for o in items
+            .iter()
+            .filter(|o| o["kind"] != "CustomResourceDefinition")
+        {
+            let what = format!("{example}: {} {}", o["kind"], o["metadata"]["name"]);
+            check_release_labels(&o["metadata"]["labels"], &what);
+            let Some(pod) = o["spec"].get("template") else {
+                continue;
+            };
+            check_release_labels(&pod["metadata"]["labels"], &format!("{what} pod template"));
+            assert!(
+                pod["metadata"]["labels"]["app.kubernetes.io/component"].is_string(),
+                "{what}"
+            );
+            for c in pod["spec"]["containers"].as_array().unwrap() {
+                let r = &c["resources"];
+                assert!(
+                    r["requests"]["cpu"].is_string()
+                        && r["requests"]["memory"].is_string()
+                        && r["limits"]["memory"].is_string(),
+                    "{what}: container {} resources {r}",
+                    c["name"]
+                );
+            }
+        }
+
+        // The NOTES, as `helm install` prints them.
+        let mut cmd = Command::new(helm());
+        for (var, sub) in [
+            ("HELM_CACHE_HOME", "cache"),
+            ("HELM_CONFIG_HOME", "config"),
+            ("HELM_DATA_HOME", "data"),
+        ] {
+            cmd.env(var, home.path().join(sub));
+        }
+        let mut args = vec![
+            "install",
+            "agenthooks",
+            chart.as_str(),
+            "--namespace",
+            ns.as_str(),
+            "--kubeconfig",
+            kubeconfig.as_str(),
+            "--skip-crds",
+            "--dry-run=server",
+        ];
+        args.extend(&extra);
+        let out = ok(
+            cmd.args(&args)
+                .stdin(Stdio::null())
+                .output()
+                .expect("run helm install"),
+            &format!("helm install --dry-run=server {example}"),
+        );
+        let notes = out
+            .split_once("\nNOTES:\n")
+            .unwrap_or_else(|| panic!("{example}: no NOTES in:\n{out}"))
+            .1;
+        let svc = find(&items, "Service", "agenthooks-dispatcher");
+        let port = &svc["spec"]["ports"][0]["port"];
+        for want in [
+            format!("in the cluster  http://agenthooks-dispatcher.{ns}.svc:{port}/v1/dispatch"),
+            format!("kubectl -n {ns} port-forward service/agenthooks-dispatcher 8080:{port}"),
+            format!("kubectl -n {ns} get lease agenthooks-operator"),
+        ] {
+            assert!(
+                notes.contains(&want),
+                "{example}: {want:?} in NOTES:\n{notes}"
+            );
+        }
+        // The Ready check's selector matches both Deployments.
+        let wait = notes
+            .lines()
+            .find(|l| l.contains("--for=condition=Available"))
+            .unwrap_or_else(|| panic!("{example}: no Ready check in NOTES:\n{notes}"));
+        let selector = wait
+            .split_whitespace()
+            .skip_while(|w| *w != "-l")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no -l in {wait:?}"));
+        let deployments: Vec<&Value> = items.iter().filter(|o| o["kind"] == "Deployment").collect();
+        assert_eq!(deployments.len(), 2, "{example}");
+        for d in deployments {
+            for pair in selector.split(',') {
+                let (k, v) = pair.split_once('=').unwrap();
+                assert_eq!(d["metadata"]["labels"][k], v, "{example}: {wait}");
+            }
+        }
+        for want in *notes_have {
+            assert!(
+                notes.contains(want),
+                "{example}: {want:?} in NOTES:\n{notes}"
+            );
+        }
+        for unwanted in *notes_lack {
+            assert!(
+                !notes.contains(unwanted),
+                "{example}: {unwanted:?} in NOTES:\n{notes}"
+            );
+        }
+    }
+}
+
 /// The dispatcher Deployment of `items` runs command hooks in its `command-runner`
 /// container (CONTRACT §10.1): another uid, only the socket and its own /tmp mounted, no
 /// Secret, no ServiceAccount token; the dispatcher reaches it over the socket.
@@ -1458,17 +1679,11 @@ fn helm_command_runner_runs_hooks_away_from_the_dispatchers_secrets() {
     assert!(volume(pod, "runner-socket").is_none());
 }
 
-/// Chart values giving the dispatchers two model providers (issue 4 point 1).
-const PROMPT_VALUES: &str = "dispatcher:\n\
-  \x20 prompt:\n\
-  \x20   apiKeySecret: agenthooks-provider-keys\n\
-  \x20   providers:\n\
-  \x20     - {name: anthropic, kind: anthropic, baseUrl: \"https://api.anthropic.com\", apiKeySecretKey: anthropic-api-key}\n\
-  \x20     - {name: openai, kind: openai, baseUrl: \"https://api.openai.com/v1\", apiKeySecretKey: openai-api-key}\n\
-  \x20   models:\n\
-  \x20     haiku: {provider: anthropic, model: claude-3-5-haiku-latest}\n\
-  \x20     gpt-4o-mini: {provider: openai, model: gpt-4o-mini}\n\
-  \x20   defaultModel: haiku\n";
+/// Chart values giving the dispatchers two model providers (issue 4 point 1): the
+/// chart's documented example.
+fn prompt_values() -> PathBuf {
+    root().join("charts/agenthooks/ci/prompt-values.yaml")
+}
 
 /// Where the chart mounts `dispatcher.prompt.apiKeySecret`.
 const PROVIDER_KEYS_DIR: &str = "/var/run/secrets/agenthooks/providers";
@@ -1527,9 +1742,7 @@ fn helm_prompt_providers_render_mount_and_load_in_the_dispatcher() {
     let ns = unique_name("ah-helm-prompt");
     cp.create_namespace(&ns, &[]);
     let dir = tempfile::tempdir().unwrap();
-    let values = dir.path().join("prompt-values.yaml");
-    std::fs::write(&values, PROMPT_VALUES).unwrap();
-    let values = path_str(&values);
+    let values = path_str(&prompt_values());
 
     // Defaults: no providers file, no prompt ConfigMap, no prompt mounts.
     let items = server_dry_run(
@@ -1679,7 +1892,9 @@ fn helm_prompt_providers_render_mount_and_load_in_the_dispatcher() {
     let dup = dir.path().join("dup-values.yaml");
     std::fs::write(
         &dup,
-        PROMPT_VALUES.replace("name: openai", "name: anthropic"),
+        std::fs::read_to_string(prompt_values())
+            .unwrap()
+            .replace("name: openai", "name: anthropic"),
     )
     .unwrap();
     let out = helm_template(&ns, &["-f", &path_str(&dup)]);

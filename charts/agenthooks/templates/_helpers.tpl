@@ -44,9 +44,10 @@ Cut to 48 characters so that "-standard-edition" still fits in 63.
 {{- printf "%s:%s" $i.repository ($i.tag | default $ctx.Values.image.tag) }}
 {{- end }}
 
-{{/* Labels on every object. */}}
+{{/* Labels on every object (Kubernetes' recommended labels and Helm's chart label). */}}
 {{- define "agenthooks.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ include "agenthooks.name" . }}
 app.kubernetes.io/part-of: agenthooks
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
@@ -63,7 +64,6 @@ app.kubernetes.io/component: {{ index . 1 }}
 
 {{- define "agenthooks.componentLabels" -}}
 {{ include "agenthooks.labels" (index . 0) }}
-app.kubernetes.io/name: {{ include "agenthooks.name" (index . 0) }}
 app.kubernetes.io/component: {{ index . 1 }}
 {{- end }}
 
