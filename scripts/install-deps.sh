@@ -16,6 +16,7 @@ fi
 command -v openssl >/dev/null || need+=(openssl)
 command -v setsid >/dev/null || need+=(util-linux)
 command -v curl >/dev/null || need+=(curl)
+command -v shellcheck >/dev/null || need+=(shellcheck)  # e2e/tests/kind.rs checks e2e/kind/run.sh
 command -v lua5.1 >/dev/null || command -v lua5.4 >/dev/null || need+=(lua5.1)  # runs the Argo CD health checks
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)  # the e2e harness starts a private server
 if [ ${#need[@]} -gt 0 ]; then
