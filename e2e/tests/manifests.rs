@@ -1268,7 +1268,8 @@ fn helm_install_refuses_values_that_cannot_work_and_creates_nothing() {
     assert_eq!(left["items"], json!([]), "objects left: {left}");
 }
 
-/// What the NOTES of each documented example must say (and must not).
+/// What the NOTES of each documented example must say (and must not); `{full}` stands for
+/// the release's base name.
 const EXAMPLE_NOTES: &[(&str, &[&str], &[&str])] = &[
     (
         "(defaults)",
@@ -1287,7 +1288,7 @@ const EXAMPLE_NOTES: &[(&str, &[&str], &[&str])] = &[
     (
         "standard-values.yaml",
         &[
-            "command hooks are refused at admission (ValidatingAdmissionPolicy agenthooks-standard-edition)",
+            "command hooks are refused at admission (ValidatingAdmissionPolicy {full}-standard-edition)",
         ],
         &["command-runner container", "uid per command run"],
     ),
@@ -1306,7 +1307,7 @@ const EXAMPLE_NOTES: &[(&str, &[&str], &[&str])] = &[
     ),
     (
         "ephemeral-values.yaml",
-        &["Deployment agenthooks-dispatcher: 3 replica(s)"],
+        &["Deployment {full}-dispatcher: 3 replica(s)"],
         &["sqlite on an emptyDir", "replicaCount=1"],
     ),
     (
@@ -1329,10 +1330,10 @@ const EXAMPLE_NOTES: &[(&str, &[&str], &[&str])] = &[
 ];
 
 /// The recommended labels every object of the release carries.
-fn check_release_labels(labels: &Value, what: &str) {
+fn check_release_labels(labels: &Value, release: &str, what: &str) {
     for (k, v) in [
         ("app.kubernetes.io/name", "agenthooks"),
-        ("app.kubernetes.io/instance", "agenthooks"),
+        ("app.kubernetes.io/instance", release),
         ("app.kubernetes.io/version", "0.1.0"),
         ("app.kubernetes.io/managed-by", "Helm"),
         ("app.kubernetes.io/part-of", "agenthooks"),
@@ -1355,6 +1356,10 @@ fn helm_documented_examples_render_with_labels_resources_and_notes() {
     let chart = chart();
     let ns = unique_name("ah-helm-examples");
     cp.create_namespace(&ns, &[]);
+    // A release of its own: its cluster-scoped objects (the Standard edition's admission
+    // policy, the ClusterRole) must not meet other tests' objects of the default names.
+    let release = unique_name("ahx");
+    let full = format!("{release}-agenthooks");
     let kubeconfig = path_str(&cp.kubeconfig);
     let home = tempfile::tempdir().unwrap();
     let mut files: Vec<String> = std::fs::read_dir(root().join("charts/agenthooks/ci"))
@@ -1380,10 +1385,16 @@ fn helm_documented_examples_render_with_labels_resources_and_notes() {
         let mut lint = vec!["lint", "--strict", chart.as_str()];
         lint.extend(&extra);
         ok(run_helm(&lint), &format!("helm lint --strict {example}"));
-        let rendered = ok(
-            helm_template(&ns, &extra),
-            &format!("helm template {example}"),
-        );
+        let mut template = vec![
+            "template",
+            release.as_str(),
+            chart.as_str(),
+            "--namespace",
+            ns.as_str(),
+            "--include-crds",
+        ];
+        template.extend(&extra);
+        let rendered = ok(run_helm(&template), &format!("helm template {example}"));
         let items = server_dry_run(cp, &rendered, example);
 
         for o in items
@@ -1391,11 +1402,15 @@ fn helm_documented_examples_render_with_labels_resources_and_notes() {
             .filter(|o| o["kind"] != "CustomResourceDefinition")
         {
             let what = format!("{example}: {} {}", o["kind"], o["metadata"]["name"]);
-            check_release_labels(&o["metadata"]["labels"], &what);
+            check_release_labels(&o["metadata"]["labels"], &release, &what);
             let Some(pod) = o["spec"].get("template") else {
                 continue;
             };
-            check_release_labels(&pod["metadata"]["labels"], &format!("{what} pod template"));
+            check_release_labels(
+                &pod["metadata"]["labels"],
+                &release,
+                &format!("{what} pod template"),
+            );
             assert!(
                 pod["metadata"]["labels"]["app.kubernetes.io/component"].is_string(),
                 "{what}"
@@ -1423,7 +1438,7 @@ fn helm_documented_examples_render_with_labels_resources_and_notes() {
         }
         let mut args = vec![
             "install",
-            "agenthooks",
+            release.as_str(),
             chart.as_str(),
             "--namespace",
             ns.as_str(),
@@ -1444,12 +1459,12 @@ fn helm_documented_examples_render_with_labels_resources_and_notes() {
             .split_once("\nNOTES:\n")
             .unwrap_or_else(|| panic!("{example}: no NOTES in:\n{out}"))
             .1;
-        let svc = find(&items, "Service", "agenthooks-dispatcher");
+        let svc = find(&items, "Service", &format!("{full}-dispatcher"));
         let port = &svc["spec"]["ports"][0]["port"];
         for want in [
-            format!("in the cluster  http://agenthooks-dispatcher.{ns}.svc:{port}/v1/dispatch"),
-            format!("kubectl -n {ns} port-forward service/agenthooks-dispatcher 8080:{port}"),
-            format!("kubectl -n {ns} get lease agenthooks-operator"),
+            format!("in the cluster  http://{full}-dispatcher.{ns}.svc:{port}/v1/dispatch"),
+            format!("kubectl -n {ns} port-forward service/{full}-dispatcher 8080:{port}"),
+            format!("kubectl -n {ns} get lease {full}-operator"),
         ] {
             assert!(
                 notes.contains(&want),
@@ -1474,15 +1489,15 @@ fn helm_documented_examples_render_with_labels_resources_and_notes() {
                 assert_eq!(d["metadata"]["labels"][k], v, "{example}: {wait}");
             }
         }
-        for want in *notes_have {
+        for want in notes_have.iter().map(|w| w.replace("{full}", &full)) {
             assert!(
-                notes.contains(want),
+                notes.contains(&want),
                 "{example}: {want:?} in NOTES:\n{notes}"
             );
         }
-        for unwanted in *notes_lack {
+        for unwanted in notes_lack.iter().map(|w| w.replace("{full}", &full)) {
             assert!(
-                !notes.contains(unwanted),
+                !notes.contains(&unwanted),
                 "{example}: {unwanted:?} in NOTES:\n{notes}"
             );
         }
