@@ -14,17 +14,22 @@
 //! - TenantHookBudget: `Healthy` with tokens left (`Ok`, then `Warning` after spending
 //!   through the operator's budget API), `Degraded` once exhausted, `Degraded` when refused
 //!   (`TenantMismatch`).
+//!
+//! And the documentation: `docs/argocd.md` shows config/argocd/argocd-cm.yaml verbatim, and
+//! its Applications pass a server-side dry run against Argo CD's own Application CRD (from
+//! the same argo-cd module), with the sync waves that put the chart (CRDs, operator,
+//! admission policy) before the hooks, and the chart renders with their Helm values.
 
 use std::process::Command;
 use std::time::Duration;
 
-use agenthooks_e2e::argocd::ArgoCdConfig;
+use agenthooks_e2e::argocd::{ArgoCdConfig, application_crd};
 use agenthooks_e2e::procs::{Proc, bin};
 use agenthooks_e2e::stack::{
     DispatcherProc, OperatorProc, hook_server, install_crds, log_dir,
     operator_service_account_kubeconfig, seal_key_path, tails,
 };
-use agenthooks_e2e::{ControlPlane, unique_name, wait_for};
+use agenthooks_e2e::{ControlPlane, helm_bin, repo_root, unique_name, wait_for};
 use serde_json::{Value, json};
 
 /// The message of `Ready=True` (operator/src/ready.rs).
@@ -394,5 +399,191 @@ fn argo_cd_health_of_hooks_and_budgets_whose_status_the_operator_wrote() {
             want("TenantHookBudget", "elsewhere", "Degraded"),
             want("TenantHookBudget", "tokens", "Degraded"),
         ]
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// docs/argocd.md
+
+/// The fenced ```yaml blocks of `markdown`, in order.
+fn yaml_blocks(markdown: &str) -> Vec<String> {
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for line in markdown.lines() {
+        match (&mut current, line.trim_end()) {
+            (None, "```yaml") => current = Some(String::new()),
+            (Some(_), "```") => blocks.push(current.take().expect("open block")),
+            (Some(b), _) => {
+                b.push_str(line);
+                b.push('\n');
+            }
+            (None, _) => {}
+        }
+    }
+    assert!(current.is_none(), "an unclosed ```yaml block");
+    blocks
+}
+
+/// `kubectl create --dry-run=client -o json` of YAML: the documents as JSON, through
+/// kubectl's own YAML parser.
+fn to_json(cp: &ControlPlane, yaml: &str) -> Vec<Value> {
+    let out = cp.kubectl_stdin(
+        &["create", "--dry-run=client", "-o", "json", "-f", "-"],
+        yaml,
+    );
+    assert!(
+        out.status.success(),
+        "kubectl cannot read:\n{yaml}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // One JSON document per object, one after the other.
+    serde_json::Deserializer::from_slice(&out.stdout)
+        .into_iter::<Value>()
+        .map(|v| v.expect("kubectl JSON"))
+        .collect()
+}
+
+fn wave(obj: &Value) -> i64 {
+    obj["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"]
+        .as_str()
+        .unwrap_or("0")
+        .parse()
+        .expect("a sync wave is an integer")
+}
+
+fn sync_options(app: &Value) -> Vec<String> {
+    app["spec"]["syncPolicy"]["syncOptions"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|o| o.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn docs_show_the_argocd_cm_and_applications_that_land_the_chart_before_the_hooks() {
+    let cp = ControlPlane::shared();
+    let root = repo_root();
+    let doc = std::fs::read_to_string(root.join("docs/argocd.md")).expect("docs/argocd.md");
+    let cm = std::fs::read_to_string(root.join("config/argocd/argocd-cm.yaml")).unwrap();
+    let blocks = yaml_blocks(&doc);
+    assert!(
+        blocks.contains(&cm),
+        "docs/argocd.md shows config/argocd/argocd-cm.yaml verbatim in a ```yaml block"
+    );
+
+    // The Applications: Argo CD's own CRD (same module as the tool) validates them on the
+    // API server.
+    cp.kubectl_ok(&[
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        application_crd().to_str().unwrap(),
+    ]);
+    cp.wait_for_crd("applications.argoproj.io", Duration::from_secs(30));
+    let apps: Vec<Value> = blocks
+        .iter()
+        .flat_map(|b| to_json(cp, b))
+        .filter(|o| o["kind"] == "Application")
+        .collect();
+    let named = |name: &str| -> &Value {
+        apps.iter()
+            .find(|a| a["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("docs/argocd.md has no Application {name}"))
+    };
+    let chart = named("agenthooks");
+    let hooks = named("agenthooks-hooks");
+
+    let argocd_ns = unique_name("argocd");
+    cp.create_namespace(&argocd_ns, &[]);
+    for app in [chart, hooks] {
+        let mut app = app.clone();
+        app["metadata"]["namespace"] = json!(argocd_ns);
+        let out = cp.kubectl_stdin(
+            &["apply", "--server-side", "--dry-run=server", "-f", "-"],
+            &app.to_string(),
+        );
+        assert!(
+            out.status.success(),
+            "Application {} against Argo CD's CRD: {}",
+            app["metadata"]["name"],
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    // The chart's Application: Helm from charts/agenthooks, the release namespace created,
+    // server-side apply (the CRDs), and an earlier wave than the hooks'.
+    assert_eq!(
+        chart["spec"]["source"]["path"], "charts/agenthooks",
+        "{chart}"
+    );
+    let release_ns = chart["spec"]["destination"]["namespace"]
+        .as_str()
+        .expect("destination.namespace");
+    let chart_opts = sync_options(chart);
+    for o in ["CreateNamespace=true", "ServerSideApply=true"] {
+        assert!(chart_opts.iter().any(|x| x == o), "{o} in {chart_opts:?}");
+    }
+    assert!(
+        wave(chart) < wave(hooks),
+        "the chart (wave {}) lands before the hooks (wave {})",
+        wave(chart),
+        wave(hooks)
+    );
+    // The hooks' Application may find the CRDs missing at its first dry run.
+    let hook_opts = sync_options(hooks);
+    assert!(
+        hook_opts
+            .iter()
+            .any(|x| x == "SkipDryRunOnMissingResource=true"),
+        "{hook_opts:?}"
+    );
+    assert!(
+        hooks["spec"]["syncPolicy"]["retry"]["limit"].as_i64() > Some(0),
+        "{hooks}"
+    );
+    // The parent waits on a wave's Applications only when Argo CD assesses their health:
+    // the doc restores that check (removed from Argo CD in 1.8) for app-of-apps.
+    assert!(
+        doc.contains("resource.customizations.health.argoproj.io_Application"),
+        "the doc shows the Application health check the waves need"
+    );
+
+    // The chart renders with the Application's Helm values, as Argo CD's repo server runs
+    // `helm template` (no cluster lookups: the seal key must be an existing Secret).
+    let values = &chart["spec"]["source"]["helm"]["valuesObject"];
+    assert!(
+        values["sealKey"]["existingSecret"]
+            .as_str()
+            .is_some_and(|s| !s.is_empty()),
+        "{values}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let values_file = dir.path().join("values.json");
+    std::fs::write(&values_file, values.to_string()).unwrap();
+    let out = Command::new(helm_bin())
+        .args(["template", "agenthooks"])
+        .arg(root.join("charts/agenthooks"))
+        .args(["--namespace", release_ns, "--include-crds", "-f"])
+        .arg(&values_file)
+        .output()
+        .expect("run helm");
+    assert!(
+        out.status.success(),
+        "helm template with the Application's values: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rendered = to_json(cp, &String::from_utf8_lossy(&out.stdout));
+    let kinds: Vec<&str> = rendered.iter().filter_map(|o| o["kind"].as_str()).collect();
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| **k == "CustomResourceDefinition")
+            .count(),
+        2,
+        "the chart's CRDs come with it: {kinds:?}"
     );
 }
