@@ -20,6 +20,7 @@ deps:
 test: deps
 	bash e2e/controlplane/build.sh >/dev/null
 	bash e2e/controlplane/build-helm.sh >/dev/null
+	bash e2e/argocd-health/build.sh >/dev/null
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace --no-fail-fast
 

@@ -4,13 +4,13 @@
 //! wiring is consistent (Service ↔ pods, ServiceAccounts, the operator URL, the RBAC of the
 //! chart against `config/rbac/`, the chart's admission policy against `config/admission/`),
 //! chart values that cannot work fail `helm template`/`install` naming the value (its
-//! values schema and `templates/_validate.tpl`), the Argo CD health check runs in
-//! a real Lua interpreter, and the Standard-edition ValidatingAdmissionPolicy refuses a
-//! command hook through the API server while admitting an http hook.
+//! values schema and `templates/_validate.tpl`), and the Standard-edition
+//! ValidatingAdmissionPolicy refuses a command hook through the API server while admitting
+//! an http hook. (The Argo CD health checks of config/argocd run in Argo CD's own code:
+//! e2e/tests/argocd.rs.)
 //!
 //! Needs `helm` (built from its Go module by `e2e/controlplane/build-helm.sh` and cached; or
-//! `$HELM`) and a Lua interpreter (Debian `lua5.1`, the dialect of Argo CD's gopher-lua, or
-//! `lua5.4`; every one found is used).
+//! `$HELM`).
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -600,7 +600,7 @@ fn helm_chart_lints_renders_and_passes_a_server_side_dry_run() {
         "agenthooks-standard-edition",
     );
     assert_eq!(binding["spec"]["policyName"], "agenthooks-standard-edition");
-    // Same policy as config/admission/ (which test (d) runs for real).
+    // Same policy as config/admission/ (which test (c) runs for real).
     let admission = server_dry_run(cp, &kustomize(cp, "config/admission"), "config/admission");
     let shipped = find(
         &admission,
@@ -1935,191 +1935,7 @@ fn helm_prompt_providers_render_mount_and_load_in_the_dispatcher() {
 }
 
 // ---------------------------------------------------------------------------------------
-// (c) Argo CD health check, run by a real Lua interpreter
-
-/// `v` as a Lua expression (objects and arrays become tables, as Argo CD converts them).
-fn lua_value(v: &Value) -> String {
-    match v {
-        Value::Null => "nil".into(),
-        Value::Bool(b) => b.to_string(),
-        Value::Number(n) => n.to_string(),
-        Value::String(s) => lua_string(s),
-        Value::Array(a) => format!(
-            "{{{}}}",
-            a.iter().map(lua_value).collect::<Vec<_>>().join(", ")
-        ),
-        Value::Object(o) => format!(
-            "{{{}}}",
-            o.iter()
-                .map(|(k, v)| format!("[{}] = {}", lua_string(k), lua_value(v)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    }
-}
-
-fn lua_string(s: &str) -> String {
-    let mut out = String::from("\"");
-    for b in s.bytes() {
-        match b {
-            b'"' => out.push_str("\\\""),
-            b'\\' => out.push_str("\\\\"),
-            0x20..=0x7e => out.push(b as char),
-            _ => out.push_str(&format!("\\{b:03}")),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// Runs `script` as Argo CD does (global `obj`, the chunk returns the health table) and
-/// returns (status, message).
-fn run_health(lua: &str, script: &str, obj: &Value) -> (String, String) {
-    assert!(!script.contains("]==]"));
-    let program = format!(
-        "obj = {}\nlocal load_string = loadstring or load\n\
-         local chunk = assert(load_string([==[{script}]==]))\n\
-         local hs = chunk()\n\
-         io.write(tostring(hs.status), \"\\n\", tostring(hs.message), \"\\n\")\n",
-        lua_value(obj)
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("health.lua");
-    std::fs::write(&file, program).unwrap();
-    let out = Command::new(lua)
-        .arg(&file)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("run {lua}: {e}"));
-    let stdout = ok(out, &format!("{lua} health check"));
-    let mut lines = stdout.lines();
-    (
-        lines.next().unwrap_or_default().to_string(),
-        lines.next().unwrap_or_default().to_string(),
-    )
-}
-
-fn lua_interpreters() -> Vec<&'static str> {
-    ["lua5.1", "lua5.4", "luajit"]
-        .into_iter()
-        .filter(|l| {
-            Command::new(l)
-                .arg("-v")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        })
-        .collect()
-}
-
-#[test]
-fn argocd_health_check_runs_in_lua() {
-    let luas = lua_interpreters();
-    assert!(
-        !luas.is_empty(),
-        "no Lua interpreter: install the Debian package lua5.1 (Argo CD's dialect) or lua5.4"
-    );
-    let cp = cp();
-    let cms = to_json(cp, &kustomize(cp, "config/argocd"));
-    let cm = find(&cms, "ConfigMap", "argocd-cm");
-    let data = cm["data"].as_object().expect("data");
-    let scripts: Vec<(&str, &str)> = ["AgentHook", "TenantHookBudget"]
-        .into_iter()
-        .map(|kind| {
-            let key = format!("resource.customizations.health.agenthooks.io_{kind}");
-            let s = data
-                .get(&key)
-                .and_then(Value::as_str)
-                .unwrap_or_else(|| panic!("argocd-cm lacks {key}"));
-            (kind, s)
-        })
-        .collect();
-
-    let condition = |t: &str, s: &str, reason: &str, msg: &str| {
-        json!({"type": t, "status": s, "reason": reason, "message": msg,
-               "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 3})
-    };
-    for lua in &luas {
-        for (kind, script) in &scripts {
-            let base = |status: Option<Value>| {
-                let mut o = json!({
-                    "apiVersion": "agenthooks.io/v1alpha1", "kind": kind,
-                    "metadata": {"name": "h", "namespace": "tenant-acme", "generation": 3},
-                    "spec": {},
-                });
-                if let Some(s) = status {
-                    o["status"] = s;
-                }
-                o
-            };
-            let ready = base(Some(json!({
-                "observedGeneration": 3,
-                "conditions": [
-                    condition("Accepted", "True", "Accepted", "valid"),
-                    condition("Ready", "True", "Served", "served by 2 of 2 live dispatchers"),
-                ],
-            })));
-            assert_eq!(
-                run_health(lua, script, &ready),
-                ("Healthy".into(), "served by 2 of 2 live dispatchers".into()),
-                "{lua} {kind}: Ready=True"
-            );
-
-            let refused = base(Some(json!({
-                "observedGeneration": 3,
-                "conditions": [
-                    condition("Accepted", "False", "InvalidMatcher",
-                              "spec.matcher: regex parse error: unclosed group"),
-                    condition("Ready", "False", "NotAccepted", "not accepted"),
-                ],
-            })));
-            assert_eq!(
-                run_health(lua, script, &refused),
-                (
-                    "Degraded".into(),
-                    "spec.matcher: regex parse error: unclosed group".into()
-                ),
-                "{lua} {kind}: Accepted=False"
-            );
-
-            let fresh = base(None);
-            let (status, message) = run_health(lua, script, &fresh);
-            assert_eq!(status, "Progressing", "{lua} {kind}: no status");
-            assert!(!message.is_empty() && message != "nil");
-
-            // Ready=True for an older generation is not healthy yet.
-            let stale = base(Some(json!({
-                "observedGeneration": 2,
-                "conditions": [condition("Ready", "True", "Served", "served")],
-            })));
-            let (status, message) = run_health(lua, script, &stale);
-            assert_eq!(status, "Progressing", "{lua} {kind}: old generation");
-            assert!(message.contains('3'), "{message}");
-
-            // Reconciled and accepted, not yet served by every dispatcher.
-            let waiting = base(Some(json!({
-                "observedGeneration": 3,
-                "conditions": [
-                    condition("Accepted", "True", "Accepted", "valid"),
-                    condition("Ready", "Unknown", "Syncing", "served by 1 of 2 live dispatchers"),
-                ],
-            })));
-            assert_eq!(
-                run_health(lua, script, &waiting),
-                (
-                    "Progressing".into(),
-                    "served by 1 of 2 live dispatchers".into()
-                ),
-                "{lua} {kind}: Ready=Unknown"
-            );
-        }
-        eprintln!("[manifests] Argo CD health check ok under {lua}");
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// (d) the Standard-edition admission policy, through the API server
+// (c) the Standard-edition admission policy, through the API server
 
 fn hook(ns: &str, name: &str, handler: Value) -> String {
     json!({
