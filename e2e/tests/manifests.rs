@@ -470,6 +470,23 @@ fn helm_template(ns: &str, extra: &[&str]) -> Output {
     run_helm(&args)
 }
 
+/// The objects `helm template` renders with `extra` (release `agenthooks` in
+/// `agenthooks-system`), read here without an API server: for the checks of what the chart
+/// renders that need no server-side dry run.
+fn rendered(extra: &[&str]) -> Vec<Value> {
+    use serde::Deserialize;
+    let yaml = ok(
+        helm_template("agenthooks-system", extra),
+        &format!("helm template {extra:?}"),
+    );
+    serde_norway::Deserializer::from_str(&yaml)
+        .map(|doc| {
+            Value::deserialize(doc).unwrap_or_else(|e| panic!("helm template {extra:?}: {e}"))
+        })
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
 #[test]
 fn helm_chart_lints_renders_and_passes_a_server_side_dry_run() {
     let cp = cp();
@@ -1185,6 +1202,46 @@ fn helm_values_that_cannot_work_fail_naming_the_value() {
         assert!(rendered.contains(want), "{want:?} in:\n{rendered}");
     }
     assert!(!rendered.contains("e+0"), "{rendered}");
+}
+
+/// The dispatcher's update strategy: a rolling update (a new Pod Ready before an old one
+/// goes) by default and with a claim per Pod, but `Recreate` when one
+/// persistentVolumeClaim or hostPath holds the spool: a surge Pod could not lock the spool
+/// (the dispatcher exits) nor attach a ReadWriteOnce claim on another node, and the rollout
+/// would hang with the old Pod still running.
+#[test]
+fn helm_dispatcher_on_one_audit_volume_is_recreated_not_rolled() {
+    let strategy = |sets: &[&str]| {
+        let mut args = Vec::new();
+        for s in sets {
+            args.extend(["--set", *s]);
+        }
+        find(&rendered(&args), "Deployment", "agenthooks-dispatcher")["spec"]["strategy"].clone()
+    };
+    let recreate = json!({"type": "Recreate"});
+    for sets in [
+        &[
+            "dispatcher.replicaCount=1,dispatcher.audit.storage.volume.persistentVolumeClaim.claimName=audit",
+        ][..],
+        &["dispatcher.replicaCount=1,dispatcher.audit.storage.volume.hostPath.path=/var/lib/ah"],
+        &[
+            "dispatcher.replicaCount=1,dispatcher.audit.backend=postgres,dispatcher.audit.databaseUrlSecret.name=db,dispatcher.audit.storage.volume.persistentVolumeClaim.claimName=audit",
+        ],
+    ] {
+        assert_eq!(strategy(sets), recreate, "{sets:?}");
+    }
+    for sets in [
+        &[][..],
+        &[
+            "dispatcher.replicaCount=3,dispatcher.audit.storage.volume.ephemeral.volumeClaimTemplate.spec.accessModes={ReadWriteOnce}",
+        ],
+        // the audit trail off: the claim is not mounted, so nothing is shared
+        &[
+            "dispatcher.audit.backend=off,dispatcher.audit.storage.volume.persistentVolumeClaim.claimName=audit",
+        ],
+    ] {
+        assert_eq!(strategy(sets), Value::Null, "{sets:?}");
+    }
 }
 
 /// `helm install` (against the real API server, no dry run) refuses values that cannot

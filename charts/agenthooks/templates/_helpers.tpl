@@ -130,3 +130,15 @@ What the dispatcher would refuse in it is refused first by agenthooks.validate.
 {{ include "agenthooks.image" (list . "dispatcher") }}
 {{- end -}}
 {{- end }}
+
+{{/*
+The audit volume every dispatcher replica would share ("persistentVolumeClaim" or
+"hostPath"), or "": one spool directory that a second Pod cannot lock (and a ReadWriteOnce
+claim that a second node cannot attach). Only when the audit trail is on.
+*/}}
+{{- define "agenthooks.sharedAuditVolume" -}}
+{{- $a := .Values.dispatcher.audit -}}
+{{- if ne $a.backend "off" -}}
+{{- if hasKey $a.storage.volume "persistentVolumeClaim" }}persistentVolumeClaim{{ else if hasKey $a.storage.volume "hostPath" }}hostPath{{ end -}}
+{{- end -}}
+{{- end }}

@@ -79,9 +79,7 @@ Requests above limits in one resources value: a list of messages. Include with
 {{- $errs = printf "%s\n- dispatcher.audit.spoolMaxBytes: %v does not fit in dispatcher.audit.storage.sizeLimit (%v), which also holds the SQLite file; the kubelet evicts a Pod whose emptyDir outgrows its sizeLimit; raise the sizeLimit or lower the spool" $errs $a.spoolMaxBytes $a.storage.sizeLimit }}
 {{- end }}
 {{- end }}
-{{- $shared := "" }}
-{{- if hasKey $a.storage.volume "persistentVolumeClaim" }}{{ $shared = "persistentVolumeClaim" }}{{ end }}
-{{- if hasKey $a.storage.volume "hostPath" }}{{ $shared = "hostPath" }}{{ end }}
+{{- $shared := include "agenthooks.sharedAuditVolume" . }}
 {{- if and $shared (gt (int64 $d.replicaCount) 1) }}
 {{- $errs = printf "%s\n- dispatcher.audit.storage.volume: one %s for %d dispatcher replicas (dispatcher.replicaCount): each replica needs a spool of its own (the second cannot lock it and does not start); use an `ephemeral` volume (a claim per Pod), or replicaCount 1" $errs $shared (int64 $d.replicaCount) }}
 {{- end }}
