@@ -1035,6 +1035,22 @@ const CANNOT_WORK: &[(&[&str], &str, Refused)] = &[
         "dispatcher.commandRunner.runAsUser: runs take the uids 65000..65599",
         Refused::Template,
     ),
+    // disruption budgets that would block every drain
+    (
+        &["dispatcher.podDisruptionBudget.maxUnavailable=0"],
+        "'/dispatcher/podDisruptionBudget/maxUnavailable'",
+        Refused::Schema,
+    ),
+    (
+        &["operator.podDisruptionBudget.maxUnavailable=0%"],
+        "'/operator/podDisruptionBudget/maxUnavailable'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.podDisruptionBudget.minAvailable=2"],
+        "minAvailable",
+        Refused::Schema,
+    ),
     // Secrets a feature needs, and Secret names the API server would refuse
     (
         &["dispatcher.audit.backend=postgres"],
@@ -1242,6 +1258,49 @@ fn helm_dispatcher_on_one_audit_volume_is_recreated_not_rolled() {
     ] {
         assert_eq!(strategy(sets), Value::Null, "{sets:?}");
     }
+}
+
+/// A PodDisruptionBudget per component, selecting exactly its Deployment's Pods: a node
+/// drain takes at most `maxUnavailable` of them at once (1 by default, a percentage kept a
+/// string), unready Pods may always go (a dispatcher cut off from the operator never holds
+/// a drain up), and none when disabled.
+#[test]
+fn helm_disruption_budgets_select_each_component_and_never_block_a_drain() {
+    let items = rendered(&[]);
+    let pdbs: Vec<&Value> = items
+        .iter()
+        .filter(|i| i["kind"] == "PodDisruptionBudget")
+        .collect();
+    assert_eq!(pdbs.len(), 2, "{pdbs:?}");
+    for component in ["operator", "dispatcher"] {
+        let name = format!("agenthooks-{component}");
+        let pdb = find(&items, "PodDisruptionBudget", &name);
+        let deploy = find(&items, "Deployment", &name);
+        assert_eq!(pdb["apiVersion"], "policy/v1");
+        assert_eq!(pdb["metadata"]["namespace"], "agenthooks-system");
+        assert_eq!(pdb["spec"]["maxUnavailable"], 1, "{name}");
+        assert!(pdb["spec"].get("minAvailable").is_none(), "{name}");
+        assert_eq!(pdb["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
+        assert_eq!(
+            pdb["spec"]["selector"]["matchLabels"], deploy["spec"]["selector"]["matchLabels"],
+            "{name}"
+        );
+        assert_eq!(
+            pdb["metadata"]["labels"]["app.kubernetes.io/component"],
+            component
+        );
+    }
+    let items = rendered(&[
+        "--set",
+        "operator.podDisruptionBudget.enabled=false",
+        "--set",
+        "dispatcher.replicaCount=4,dispatcher.podDisruptionBudget.maxUnavailable=50%",
+    ]);
+    assert_eq!(count(&items, "PodDisruptionBudget"), 1);
+    assert_eq!(
+        find(&items, "PodDisruptionBudget", "agenthooks-dispatcher")["spec"]["maxUnavailable"],
+        "50%"
+    );
 }
 
 /// `helm install` (against the real API server, no dry run) refuses values that cannot
