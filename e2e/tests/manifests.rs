@@ -1035,6 +1035,22 @@ const CANNOT_WORK: &[(&[&str], &str, Refused)] = &[
         "dispatcher.commandRunner.runAsUser: runs take the uids 65000..65599",
         Refused::Template,
     ),
+    // scheduling
+    (
+        &["operator.affinity.podAntiAfinity.x=1"],
+        "podAntiAfinity",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.topologySpreadConstraints[0].maxSkew=1"],
+        "'/dispatcher/topologySpreadConstraints/0'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.priorityClassName=High"],
+        "'/dispatcher/priorityClassName'",
+        Refused::Schema,
+    ),
     // disruption budgets that would block every drain
     (
         &["dispatcher.podDisruptionBudget.maxUnavailable=0"],
@@ -1301,6 +1317,88 @@ fn helm_disruption_budgets_select_each_component_and_never_block_a_drain() {
         find(&items, "PodDisruptionBudget", "agenthooks-dispatcher")["spec"]["maxUnavailable"],
         "50%"
     );
+}
+
+/// Where the Pods run: by default each component prefers nodes that run no other Pod of
+/// it (a soft anti-affinity on the hostname, selecting exactly its Deployment's Pods), so
+/// one lost or drained node does not take every replica; a given affinity replaces that
+/// preference; a spread constraint without labelSelector gets the component's;
+/// priorityClassName, nodeSelector and tolerations are passed on.
+#[test]
+fn helm_replicas_prefer_separate_nodes_and_take_scheduling_values() {
+    let items = rendered(&[]);
+    for component in ["operator", "dispatcher"] {
+        let d = find(&items, "Deployment", &format!("agenthooks-{component}"));
+        let pod = &d["spec"]["template"]["spec"];
+        let preferred =
+            &pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"];
+        assert_eq!(preferred.as_array().map(Vec::len), Some(1), "{pod}");
+        assert_eq!(preferred[0]["weight"], 100);
+        let term = &preferred[0]["podAffinityTerm"];
+        assert_eq!(term["topologyKey"], "kubernetes.io/hostname");
+        assert_eq!(
+            term["labelSelector"]["matchLabels"], d["spec"]["selector"]["matchLabels"],
+            "{component}"
+        );
+        assert!(pod["affinity"].get("nodeAffinity").is_none());
+        for absent in [
+            "priorityClassName",
+            "topologySpreadConstraints",
+            "nodeSelector",
+            "tolerations",
+        ] {
+            assert!(pod.get(absent).is_none(), "{component}: {absent} in {pod}");
+        }
+    }
+
+    let items = rendered(&[
+        "--set",
+        "dispatcher.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=pool,dispatcher.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists",
+        "--set",
+        "dispatcher.topologySpreadConstraints[0].maxSkew=1,dispatcher.topologySpreadConstraints[0].topologyKey=topology.kubernetes.io/zone,dispatcher.topologySpreadConstraints[0].whenUnsatisfiable=DoNotSchedule",
+        "--set",
+        "dispatcher.topologySpreadConstraints[1].maxSkew=2,dispatcher.topologySpreadConstraints[1].topologyKey=rack,dispatcher.topologySpreadConstraints[1].whenUnsatisfiable=ScheduleAnyway,dispatcher.topologySpreadConstraints[1].labelSelector.matchLabels.tier=hooks",
+        "--set",
+        "dispatcher.priorityClassName=system-cluster-critical,dispatcher.nodeSelector.pool=hooks",
+        "--set",
+        "dispatcher.tolerations[0].key=dedicated,dispatcher.tolerations[0].operator=Exists",
+    ]);
+    let d = find(&items, "Deployment", "agenthooks-dispatcher");
+    let pod = &d["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["affinity"],
+        json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "Exists"}]}]
+        }}}),
+        "a given affinity replaces the default preference"
+    );
+    assert_eq!(
+        pod["topologySpreadConstraints"],
+        json!([
+            {
+                "maxSkew": 1,
+                "topologyKey": "topology.kubernetes.io/zone",
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": d["spec"]["selector"]["matchLabels"]}
+            },
+            {
+                "maxSkew": 2,
+                "topologyKey": "rack",
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": {"tier": "hooks"}}
+            }
+        ])
+    );
+    assert_eq!(pod["priorityClassName"], "system-cluster-critical");
+    assert_eq!(pod["nodeSelector"], json!({"pool": "hooks"}));
+    assert_eq!(
+        pod["tolerations"],
+        json!([{"key": "dedicated", "operator": "Exists"}])
+    );
+    // The operator keeps its own defaults.
+    let op = &find(&items, "Deployment", "agenthooks-operator")["spec"]["template"]["spec"];
+    assert!(op["affinity"]["podAntiAffinity"].is_object(), "{op}");
+    assert!(op.get("priorityClassName").is_none());
 }
 
 /// `helm install` (against the real API server, no dry run) refuses values that cannot

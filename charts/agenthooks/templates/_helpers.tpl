@@ -142,3 +142,51 @@ claim that a second node cannot attach). Only when the audit trail is on.
 {{- if hasKey $a.storage.volume "persistentVolumeClaim" }}persistentVolumeClaim{{ else if hasKey $a.storage.volume "hostPath" }}hostPath{{ end -}}
 {{- end -}}
 {{- end }}
+
+{{/*
+Where the Pods of one component run: include with (list . "operator") or
+(list . "dispatcher"), at the indentation of a Pod spec's fields. nodeSelector and
+tolerations as given; affinity as given, else a preference for nodes that run no other Pod
+of the component (so that one node lost, or drained, never takes every replica); each
+topologySpreadConstraint without a labelSelector gets the component's; priorityClassName.
+*/}}
+{{- define "agenthooks.scheduling" -}}
+{{- $ctx := index . 0 -}}
+{{- $component := index . 1 -}}
+{{- $v := index $ctx.Values $component -}}
+{{- $selector := include "agenthooks.selectorLabels" (list $ctx $component) | fromYaml -}}
+{{- with $v.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with $v.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+affinity:
+{{- if $v.affinity }}
+  {{- toYaml $v.affinity | nindent 2 }}
+{{- else }}
+  podAntiAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+      - weight: 100
+        podAffinityTerm:
+          topologyKey: kubernetes.io/hostname
+          labelSelector:
+            matchLabels:
+              {{- toYaml $selector | nindent 14 }}
+{{- end }}
+{{- with $v.topologySpreadConstraints }}
+topologySpreadConstraints:
+{{- range . }}
+{{- $c := deepCopy . }}
+{{- if not (hasKey $c "labelSelector") }}
+{{- $_ := set $c "labelSelector" (dict "matchLabels" $selector) }}
+{{- end }}
+  - {{ toYaml $c | indent 4 | trim }}
+{{- end }}
+{{- end }}
+{{- end }}
