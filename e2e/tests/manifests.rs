@@ -1035,6 +1035,11 @@ const CANNOT_WORK: &[(&[&str], &str, Refused)] = &[
         "dispatcher.commandRunner.runAsUser: runs take the uids 65000..65599",
         Refused::Template,
     ),
+    (
+        &["dispatcher.shutdownDelaySeconds=61"],
+        "'/dispatcher/shutdownDelaySeconds'",
+        Refused::Schema,
+    ),
     // scheduling
     (
         &["operator.affinity.podAntiAfinity.x=1"],
@@ -1399,6 +1404,53 @@ fn helm_replicas_prefer_separate_nodes_and_take_scheduling_values() {
     let op = &find(&items, "Deployment", "agenthooks-operator")["spec"]["template"]["spec"];
     assert!(op["affinity"]["podAntiAffinity"].is_object(), "{op}");
     assert!(op.get("priorityClassName").is_none());
+}
+
+/// The `preStop` sleep of each container of the dispatcher Deployment (`None`: none), and
+/// the Pod's grace period.
+fn shutdown_timing(items: &[Value]) -> (Option<i64>, Option<i64>, i64) {
+    let pod = &find(items, "Deployment", "agenthooks-dispatcher")["spec"]["template"]["spec"];
+    let sleep = |name: &str| {
+        pod["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .and_then(|c| c["lifecycle"]["preStop"]["sleep"]["seconds"].as_i64())
+    };
+    (
+        sleep("dispatcher"),
+        sleep("command-runner"),
+        pod["terminationGracePeriodSeconds"].as_i64().unwrap(),
+    )
+}
+
+/// A terminating dispatcher Pod goes on accepting connections for
+/// `dispatcher.shutdownDelaySeconds` (a preStop sleep: kube-proxy still routes to it until
+/// its endpoint is gone everywhere), and its command runner stays until the dispatcher has
+/// drained (delay + 15 s of drain + 5 s of background runs), so no decision in flight
+/// loses its runner; the grace period covers both and the audit flush.
+#[test]
+fn helm_dispatcher_keeps_serving_while_its_endpoint_goes_and_its_runner_outlives_the_drain() {
+    assert_eq!(shutdown_timing(&rendered(&[])), (Some(5), Some(25), 45));
+    assert_eq!(
+        shutdown_timing(&rendered(&["--set", "dispatcher.shutdownDelaySeconds=20"])),
+        (Some(20), Some(40), 60)
+    );
+    // 0: the dispatcher drains at once; its runner still waits for the drain.
+    assert_eq!(
+        shutdown_timing(&rendered(&["--set", "dispatcher.shutdownDelaySeconds=0"])),
+        (None, Some(20), 40)
+    );
+    // Standard: no runner.
+    assert_eq!(
+        shutdown_timing(&rendered(&["--set", "edition=standard"])),
+        (Some(5), None, 45)
+    );
+    // The operator has none: dispatchers keep their snapshot through a leader change.
+    let items = rendered(&[]);
+    let op = &find(&items, "Deployment", "agenthooks-operator")["spec"]["template"]["spec"];
+    assert!(op["containers"][0].get("lifecycle").is_none(), "{op}");
 }
 
 /// `helm install` (against the real API server, no dry run) refuses values that cannot
