@@ -1105,6 +1105,17 @@ const CANNOT_WORK: &[(&[&str], &str, Refused)] = &[
         "'/sealKey/secretKey'",
         Refused::Schema,
     ),
+    // the Secret's `..data` link, not a key: a Secret cannot hold `.`, `..` or `..*`
+    (
+        &["sealKey.secretKey=..data"],
+        "'/sealKey/secretKey'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.audit.keySecret=audit-keys,dispatcher.audit.keys={..2026}"],
+        "'/dispatcher/audit/keys/0'",
+        Refused::Schema,
+    ),
     (
         &["dispatcher.audit.databaseUrlSecret.name=db/url"],
         "'/dispatcher/audit/databaseUrlSecret/name'",
@@ -1203,6 +1214,9 @@ fn helm_values_that_cannot_work_fail_naming_the_value() {
             "operator.resources.requests.memory=256Mi,operator.resources.requests.cpu=0.5,operator.resources.limits.cpu=500m",
         ],
         &["dispatcher.replicaCount=0"],
+        &[
+            "sealKey.secretKey=.seal,dispatcher.adminTokenSecret.name=admin,dispatcher.adminTokenSecret.key=a..b",
+        ],
         &["edition=standard,dispatcher.commandRunner.resources.requests.memory=1Gi"],
         &[
             "dispatcher.commandRunner.image.repository=registry.example.com:5000/tools,dispatcher.commandRunner.image.tag=v1",
