@@ -865,6 +865,12 @@ const CANNOT_WORK: &[(&[&str], &str, Refused)] = &[
         "dispatcher.commandRunner.image.tag",
         Refused::Template,
     ),
+    // a fullname no Service can carry
+    (
+        &["fullnameOverride=9hooks"],
+        "fullnameOverride \"9hooks\": the Services would be named 9hooks-dispatcher",
+        Refused::Template,
+    ),
     // replicas, ports, numbers
     (
         &["operator.replicaCount=0"],
@@ -1169,6 +1175,30 @@ fn helm_values_that_cannot_work_fail_naming_the_value() {
             "helm lint {sets:?}:\n{lint_out}"
         );
         assert!(lint_out.contains(needle), "helm lint {sets:?}:\n{lint_out}");
+    }
+
+    // Release names Helm takes but no Service name can start with (a digit) or hold (a
+    // dot): refused naming the release, unless fullnameOverride gives a name that works.
+    for release in ["1hooks", "my.hooks"] {
+        let out = run_helm(&["template", release, chart.as_str()]);
+        assert!(!out.status.success(), "release {release} was accepted");
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains(&format!(
+                "- release name \"{release}\": the Services would be named {release}-agenthooks-dispatcher"
+            )),
+            "{release}: {stderr}"
+        );
+        ok(
+            run_helm(&[
+                "template",
+                release,
+                chart.as_str(),
+                "--set",
+                "fullnameOverride=hooks",
+            ]),
+            &format!("helm template {release} with fullnameOverride"),
+        );
     }
 
     // Every template check at once, each on its own line.

@@ -53,6 +53,13 @@ Requests above limits in one resources value: a list of messages. Include with
 {{- $a := $d.audit -}}
 {{- $r := $d.commandRunner -}}
 
+{{- /* Names: every object is named after the fullname, and Services need a DNS-1035 label */ -}}
+{{- $full := include "agenthooks.fullname" . }}
+{{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $full) }}
+{{- $from := ternary (printf "fullnameOverride %q" .Values.fullnameOverride) (printf "release name %q" .Release.Name) (ne .Values.fullnameOverride "") }}
+{{- $errs = printf "%s\n- %s: the Services would be named %s-dispatcher and %s-operator, and a Service name must start with a letter and hold only lower-case letters, digits and '-'; set fullnameOverride to such a name" $errs $from $full $full }}
+{{- end }}
+
 {{- /* Images */ -}}
 {{- if and $r.image.tag (not $r.image.repository) }}
 {{- $errs = printf "%s\n- dispatcher.commandRunner.image.tag: %q is set without dispatcher.commandRunner.image.repository, so the runner would run dispatcher.image; set the repository too (or clear the tag)" $errs $r.image.tag }}
