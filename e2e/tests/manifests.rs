@@ -871,6 +871,18 @@ const CANNOT_WORK: &[(&[&str], &str, Refused)] = &[
         "fullnameOverride \"9hooks\": the Services would be named 9hooks-dispatcher",
         Refused::Template,
     ),
+    (
+        &["dispatcher.image.digest=sha256:abc"],
+        "'/dispatcher/image/digest'",
+        Refused::Schema,
+    ),
+    (
+        &[
+            "dispatcher.commandRunner.image.digest=sha256:0000000000000000000000000000000000000000000000000000000000000000",
+        ],
+        "dispatcher.commandRunner.image.digest",
+        Refused::Template,
+    ),
     // replicas, ports, numbers
     (
         &["operator.replicaCount=0"],
@@ -1495,6 +1507,69 @@ fn helm_dispatcher_keeps_serving_while_its_endpoint_goes_and_its_runner_outlives
     let items = rendered(&[]);
     let op = &find(&items, "Deployment", "agenthooks-operator")["spec"]["template"]["spec"];
     assert!(op["containers"][0].get("lifecycle").is_none(), "{op}");
+}
+
+/// The image of each container of the rendered Deployments, by container name.
+fn images(items: &[Value]) -> Vec<(String, String)> {
+    items
+        .iter()
+        .filter(|i| i["kind"] == "Deployment")
+        .flat_map(|d| {
+            d["spec"]["template"]["spec"]["containers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| {
+                    (
+                        c["name"].as_str().unwrap().to_string(),
+                        c["image"].as_str().unwrap().to_string(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Images pinned by digest (what admission policies that require digests ask for): a
+/// component's `image.digest` gives `repository@digest` whatever the tag, the runner
+/// follows the dispatcher's unless it has a repository (and digest) of its own.
+#[test]
+fn helm_images_may_be_pinned_by_digest() {
+    let a = format!("sha256:{}", "a".repeat(64));
+    let b = format!("sha256:{}", "b".repeat(64));
+    let pair = |n: &str, i: &str| (n.to_string(), i.to_string());
+    let items = rendered(&[
+        "--set",
+        &format!("operator.image.digest={a},dispatcher.image.digest={b}"),
+        "--set-string",
+        "image.tag=9.9",
+    ]);
+    let mut got = images(&items);
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            pair("command-runner", &format!("agenthooks/dispatcher@{b}")),
+            pair("dispatcher", &format!("agenthooks/dispatcher@{b}")),
+            pair("operator", &format!("agenthooks/operator@{a}")),
+        ]
+    );
+    let items = rendered(&[
+        "--set",
+        &format!(
+            "dispatcher.image.digest={b},dispatcher.commandRunner.image.repository=registry.example.com/tools,dispatcher.commandRunner.image.digest={a}"
+        ),
+    ]);
+    let mut got = images(&items);
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            pair("command-runner", &format!("registry.example.com/tools@{a}")),
+            pair("dispatcher", &format!("agenthooks/dispatcher@{b}")),
+            pair("operator", "agenthooks/operator:0.1.0"),
+        ]
+    );
 }
 
 /// `helm install` (against the real API server, no dry run) refuses values that cannot

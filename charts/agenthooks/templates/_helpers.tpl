@@ -37,11 +37,18 @@ Cut to 48 characters so that "-standard-edition" still fits in 63.
 {{- default (printf "%s-seal-key" (include "agenthooks.fullname" .)) .Values.sealKey.existingSecret }}
 {{- end }}
 
-{{/* Image of one component: include with (list . "operator") or (list . "dispatcher"). */}}
+{{/*
+Image of one component: include with (list . "operator") or (list . "dispatcher").
+repository@digest when a digest is given (the tag is then not used), else repository:tag.
+*/}}
 {{- define "agenthooks.image" -}}
 {{- $ctx := index . 0 -}}
 {{- $i := (index $ctx.Values (index . 1)).image -}}
+{{- if $i.digest }}
+{{- printf "%s@%s" $i.repository $i.digest }}
+{{- else }}
 {{- printf "%s:%s" $i.repository ($i.tag | default $ctx.Values.image.tag) }}
+{{- end }}
 {{- end }}
 
 {{/* Labels on every object (Kubernetes' recommended labels and Helm's chart label). */}}
@@ -125,7 +132,11 @@ What the dispatcher would refuse in it is refused first by agenthooks.validate.
 {{- define "agenthooks.runnerImage" -}}
 {{- $i := .Values.dispatcher.commandRunner.image -}}
 {{- if $i.repository -}}
+{{- if $i.digest -}}
+{{ $i.repository }}@{{ $i.digest }}
+{{- else -}}
 {{ $i.repository }}:{{ $i.tag | default .Values.dispatcher.image.tag | default .Values.image.tag }}
+{{- end -}}
 {{- else -}}
 {{ include "agenthooks.image" (list . "dispatcher") }}
 {{- end -}}

@@ -61,6 +61,9 @@ Requests above limits in one resources value: a list of messages. Include with
 {{- end }}
 
 {{- /* Images */ -}}
+{{- if and $r.image.digest (not $r.image.repository) }}
+{{- $errs = printf "%s\n- dispatcher.commandRunner.image.digest: %s is set without dispatcher.commandRunner.image.repository, so the runner would run dispatcher.image; set the repository too (or use dispatcher.image.digest)" $errs $r.image.digest }}
+{{- end }}
 {{- if and $r.image.tag (not $r.image.repository) }}
 {{- $errs = printf "%s\n- dispatcher.commandRunner.image.tag: %q is set without dispatcher.commandRunner.image.repository, so the runner would run dispatcher.image; set the repository too (or clear the tag)" $errs $r.image.tag }}
 {{- end }}
