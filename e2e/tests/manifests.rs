@@ -883,6 +883,20 @@ const CANNOT_WORK: &[(&[&str], &str, Refused)] = &[
         "dispatcher.commandRunner.image.digest",
         Refused::Template,
     ),
+    (
+        &[
+            "dispatcher.service.type=NodePort,dispatcher.service.loadBalancerSourceRanges={10.0.0.0/8}",
+        ],
+        "dispatcher.service.loadBalancerSourceRanges: only a Service of type LoadBalancer applies them, and dispatcher.service.type is NodePort",
+        Refused::Template,
+    ),
+    (
+        &[
+            "dispatcher.service.type=LoadBalancer,dispatcher.service.loadBalancerSourceRanges={10.0.0/8}",
+        ],
+        "'/dispatcher/service/loadBalancerSourceRanges/0'",
+        Refused::Schema,
+    ),
     // replicas, ports, numbers
     (
         &["operator.replicaCount=0"],
@@ -1569,6 +1583,36 @@ fn helm_images_may_be_pinned_by_digest() {
             pair("dispatcher", &format!("agenthooks/dispatcher@{b}")),
             pair("operator", "agenthooks/operator:0.1.0"),
         ]
+    );
+}
+
+/// The dispatcher Service takes annotations (a cloud's internal load balancer) and, as a
+/// LoadBalancer, the client CIDRs it admits; by default neither, and a ClusterIP.
+#[test]
+fn helm_dispatcher_service_takes_annotations_and_source_ranges() {
+    let items = rendered(&[]);
+    let svc = find(&items, "Service", "agenthooks-dispatcher");
+    assert_eq!(svc["spec"]["type"], "ClusterIP");
+    assert!(svc["metadata"].get("annotations").is_none(), "{svc}");
+    assert!(
+        svc["spec"].get("loadBalancerSourceRanges").is_none(),
+        "{svc}"
+    );
+    let items = rendered(&[
+        "--set",
+        "dispatcher.service.type=LoadBalancer,dispatcher.service.loadBalancerSourceRanges={10.20.0.0/16,fd00::/8}",
+        "--set-string",
+        "dispatcher.service.annotations.service\\.beta\\.kubernetes\\.io/aws-load-balancer-scheme=internal",
+    ]);
+    let svc = find(&items, "Service", "agenthooks-dispatcher");
+    assert_eq!(svc["spec"]["type"], "LoadBalancer");
+    assert_eq!(
+        svc["metadata"]["annotations"],
+        json!({"service.beta.kubernetes.io/aws-load-balancer-scheme": "internal"})
+    );
+    assert_eq!(
+        svc["spec"]["loadBalancerSourceRanges"],
+        json!(["10.20.0.0/16", "fd00::/8"])
     );
 }
 

@@ -68,6 +68,11 @@ Requests above limits in one resources value: a list of messages. Include with
 {{- $errs = printf "%s\n- dispatcher.commandRunner.image.tag: %q is set without dispatcher.commandRunner.image.repository, so the runner would run dispatcher.image; set the repository too (or clear the tag)" $errs $r.image.tag }}
 {{- end }}
 
+{{- /* The Service: source ranges restrict a load balancer only */ -}}
+{{- if and $d.service.loadBalancerSourceRanges (ne $d.service.type "LoadBalancer") }}
+{{- $errs = printf "%s\n- dispatcher.service.loadBalancerSourceRanges: only a Service of type LoadBalancer applies them, and dispatcher.service.type is %s: they would restrict no client; use type LoadBalancer, or drop them (a NetworkPolicy restricts the other types)" $errs $d.service.type }}
+{{- end }}
+
 {{- /* The audit trail: the Secrets a backend needs, the spool's bound, its volume */ -}}
 {{- if and (eq $a.backend "postgres") (not $a.databaseUrlSecret.name) }}
 {{- $errs = printf "%s\n- dispatcher.audit.databaseUrlSecret.name: required when dispatcher.audit.backend is postgres (an existing Secret holding the database URL)" $errs }}
