@@ -1018,6 +1018,23 @@ const CANNOT_WORK: &[(&[&str], &str, Refused)] = &[
         "dispatcher.audit.spoolMaxBytes: 1Gi does not fit in dispatcher.audit.storage.sizeLimit (1Gi)",
         Refused::Template,
     ),
+    (
+        &["dispatcher.audit.storage.volume.emptyDir.sizeLimit=100Mi"],
+        "dispatcher.audit.spoolMaxBytes: 256Mi does not fit in dispatcher.audit.storage.volume.emptyDir.sizeLimit (100Mi)",
+        Refused::Template,
+    ),
+    (
+        &[
+            "dispatcher.audit.storage.volume.ephemeral.volumeClaimTemplate.spec.resources.requests.storage=200Mi",
+        ],
+        "dispatcher.audit.spoolMaxBytes: 256Mi does not fit in dispatcher.audit.storage.volume.ephemeral.volumeClaimTemplate.spec.resources.requests.storage (200Mi)",
+        Refused::Template,
+    ),
+    (
+        &["dispatcher.audit.storage.volume.emptyDir.sizeLimit=1Gb"],
+        "dispatcher.audit.storage.volume.emptyDir.sizeLimit: \"1Gb\" is not a Kubernetes quantity",
+        Refused::Template,
+    ),
     // the audit volume
     (
         &["dispatcher.audit.storage.volume.secret.secretName=x"],
@@ -1266,6 +1283,11 @@ fn helm_values_that_cannot_work_fail_naming_the_value() {
             "dispatcher.replicaCount=3,dispatcher.audit.storage.volume.ephemeral.volumeClaimTemplate.spec.accessModes={ReadWriteOnce}",
         ],
         &["dispatcher.audit.backend=off,dispatcher.audit.spoolMaxBytes=8Gi"],
+        &["dispatcher.audit.storage.volume.emptyDir.sizeLimit=1.5Gi"],
+        &["dispatcher.audit.storage.volume.emptyDir.medium=Memory"],
+        &[
+            "dispatcher.audit.storage.volume.ephemeral.volumeClaimTemplate.spec.resources.requests.storage=2Gi",
+        ],
         &[
             "operator.resources.requests.memory=256Mi,operator.resources.requests.cpu=0.5,operator.resources.limits.cpu=500m",
         ],

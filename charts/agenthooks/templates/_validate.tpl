@@ -93,6 +93,32 @@ Requests above limits in one resources value: a list of messages. Include with
 {{- if ge $spool $size }}
 {{- $errs = printf "%s\n- dispatcher.audit.spoolMaxBytes: %v does not fit in dispatcher.audit.storage.sizeLimit (%v), which also holds the SQLite file; the kubelet evicts a Pod whose emptyDir outgrows its sizeLimit; raise the sizeLimit or lower the spool" $errs $a.spoolMaxBytes $a.storage.sizeLimit }}
 {{- end }}
+{{- else }}
+{{- /* A volume given with a size the chart can read: an emptyDir's sizeLimit, an
+       ephemeral claim's storage request. */}}
+{{- $v := $a.storage.volume }}
+{{- $sizePath := "" }}
+{{- $sizeValue := "" }}
+{{- $why := "" }}
+{{- if and (kindIs "map" $v.emptyDir) (hasKey ($v.emptyDir | default dict) "sizeLimit") }}
+{{- $sizePath = "dispatcher.audit.storage.volume.emptyDir.sizeLimit" }}
+{{- $sizeValue = $v.emptyDir.sizeLimit }}
+{{- $why = "the kubelet evicts a Pod whose emptyDir outgrows its sizeLimit" }}
+{{- else if kindIs "map" $v.ephemeral }}
+{{- $req := dig "volumeClaimTemplate" "spec" "resources" "requests" "storage" "" $v.ephemeral }}
+{{- if $req }}
+{{- $sizePath = "dispatcher.audit.storage.volume.ephemeral.volumeClaimTemplate.spec.resources.requests.storage" }}
+{{- $sizeValue = $req }}
+{{- $why = "a full claim fails every write (SQLite and spool) before the spool's bound is reached" }}
+{{- end }}
+{{- end }}
+{{- if and $sizePath (kindIs "string" $sizeValue) (not (regexMatch "^([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([eE][0-9]+|m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$" $sizeValue)) }}
+{{- $errs = printf "%s\n- %s: %q is not a Kubernetes quantity (e.g. 1Gi)" $errs $sizePath $sizeValue }}
+{{- else if $sizePath }}
+{{- if ge $spool (include "agenthooks.quantityValue" $sizeValue | float64) }}
+{{- $errs = printf "%s\n- dispatcher.audit.spoolMaxBytes: %v does not fit in %s (%v), which also holds the SQLite file; %s; raise that size or lower the spool" $errs $a.spoolMaxBytes $sizePath $sizeValue $why }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- $shared := include "agenthooks.sharedAuditVolume" . }}
 {{- if and $shared (gt (int64 $d.replicaCount) 1) }}
