@@ -1347,7 +1347,10 @@ fn helm_dispatcher_on_one_audit_volume_is_recreated_not_rolled() {
         }
         find(&rendered(&args), "Deployment", "agenthooks-dispatcher")["spec"]["strategy"].clone()
     };
-    let recreate = json!({"type": "Recreate"});
+    // rollingUpdate: null, so that `helm upgrade` of a release first installed with a
+    // rolling update removes the server's rollingUpdate defaults in its patch (the API
+    // server refuses Recreate next to them, helm/helm#5144).
+    let recreate = json!({"type": "Recreate", "rollingUpdate": null});
     for sets in [
         &[
             "dispatcher.replicaCount=1,dispatcher.audit.storage.volume.persistentVolumeClaim.claimName=audit",
