@@ -470,6 +470,23 @@ fn helm_template(ns: &str, extra: &[&str]) -> Output {
     run_helm(&args)
 }
 
+/// The objects `helm template` renders with `extra` (release `agenthooks` in
+/// `agenthooks-system`), read here without an API server: for the checks of what the chart
+/// renders that need no server-side dry run.
+fn rendered(extra: &[&str]) -> Vec<Value> {
+    use serde::Deserialize;
+    let yaml = ok(
+        helm_template("agenthooks-system", extra),
+        &format!("helm template {extra:?}"),
+    );
+    serde_norway::Deserializer::from_str(&yaml)
+        .map(|doc| {
+            Value::deserialize(doc).unwrap_or_else(|e| panic!("helm template {extra:?}: {e}"))
+        })
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
 #[test]
 fn helm_chart_lints_renders_and_passes_a_server_side_dry_run() {
     let cp = cp();
@@ -848,6 +865,38 @@ const CANNOT_WORK: &[(&[&str], &str, Refused)] = &[
         "dispatcher.commandRunner.image.tag",
         Refused::Template,
     ),
+    // a fullname no Service can carry
+    (
+        &["fullnameOverride=9hooks"],
+        "fullnameOverride \"9hooks\": the Services would be named 9hooks-dispatcher",
+        Refused::Template,
+    ),
+    (
+        &["dispatcher.image.digest=sha256:abc"],
+        "'/dispatcher/image/digest'",
+        Refused::Schema,
+    ),
+    (
+        &[
+            "dispatcher.commandRunner.image.digest=sha256:0000000000000000000000000000000000000000000000000000000000000000",
+        ],
+        "dispatcher.commandRunner.image.digest",
+        Refused::Template,
+    ),
+    (
+        &[
+            "dispatcher.service.type=NodePort,dispatcher.service.loadBalancerSourceRanges={10.0.0.0/8}",
+        ],
+        "dispatcher.service.loadBalancerSourceRanges: only a Service of type LoadBalancer applies them, and dispatcher.service.type is NodePort",
+        Refused::Template,
+    ),
+    (
+        &[
+            "dispatcher.service.type=LoadBalancer,dispatcher.service.loadBalancerSourceRanges={10.0.0/8}",
+        ],
+        "'/dispatcher/service/loadBalancerSourceRanges/0'",
+        Refused::Schema,
+    ),
     // replicas, ports, numbers
     (
         &["operator.replicaCount=0"],
@@ -969,6 +1018,23 @@ const CANNOT_WORK: &[(&[&str], &str, Refused)] = &[
         "dispatcher.audit.spoolMaxBytes: 1Gi does not fit in dispatcher.audit.storage.sizeLimit (1Gi)",
         Refused::Template,
     ),
+    (
+        &["dispatcher.audit.storage.volume.emptyDir.sizeLimit=100Mi"],
+        "dispatcher.audit.spoolMaxBytes: 256Mi does not fit in dispatcher.audit.storage.volume.emptyDir.sizeLimit (100Mi)",
+        Refused::Template,
+    ),
+    (
+        &[
+            "dispatcher.audit.storage.volume.ephemeral.volumeClaimTemplate.spec.resources.requests.storage=200Mi",
+        ],
+        "dispatcher.audit.spoolMaxBytes: 256Mi does not fit in dispatcher.audit.storage.volume.ephemeral.volumeClaimTemplate.spec.resources.requests.storage (200Mi)",
+        Refused::Template,
+    ),
+    (
+        &["dispatcher.audit.storage.volume.emptyDir.sizeLimit=1Gb"],
+        "dispatcher.audit.storage.volume.emptyDir.sizeLimit: \"1Gb\" is not a Kubernetes quantity",
+        Refused::Template,
+    ),
     // the audit volume
     (
         &["dispatcher.audit.storage.volume.secret.secretName=x"],
@@ -1018,6 +1084,43 @@ const CANNOT_WORK: &[(&[&str], &str, Refused)] = &[
         "dispatcher.commandRunner.runAsUser: runs take the uids 65000..65599",
         Refused::Template,
     ),
+    (
+        &["dispatcher.shutdownDelaySeconds=61"],
+        "'/dispatcher/shutdownDelaySeconds'",
+        Refused::Schema,
+    ),
+    // scheduling
+    (
+        &["operator.affinity.podAntiAfinity.x=1"],
+        "podAntiAfinity",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.topologySpreadConstraints[0].maxSkew=1"],
+        "'/dispatcher/topologySpreadConstraints/0'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.priorityClassName=High"],
+        "'/dispatcher/priorityClassName'",
+        Refused::Schema,
+    ),
+    // disruption budgets that would block every drain
+    (
+        &["dispatcher.podDisruptionBudget.maxUnavailable=0"],
+        "'/dispatcher/podDisruptionBudget/maxUnavailable'",
+        Refused::Schema,
+    ),
+    (
+        &["operator.podDisruptionBudget.maxUnavailable=0%"],
+        "'/operator/podDisruptionBudget/maxUnavailable'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.podDisruptionBudget.minAvailable=2"],
+        "minAvailable",
+        Refused::Schema,
+    ),
     // Secrets a feature needs, and Secret names the API server would refuse
     (
         &["dispatcher.audit.backend=postgres"],
@@ -1049,6 +1152,17 @@ const CANNOT_WORK: &[(&[&str], &str, Refused)] = &[
     (
         &["sealKey.secretKey="],
         "'/sealKey/secretKey'",
+        Refused::Schema,
+    ),
+    // the Secret's `..data` link, not a key: a Secret cannot hold `.`, `..` or `..*`
+    (
+        &["sealKey.secretKey=..data"],
+        "'/sealKey/secretKey'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.audit.keySecret=audit-keys,dispatcher.audit.keys={..2026}"],
+        "'/dispatcher/audit/keys/0'",
         Refused::Schema,
     ),
     (
@@ -1106,6 +1220,30 @@ fn helm_values_that_cannot_work_fail_naming_the_value() {
         assert!(lint_out.contains(needle), "helm lint {sets:?}:\n{lint_out}");
     }
 
+    // Release names Helm takes but no Service name can start with (a digit) or hold (a
+    // dot): refused naming the release, unless fullnameOverride gives a name that works.
+    for release in ["1hooks", "my.hooks"] {
+        let out = run_helm(&["template", release, chart.as_str()]);
+        assert!(!out.status.success(), "release {release} was accepted");
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains(&format!(
+                "- release name \"{release}\": the Services would be named {release}-agenthooks-dispatcher"
+            )),
+            "{release}: {stderr}"
+        );
+        ok(
+            run_helm(&[
+                "template",
+                release,
+                chart.as_str(),
+                "--set",
+                "fullnameOverride=hooks",
+            ]),
+            &format!("helm template {release} with fullnameOverride"),
+        );
+    }
+
     // Every template check at once, each on its own line.
     let out = helm_template(
         ns,
@@ -1145,10 +1283,18 @@ fn helm_values_that_cannot_work_fail_naming_the_value() {
             "dispatcher.replicaCount=3,dispatcher.audit.storage.volume.ephemeral.volumeClaimTemplate.spec.accessModes={ReadWriteOnce}",
         ],
         &["dispatcher.audit.backend=off,dispatcher.audit.spoolMaxBytes=8Gi"],
+        &["dispatcher.audit.storage.volume.emptyDir.sizeLimit=1.5Gi"],
+        &["dispatcher.audit.storage.volume.emptyDir.medium=Memory"],
+        &[
+            "dispatcher.audit.storage.volume.ephemeral.volumeClaimTemplate.spec.resources.requests.storage=2Gi",
+        ],
         &[
             "operator.resources.requests.memory=256Mi,operator.resources.requests.cpu=0.5,operator.resources.limits.cpu=500m",
         ],
         &["dispatcher.replicaCount=0"],
+        &[
+            "sealKey.secretKey=.seal,dispatcher.adminTokenSecret.name=admin,dispatcher.adminTokenSecret.key=a..b",
+        ],
         &["edition=standard,dispatcher.commandRunner.resources.requests.memory=1Gi"],
         &[
             "dispatcher.commandRunner.image.repository=registry.example.com:5000/tools,dispatcher.commandRunner.image.tag=v1",
@@ -1185,6 +1331,314 @@ fn helm_values_that_cannot_work_fail_naming_the_value() {
         assert!(rendered.contains(want), "{want:?} in:\n{rendered}");
     }
     assert!(!rendered.contains("e+0"), "{rendered}");
+}
+
+/// The dispatcher's update strategy: a rolling update (a new Pod Ready before an old one
+/// goes) by default and with a claim per Pod, but `Recreate` when one
+/// persistentVolumeClaim or hostPath holds the spool: a surge Pod could not lock the spool
+/// (the dispatcher exits) nor attach a ReadWriteOnce claim on another node, and the rollout
+/// would hang with the old Pod still running.
+#[test]
+fn helm_dispatcher_on_one_audit_volume_is_recreated_not_rolled() {
+    let strategy = |sets: &[&str]| {
+        let mut args = Vec::new();
+        for s in sets {
+            args.extend(["--set", *s]);
+        }
+        find(&rendered(&args), "Deployment", "agenthooks-dispatcher")["spec"]["strategy"].clone()
+    };
+    // rollingUpdate: null, so that `helm upgrade` of a release first installed with a
+    // rolling update removes the server's rollingUpdate defaults in its patch (the API
+    // server refuses Recreate next to them, helm/helm#5144).
+    let recreate = json!({"type": "Recreate", "rollingUpdate": null});
+    for sets in [
+        &[
+            "dispatcher.replicaCount=1,dispatcher.audit.storage.volume.persistentVolumeClaim.claimName=audit",
+        ][..],
+        &["dispatcher.replicaCount=1,dispatcher.audit.storage.volume.hostPath.path=/var/lib/ah"],
+        &[
+            "dispatcher.replicaCount=1,dispatcher.audit.backend=postgres,dispatcher.audit.databaseUrlSecret.name=db,dispatcher.audit.storage.volume.persistentVolumeClaim.claimName=audit",
+        ],
+    ] {
+        assert_eq!(strategy(sets), recreate, "{sets:?}");
+    }
+    for sets in [
+        &[][..],
+        &[
+            "dispatcher.replicaCount=3,dispatcher.audit.storage.volume.ephemeral.volumeClaimTemplate.spec.accessModes={ReadWriteOnce}",
+        ],
+        // the audit trail off: the claim is not mounted, so nothing is shared
+        &[
+            "dispatcher.audit.backend=off,dispatcher.audit.storage.volume.persistentVolumeClaim.claimName=audit",
+        ],
+    ] {
+        assert_eq!(strategy(sets), Value::Null, "{sets:?}");
+    }
+}
+
+/// A PodDisruptionBudget per component, selecting exactly its Deployment's Pods: a node
+/// drain takes at most `maxUnavailable` of them at once (1 by default, a percentage kept a
+/// string), unready Pods may always go (a dispatcher cut off from the operator never holds
+/// a drain up), and none when disabled.
+#[test]
+fn helm_disruption_budgets_select_each_component_and_never_block_a_drain() {
+    let items = rendered(&[]);
+    let pdbs: Vec<&Value> = items
+        .iter()
+        .filter(|i| i["kind"] == "PodDisruptionBudget")
+        .collect();
+    assert_eq!(pdbs.len(), 2, "{pdbs:?}");
+    for component in ["operator", "dispatcher"] {
+        let name = format!("agenthooks-{component}");
+        let pdb = find(&items, "PodDisruptionBudget", &name);
+        let deploy = find(&items, "Deployment", &name);
+        assert_eq!(pdb["apiVersion"], "policy/v1");
+        assert_eq!(pdb["metadata"]["namespace"], "agenthooks-system");
+        assert_eq!(pdb["spec"]["maxUnavailable"], 1, "{name}");
+        assert!(pdb["spec"].get("minAvailable").is_none(), "{name}");
+        assert_eq!(pdb["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
+        assert_eq!(
+            pdb["spec"]["selector"]["matchLabels"], deploy["spec"]["selector"]["matchLabels"],
+            "{name}"
+        );
+        assert_eq!(
+            pdb["metadata"]["labels"]["app.kubernetes.io/component"],
+            component
+        );
+    }
+    let items = rendered(&[
+        "--set",
+        "operator.podDisruptionBudget.enabled=false",
+        "--set",
+        "dispatcher.replicaCount=4,dispatcher.podDisruptionBudget.maxUnavailable=50%",
+    ]);
+    assert_eq!(count(&items, "PodDisruptionBudget"), 1);
+    assert_eq!(
+        find(&items, "PodDisruptionBudget", "agenthooks-dispatcher")["spec"]["maxUnavailable"],
+        "50%"
+    );
+}
+
+/// Where the Pods run: by default each component prefers nodes that run no other Pod of
+/// it (a soft anti-affinity on the hostname, selecting exactly its Deployment's Pods), so
+/// one lost or drained node does not take every replica; a given affinity replaces that
+/// preference; a spread constraint without labelSelector gets the component's;
+/// priorityClassName, nodeSelector and tolerations are passed on.
+#[test]
+fn helm_replicas_prefer_separate_nodes_and_take_scheduling_values() {
+    let items = rendered(&[]);
+    for component in ["operator", "dispatcher"] {
+        let d = find(&items, "Deployment", &format!("agenthooks-{component}"));
+        let pod = &d["spec"]["template"]["spec"];
+        let preferred =
+            &pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"];
+        assert_eq!(preferred.as_array().map(Vec::len), Some(1), "{pod}");
+        assert_eq!(preferred[0]["weight"], 100);
+        let term = &preferred[0]["podAffinityTerm"];
+        assert_eq!(term["topologyKey"], "kubernetes.io/hostname");
+        assert_eq!(
+            term["labelSelector"]["matchLabels"], d["spec"]["selector"]["matchLabels"],
+            "{component}"
+        );
+        assert!(pod["affinity"].get("nodeAffinity").is_none());
+        for absent in [
+            "priorityClassName",
+            "topologySpreadConstraints",
+            "nodeSelector",
+            "tolerations",
+        ] {
+            assert!(pod.get(absent).is_none(), "{component}: {absent} in {pod}");
+        }
+    }
+
+    let items = rendered(&[
+        "--set",
+        "dispatcher.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=pool,dispatcher.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists",
+        "--set",
+        "dispatcher.topologySpreadConstraints[0].maxSkew=1,dispatcher.topologySpreadConstraints[0].topologyKey=topology.kubernetes.io/zone,dispatcher.topologySpreadConstraints[0].whenUnsatisfiable=DoNotSchedule",
+        "--set",
+        "dispatcher.topologySpreadConstraints[1].maxSkew=2,dispatcher.topologySpreadConstraints[1].topologyKey=rack,dispatcher.topologySpreadConstraints[1].whenUnsatisfiable=ScheduleAnyway,dispatcher.topologySpreadConstraints[1].labelSelector.matchLabels.tier=hooks",
+        "--set",
+        "dispatcher.priorityClassName=system-cluster-critical,dispatcher.nodeSelector.pool=hooks",
+        "--set",
+        "dispatcher.tolerations[0].key=dedicated,dispatcher.tolerations[0].operator=Exists",
+    ]);
+    let d = find(&items, "Deployment", "agenthooks-dispatcher");
+    let pod = &d["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["affinity"],
+        json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "Exists"}]}]
+        }}}),
+        "a given affinity replaces the default preference"
+    );
+    assert_eq!(
+        pod["topologySpreadConstraints"],
+        json!([
+            {
+                "maxSkew": 1,
+                "topologyKey": "topology.kubernetes.io/zone",
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": d["spec"]["selector"]["matchLabels"]}
+            },
+            {
+                "maxSkew": 2,
+                "topologyKey": "rack",
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": {"tier": "hooks"}}
+            }
+        ])
+    );
+    assert_eq!(pod["priorityClassName"], "system-cluster-critical");
+    assert_eq!(pod["nodeSelector"], json!({"pool": "hooks"}));
+    assert_eq!(
+        pod["tolerations"],
+        json!([{"key": "dedicated", "operator": "Exists"}])
+    );
+    // The operator keeps its own defaults.
+    let op = &find(&items, "Deployment", "agenthooks-operator")["spec"]["template"]["spec"];
+    assert!(op["affinity"]["podAntiAffinity"].is_object(), "{op}");
+    assert!(op.get("priorityClassName").is_none());
+}
+
+/// The `preStop` sleep of each container of the dispatcher Deployment (`None`: none), and
+/// the Pod's grace period.
+fn shutdown_timing(items: &[Value]) -> (Option<i64>, Option<i64>, i64) {
+    let pod = &find(items, "Deployment", "agenthooks-dispatcher")["spec"]["template"]["spec"];
+    let sleep = |name: &str| {
+        pod["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .and_then(|c| c["lifecycle"]["preStop"]["sleep"]["seconds"].as_i64())
+    };
+    (
+        sleep("dispatcher"),
+        sleep("command-runner"),
+        pod["terminationGracePeriodSeconds"].as_i64().unwrap(),
+    )
+}
+
+/// A terminating dispatcher Pod goes on accepting connections for
+/// `dispatcher.shutdownDelaySeconds` (a preStop sleep: kube-proxy still routes to it until
+/// its endpoint is gone everywhere), and its command runner stays until the dispatcher has
+/// drained (delay + 15 s of drain + 5 s of background runs), so no decision in flight
+/// loses its runner; the grace period covers both and the audit flush.
+#[test]
+fn helm_dispatcher_keeps_serving_while_its_endpoint_goes_and_its_runner_outlives_the_drain() {
+    assert_eq!(shutdown_timing(&rendered(&[])), (Some(5), Some(25), 45));
+    assert_eq!(
+        shutdown_timing(&rendered(&["--set", "dispatcher.shutdownDelaySeconds=20"])),
+        (Some(20), Some(40), 60)
+    );
+    // 0: the dispatcher drains at once; its runner still waits for the drain.
+    assert_eq!(
+        shutdown_timing(&rendered(&["--set", "dispatcher.shutdownDelaySeconds=0"])),
+        (None, Some(20), 40)
+    );
+    // Standard: no runner.
+    assert_eq!(
+        shutdown_timing(&rendered(&["--set", "edition=standard"])),
+        (Some(5), None, 45)
+    );
+    // The operator has none: dispatchers keep their snapshot through a leader change.
+    let items = rendered(&[]);
+    let op = &find(&items, "Deployment", "agenthooks-operator")["spec"]["template"]["spec"];
+    assert!(op["containers"][0].get("lifecycle").is_none(), "{op}");
+}
+
+/// The image of each container of the rendered Deployments, by container name.
+fn images(items: &[Value]) -> Vec<(String, String)> {
+    items
+        .iter()
+        .filter(|i| i["kind"] == "Deployment")
+        .flat_map(|d| {
+            d["spec"]["template"]["spec"]["containers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| {
+                    (
+                        c["name"].as_str().unwrap().to_string(),
+                        c["image"].as_str().unwrap().to_string(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Images pinned by digest (what admission policies that require digests ask for): a
+/// component's `image.digest` gives `repository@digest` whatever the tag, the runner
+/// follows the dispatcher's unless it has a repository (and digest) of its own.
+#[test]
+fn helm_images_may_be_pinned_by_digest() {
+    let a = format!("sha256:{}", "a".repeat(64));
+    let b = format!("sha256:{}", "b".repeat(64));
+    let pair = |n: &str, i: &str| (n.to_string(), i.to_string());
+    let items = rendered(&[
+        "--set",
+        &format!("operator.image.digest={a},dispatcher.image.digest={b}"),
+        "--set-string",
+        "image.tag=9.9",
+    ]);
+    let mut got = images(&items);
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            pair("command-runner", &format!("agenthooks/dispatcher@{b}")),
+            pair("dispatcher", &format!("agenthooks/dispatcher@{b}")),
+            pair("operator", &format!("agenthooks/operator@{a}")),
+        ]
+    );
+    let items = rendered(&[
+        "--set",
+        &format!(
+            "dispatcher.image.digest={b},dispatcher.commandRunner.image.repository=registry.example.com/tools,dispatcher.commandRunner.image.digest={a}"
+        ),
+    ]);
+    let mut got = images(&items);
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            pair("command-runner", &format!("registry.example.com/tools@{a}")),
+            pair("dispatcher", &format!("agenthooks/dispatcher@{b}")),
+            pair("operator", "agenthooks/operator:0.1.0"),
+        ]
+    );
+}
+
+/// The dispatcher Service takes annotations (a cloud's internal load balancer) and, as a
+/// LoadBalancer, the client CIDRs it admits; by default neither, and a ClusterIP.
+#[test]
+fn helm_dispatcher_service_takes_annotations_and_source_ranges() {
+    let items = rendered(&[]);
+    let svc = find(&items, "Service", "agenthooks-dispatcher");
+    assert_eq!(svc["spec"]["type"], "ClusterIP");
+    assert!(svc["metadata"].get("annotations").is_none(), "{svc}");
+    assert!(
+        svc["spec"].get("loadBalancerSourceRanges").is_none(),
+        "{svc}"
+    );
+    let items = rendered(&[
+        "--set",
+        "dispatcher.service.type=LoadBalancer,dispatcher.service.loadBalancerSourceRanges={10.20.0.0/16,fd00::/8}",
+        "--set-string",
+        "dispatcher.service.annotations.service\\.beta\\.kubernetes\\.io/aws-load-balancer-scheme=internal",
+    ]);
+    let svc = find(&items, "Service", "agenthooks-dispatcher");
+    assert_eq!(svc["spec"]["type"], "LoadBalancer");
+    assert_eq!(
+        svc["metadata"]["annotations"],
+        json!({"service.beta.kubernetes.io/aws-load-balancer-scheme": "internal"})
+    );
+    assert_eq!(
+        svc["spec"]["loadBalancerSourceRanges"],
+        json!(["10.20.0.0/16", "fd00::/8"])
+    );
 }
 
 /// `helm install` (against the real API server, no dry run) refuses values that cannot

@@ -37,11 +37,18 @@ Cut to 48 characters so that "-standard-edition" still fits in 63.
 {{- default (printf "%s-seal-key" (include "agenthooks.fullname" .)) .Values.sealKey.existingSecret }}
 {{- end }}
 
-{{/* Image of one component: include with (list . "operator") or (list . "dispatcher"). */}}
+{{/*
+Image of one component: include with (list . "operator") or (list . "dispatcher").
+repository@digest when a digest is given (the tag is then not used), else repository:tag.
+*/}}
 {{- define "agenthooks.image" -}}
 {{- $ctx := index . 0 -}}
 {{- $i := (index $ctx.Values (index . 1)).image -}}
+{{- if $i.digest }}
+{{- printf "%s@%s" $i.repository $i.digest }}
+{{- else }}
 {{- printf "%s:%s" $i.repository ($i.tag | default $ctx.Values.image.tag) }}
+{{- end }}
 {{- end }}
 
 {{/* Labels on every object (Kubernetes' recommended labels and Helm's chart label). */}}
@@ -125,8 +132,72 @@ What the dispatcher would refuse in it is refused first by agenthooks.validate.
 {{- define "agenthooks.runnerImage" -}}
 {{- $i := .Values.dispatcher.commandRunner.image -}}
 {{- if $i.repository -}}
+{{- if $i.digest -}}
+{{ $i.repository }}@{{ $i.digest }}
+{{- else -}}
 {{ $i.repository }}:{{ $i.tag | default .Values.dispatcher.image.tag | default .Values.image.tag }}
+{{- end -}}
 {{- else -}}
 {{ include "agenthooks.image" (list . "dispatcher") }}
 {{- end -}}
+{{- end }}
+
+{{/*
+The audit volume every dispatcher replica would share ("persistentVolumeClaim" or
+"hostPath"), or "": one spool directory that a second Pod cannot lock (and a ReadWriteOnce
+claim that a second node cannot attach). Only when the audit trail is on.
+*/}}
+{{- define "agenthooks.sharedAuditVolume" -}}
+{{- $a := .Values.dispatcher.audit -}}
+{{- if ne $a.backend "off" -}}
+{{- if hasKey $a.storage.volume "persistentVolumeClaim" }}persistentVolumeClaim{{ else if hasKey $a.storage.volume "hostPath" }}hostPath{{ end -}}
+{{- end -}}
+{{- end }}
+
+{{/*
+Where the Pods of one component run: include with (list . "operator") or
+(list . "dispatcher"), at the indentation of a Pod spec's fields. nodeSelector and
+tolerations as given; affinity as given, else a preference for nodes that run no other Pod
+of the component (so that one node lost, or drained, never takes every replica); each
+topologySpreadConstraint without a labelSelector gets the component's; priorityClassName.
+*/}}
+{{- define "agenthooks.scheduling" -}}
+{{- $ctx := index . 0 -}}
+{{- $component := index . 1 -}}
+{{- $v := index $ctx.Values $component -}}
+{{- $selector := include "agenthooks.selectorLabels" (list $ctx $component) | fromYaml -}}
+{{- with $v.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with $v.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+affinity:
+{{- if $v.affinity }}
+  {{- toYaml $v.affinity | nindent 2 }}
+{{- else }}
+  podAntiAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+      - weight: 100
+        podAffinityTerm:
+          topologyKey: kubernetes.io/hostname
+          labelSelector:
+            matchLabels:
+              {{- toYaml $selector | nindent 14 }}
+{{- end }}
+{{- with $v.topologySpreadConstraints }}
+topologySpreadConstraints:
+{{- range . }}
+{{- $c := deepCopy . }}
+{{- if not (hasKey $c "labelSelector") }}
+{{- $_ := set $c "labelSelector" (dict "matchLabels" $selector) }}
+{{- end }}
+  - {{ toYaml $c | indent 4 | trim }}
+{{- end }}
+{{- end }}
 {{- end }}

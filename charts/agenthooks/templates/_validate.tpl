@@ -53,9 +53,24 @@ Requests above limits in one resources value: a list of messages. Include with
 {{- $a := $d.audit -}}
 {{- $r := $d.commandRunner -}}
 
+{{- /* Names: every object is named after the fullname, and Services need a DNS-1035 label */ -}}
+{{- $full := include "agenthooks.fullname" . }}
+{{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $full) }}
+{{- $from := ternary (printf "fullnameOverride %q" .Values.fullnameOverride) (printf "release name %q" .Release.Name) (ne .Values.fullnameOverride "") }}
+{{- $errs = printf "%s\n- %s: the Services would be named %s-dispatcher and %s-operator, and a Service name must start with a letter and hold only lower-case letters, digits and '-'; set fullnameOverride to such a name" $errs $from $full $full }}
+{{- end }}
+
 {{- /* Images */ -}}
+{{- if and $r.image.digest (not $r.image.repository) }}
+{{- $errs = printf "%s\n- dispatcher.commandRunner.image.digest: %s is set without dispatcher.commandRunner.image.repository, so the runner would run dispatcher.image; set the repository too (or use dispatcher.image.digest)" $errs $r.image.digest }}
+{{- end }}
 {{- if and $r.image.tag (not $r.image.repository) }}
 {{- $errs = printf "%s\n- dispatcher.commandRunner.image.tag: %q is set without dispatcher.commandRunner.image.repository, so the runner would run dispatcher.image; set the repository too (or clear the tag)" $errs $r.image.tag }}
+{{- end }}
+
+{{- /* The Service: source ranges restrict a load balancer only */ -}}
+{{- if and $d.service.loadBalancerSourceRanges (ne $d.service.type "LoadBalancer") }}
+{{- $errs = printf "%s\n- dispatcher.service.loadBalancerSourceRanges: only a Service of type LoadBalancer applies them, and dispatcher.service.type is %s: they would restrict no client; use type LoadBalancer, or drop them (a NetworkPolicy restricts the other types)" $errs $d.service.type }}
 {{- end }}
 
 {{- /* The audit trail: the Secrets a backend needs, the spool's bound, its volume */ -}}
@@ -78,10 +93,34 @@ Requests above limits in one resources value: a list of messages. Include with
 {{- if ge $spool $size }}
 {{- $errs = printf "%s\n- dispatcher.audit.spoolMaxBytes: %v does not fit in dispatcher.audit.storage.sizeLimit (%v), which also holds the SQLite file; the kubelet evicts a Pod whose emptyDir outgrows its sizeLimit; raise the sizeLimit or lower the spool" $errs $a.spoolMaxBytes $a.storage.sizeLimit }}
 {{- end }}
+{{- else }}
+{{- /* A volume given with a size the chart can read: an emptyDir's sizeLimit, an
+       ephemeral claim's storage request. */}}
+{{- $v := $a.storage.volume }}
+{{- $sizePath := "" }}
+{{- $sizeValue := "" }}
+{{- $why := "" }}
+{{- if and (kindIs "map" $v.emptyDir) (hasKey ($v.emptyDir | default dict) "sizeLimit") }}
+{{- $sizePath = "dispatcher.audit.storage.volume.emptyDir.sizeLimit" }}
+{{- $sizeValue = $v.emptyDir.sizeLimit }}
+{{- $why = "the kubelet evicts a Pod whose emptyDir outgrows its sizeLimit" }}
+{{- else if kindIs "map" $v.ephemeral }}
+{{- $req := dig "volumeClaimTemplate" "spec" "resources" "requests" "storage" "" $v.ephemeral }}
+{{- if $req }}
+{{- $sizePath = "dispatcher.audit.storage.volume.ephemeral.volumeClaimTemplate.spec.resources.requests.storage" }}
+{{- $sizeValue = $req }}
+{{- $why = "a full claim fails every write (SQLite and spool) before the spool's bound is reached" }}
 {{- end }}
-{{- $shared := "" }}
-{{- if hasKey $a.storage.volume "persistentVolumeClaim" }}{{ $shared = "persistentVolumeClaim" }}{{ end }}
-{{- if hasKey $a.storage.volume "hostPath" }}{{ $shared = "hostPath" }}{{ end }}
+{{- end }}
+{{- if and $sizePath (kindIs "string" $sizeValue) (not (regexMatch "^([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([eE][0-9]+|m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$" $sizeValue)) }}
+{{- $errs = printf "%s\n- %s: %q is not a Kubernetes quantity (e.g. 1Gi)" $errs $sizePath $sizeValue }}
+{{- else if $sizePath }}
+{{- if ge $spool (include "agenthooks.quantityValue" $sizeValue | float64) }}
+{{- $errs = printf "%s\n- dispatcher.audit.spoolMaxBytes: %v does not fit in %s (%v), which also holds the SQLite file; %s; raise that size or lower the spool" $errs $a.spoolMaxBytes $sizePath $sizeValue $why }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $shared := include "agenthooks.sharedAuditVolume" . }}
 {{- if and $shared (gt (int64 $d.replicaCount) 1) }}
 {{- $errs = printf "%s\n- dispatcher.audit.storage.volume: one %s for %d dispatcher replicas (dispatcher.replicaCount): each replica needs a spool of its own (the second cannot lock it and does not start); use an `ephemeral` volume (a claim per Pod), or replicaCount 1" $errs $shared (int64 $d.replicaCount) }}
 {{- end }}
