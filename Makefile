@@ -4,7 +4,7 @@ CARGO ?= cargo
 LISTEN ?= 127.0.0.1:8080
 CLUSTER_DIR ?= $(CURDIR)/.cluster
 
-.PHONY: run test test-node deps build crds lint bench cluster cluster-down controlplane node fuzz fuzz-build fuzz-replay
+.PHONY: run test test-node e2e-kind deps build crds lint bench cluster cluster-down controlplane node fuzz fuzz-build fuzz-replay
 
 ## run: the dispatcher in standalone mode on the sample hooks, on $(LISTEN)
 ## (history and dry runs need the admin token: made once into .agenthooks-admin-token)
@@ -20,6 +20,7 @@ deps:
 test: deps
 	bash e2e/controlplane/build.sh >/dev/null
 	bash e2e/controlplane/build-helm.sh >/dev/null
+	bash e2e/argocd-health/build.sh >/dev/null
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace --no-fail-fast
 
@@ -33,6 +34,14 @@ test-node: deps
 	bash e2e/controlplane/build-helm.sh >/dev/null
 	bash e2e/node/build.sh >/dev/null
 	$(CARGO) test -p agenthooks-e2e --test chart_node -- --ignored --nocapture
+
+## e2e-kind: the chart tier on a kind cluster, for a machine with Docker and kind (not the
+## CI machines: no registry there; docs/kind.md): creates the cluster agenthooks-e2e from
+## e2e/kind/cluster.yaml, builds both images with `docker build --target`, loads them and the
+## agent image with `kind load docker-image`, runs the chart tier against the cluster
+## (AGENTHOOKS_E2E_KUBECONFIG) and deletes it, passed or failed (KEEP=1 keeps it)
+e2e-kind:
+	bash e2e/kind/run.sh
 
 ## node: build (or find cached) the real node's binaries
 node:

@@ -16,7 +16,7 @@ fi
 command -v openssl >/dev/null || need+=(openssl)
 command -v setsid >/dev/null || need+=(util-linux)
 command -v curl >/dev/null || need+=(curl)
-command -v lua5.1 >/dev/null || command -v lua5.4 >/dev/null || need+=(lua5.1)  # runs the Argo CD health checks
+command -v shellcheck >/dev/null || need+=(shellcheck)  # e2e/tests/kind.rs checks e2e/kind/run.sh
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)  # the e2e harness starts a private server
 if [ ${#need[@]} -gt 0 ]; then
   echo "[deps] installing: ${need[*]}" >&2
@@ -25,6 +25,8 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 command -v cargo >/dev/null || { echo "[deps] Rust (cargo) is required: https://rustup.rs" >&2; exit 1; }
+# Go >= 1.25 builds kube-apiserver, etcd and helm; e2e/argocd-health needs Go 1.27, which a
+# Go >= 1.21 fetches by itself from the module proxy (GOTOOLCHAIN=go1.27.3 in its build.sh).
 command -v go >/dev/null || { echo "[deps] Go >= 1.25 is required to build the real kube-apiserver and etcd" >&2; exit 1; }
 command -v kubectl >/dev/null || { echo "[deps] kubectl is required on PATH" >&2; exit 1; }
 echo "[deps] ok: $(cargo --version), $(go version | cut -d' ' -f3), kubectl $(kubectl version --client 2>/dev/null | head -1 | awk '{print $3}')" >&2

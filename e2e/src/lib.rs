@@ -50,6 +50,7 @@
 //! that is fine for the default current-thread runtime; use `spawn_blocking` if you need the
 //! runtime to make progress meanwhile.
 
+pub mod argocd;
 pub mod node;
 pub mod postgres;
 pub mod procs;

@@ -3,13 +3,14 @@
 //! (every object through the API server's validation and admission, nothing stored), their
 //! wiring is consistent (Service ↔ pods, ServiceAccounts, the operator URL, the RBAC of the
 //! chart against `config/rbac/`, the chart's admission policy against `config/admission/`),
-//! the chart's values schema refuses typos and bad enums, the Argo CD health check runs in
-//! a real Lua interpreter, and the Standard-edition ValidatingAdmissionPolicy refuses a
-//! command hook through the API server while admitting an http hook.
+//! chart values that cannot work fail `helm template`/`install` naming the value (its
+//! values schema and `templates/_validate.tpl`), and the Standard-edition
+//! ValidatingAdmissionPolicy refuses a command hook through the API server while admitting
+//! an http hook. (The Argo CD health checks of config/argocd run in Argo CD's own code:
+//! e2e/tests/argocd.rs.)
 //!
 //! Needs `helm` (built from its Go module by `e2e/controlplane/build-helm.sh` and cached; or
-//! `$HELM`) and a Lua interpreter (Debian `lua5.1`, the dialect of Argo CD's gopher-lua, or
-//! `lua5.4`; every one found is used).
+//! `$HELM`).
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -516,6 +517,23 @@ fn helm_template(ns: &str, extra: &[&str]) -> Output {
     run_helm(&args)
 }
 
+/// The objects `helm template` renders with `extra` (release `agenthooks` in
+/// `agenthooks-system`), read here without an API server: for the checks of what the chart
+/// renders that need no server-side dry run.
+fn rendered(extra: &[&str]) -> Vec<Value> {
+    use serde::Deserialize;
+    let yaml = ok(
+        helm_template("agenthooks-system", extra),
+        &format!("helm template {extra:?}"),
+    );
+    serde_norway::Deserializer::from_str(&yaml)
+        .map(|doc| {
+            Value::deserialize(doc).unwrap_or_else(|e| panic!("helm template {extra:?}: {e}"))
+        })
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
 #[test]
 fn helm_chart_lints_renders_and_passes_a_server_side_dry_run() {
     let cp = cp();
@@ -649,7 +667,7 @@ fn helm_chart_lints_renders_and_passes_a_server_side_dry_run() {
         "agenthooks-standard-edition",
     );
     assert_eq!(binding["spec"]["policyName"], "agenthooks-standard-edition");
-    // Same policy as config/admission/ (which test (d) runs for real).
+    // Same policy as config/admission/ (which test (c) runs for real).
     let admission = server_dry_run(cp, &kustomize(cp, "config/admission"), "config/admission");
     let shipped = find(
         &admission,
@@ -788,68 +806,1209 @@ fn helm_chart_lints_renders_and_passes_a_server_side_dry_run() {
     );
 }
 
+/// Where the chart refuses a value: its values schema (one value out of bounds, a typo, a
+/// bad enum; Helm checks it before any template runs) or the checks of
+/// `templates/_validate.tpl` (values that cannot work together).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Refused {
+    Schema,
+    Template,
+}
+
+/// How each kind of refusal starts on stderr.
+fn refusal_header(by: Refused) -> &'static str {
+    match by {
+        Refused::Schema => "values don't meet the specifications of the schema",
+        Refused::Template => "values that cannot work:",
+    }
+}
+
+/// Chart values that cannot work: `--set` arguments, what the message must name, and who
+/// refuses them. Issue 11: no image, a bad edition, no operator, missing Secret names, and
+/// the numbers, ports, sizes and ranges that the binaries or the API server would refuse.
+const CANNOT_WORK: &[(&[&str], &str, Refused)] = &[
+    // typos and enums
+    (&["replicaCont=2"], "replicaCont", Refused::Schema),
+    (
+        &["dispatcher.replicaCont=3"],
+        "replicaCont",
+        Refused::Schema,
+    ),
+    (&["edition=enterprise"], "'/edition'", Refused::Schema),
+    (
+        &["operator.logFormat=yaml"],
+        "'/operator/logFormat'",
+        Refused::Schema,
+    ),
+    (
+        &["operator.resources.limits.memroy=1Gi"],
+        "memroy",
+        Refused::Schema,
+    ),
+    (
+        &["image.pullPolicy=Sometimes"],
+        "'/image/pullPolicy'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.prompt.providrs={}"],
+        "providrs",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.adminTokenSecret.nme=x"],
+        "nme",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.prompt.providers[0].kind=gemini"],
+        "'/dispatcher/prompt/providers/0/kind'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.prompt.providers[0].baseUrl=ftp://x"],
+        "'/dispatcher/prompt/providers/0/baseUrl'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.commandRunner.maxRun=3"],
+        "maxRun",
+        Refused::Schema,
+    ),
+    (
+        &["operator.allowTenantCommandHooks=maybe"],
+        "'/operator/allowTenantCommandHooks'",
+        Refused::Schema,
+    ),
+    // no image
+    (&["image.tag="], "'/image/tag'", Refused::Schema),
+    (&["image.tag=null"], "tag", Refused::Schema),
+    (
+        &["operator.image.repository="],
+        "'/operator/image/repository'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.image.repository="],
+        "'/dispatcher/image/repository'",
+        Refused::Schema,
+    ),
+    (
+        &["operator.image.repository=agenthooks/operator:0.1.0"],
+        "'/operator/image/repository'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.image.repository=Agenthooks/Dispatcher"],
+        "'/dispatcher/image/repository'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.image.tag=0.1:0"],
+        "'/dispatcher/image/tag'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.commandRunner.image.repository=tools:1"],
+        "'/dispatcher/commandRunner/image/repository'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.commandRunner.image.tag=2026.1"],
+        "dispatcher.commandRunner.image.tag",
+        Refused::Template,
+    ),
+    // a fullname no Service can carry
+    (
+        &["fullnameOverride=9hooks"],
+        "fullnameOverride \"9hooks\": the Services would be named 9hooks-dispatcher",
+        Refused::Template,
+    ),
+    (
+        &["dispatcher.image.digest=sha256:abc"],
+        "'/dispatcher/image/digest'",
+        Refused::Schema,
+    ),
+    (
+        &[
+            "dispatcher.commandRunner.image.digest=sha256:0000000000000000000000000000000000000000000000000000000000000000",
+        ],
+        "dispatcher.commandRunner.image.digest",
+        Refused::Template,
+    ),
+    (
+        &[
+            "dispatcher.service.type=NodePort,dispatcher.service.loadBalancerSourceRanges={10.0.0.0/8}",
+        ],
+        "dispatcher.service.loadBalancerSourceRanges: only a Service of type LoadBalancer applies them, and dispatcher.service.type is NodePort",
+        Refused::Template,
+    ),
+    (
+        &[
+            "dispatcher.service.type=LoadBalancer,dispatcher.service.loadBalancerSourceRanges={10.0.0/8}",
+        ],
+        "'/dispatcher/service/loadBalancerSourceRanges/0'",
+        Refused::Schema,
+    ),
+    // replicas, ports, numbers
+    (
+        &["operator.replicaCount=0"],
+        "'/operator/replicaCount'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.replicaCount=-1"],
+        "'/dispatcher/replicaCount'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.service.port=0"],
+        "'/dispatcher/service/port'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.service.port=65536"],
+        "'/dispatcher/service/port'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.maxConcurrentRequests=0"],
+        "'/dispatcher/maxConcurrentRequests'",
+        Refused::Schema,
+    ),
+    (
+        &["operator.leaseDurationSeconds=1"],
+        "'/operator/leaseDurationSeconds'",
+        Refused::Schema,
+    ),
+    (
+        &["operator.leaseDurationSeconds=301"],
+        "'/operator/leaseDurationSeconds'",
+        Refused::Schema,
+    ),
+    (
+        &["operator.dispatcherTtlSeconds=0"],
+        "'/operator/dispatcherTtlSeconds'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.httpAllowCidrs={not-a-cidr}"],
+        "'/dispatcher/httpAllowCidrs/0'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.httpAllowCidrs={10.0.0.0/33}"],
+        "'/dispatcher/httpAllowCidrs/0'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.httpAllowCidrs={300.1.0.0/16}"],
+        "'/dispatcher/httpAllowCidrs/0'",
+        Refused::Schema,
+    ),
+    (
+        &[
+            "operator.tolerations[0].key=k,operator.tolerations[0].operator=Exists,operator.tolerations[0].value=v",
+        ],
+        "'/operator/tolerations/0/value'",
+        Refused::Schema,
+    ),
+    (
+        &[
+            "dispatcher.tolerations[0].key=k,dispatcher.tolerations[0].tolerationSeconds=30,dispatcher.tolerations[0].effect=NoSchedule",
+        ],
+        "'/dispatcher/tolerations/0/effect'",
+        Refused::Schema,
+    ),
+    // sizes and resources
+    (
+        &["operator.resources.limits.memory=-1"],
+        "'/operator/resources/limits/memory'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.resources.requests.cpu=1 core"],
+        "'/dispatcher/resources/requests/cpu'",
+        Refused::Schema,
+    ),
+    (
+        &["operator.resources.requests.memory=1Gi"],
+        "operator.resources.requests.memory: 1Gi is above operator.resources.limits.memory (256Mi)",
+        Refused::Template,
+    ),
+    (
+        &["dispatcher.resources.requests.cpu=2,dispatcher.resources.limits.cpu=1500m"],
+        "dispatcher.resources.requests.cpu",
+        Refused::Template,
+    ),
+    (
+        &["dispatcher.commandRunner.resources.limits.memory=16Mi"],
+        "dispatcher.commandRunner.resources.requests.memory",
+        Refused::Template,
+    ),
+    (
+        &["dispatcher.commandRunner.tmpSizeLimit=0"],
+        "'/dispatcher/commandRunner/tmpSizeLimit'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.audit.storage.sizeLimit=0Gi"],
+        "'/dispatcher/audit/storage/sizeLimit'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.audit.spoolMaxBytes=1000"],
+        "'/dispatcher/audit/spoolMaxBytes'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.audit.spoolMaxBytes=1Ki"],
+        "dispatcher.audit.spoolMaxBytes: 1Ki is below the dispatcher's minimum of 64Ki",
+        Refused::Template,
+    ),
+    (
+        &["dispatcher.audit.spoolMaxBytes=1Gi"],
+        "dispatcher.audit.spoolMaxBytes: 1Gi does not fit in dispatcher.audit.storage.sizeLimit (1Gi)",
+        Refused::Template,
+    ),
+    (
+        &["dispatcher.audit.storage.volume.emptyDir.sizeLimit=100Mi"],
+        "dispatcher.audit.spoolMaxBytes: 256Mi does not fit in dispatcher.audit.storage.volume.emptyDir.sizeLimit (100Mi)",
+        Refused::Template,
+    ),
+    (
+        &[
+            "dispatcher.audit.storage.volume.ephemeral.volumeClaimTemplate.spec.resources.requests.storage=200Mi",
+        ],
+        "dispatcher.audit.spoolMaxBytes: 256Mi does not fit in dispatcher.audit.storage.volume.ephemeral.volumeClaimTemplate.spec.resources.requests.storage (200Mi)",
+        Refused::Template,
+    ),
+    (
+        &["dispatcher.audit.storage.volume.emptyDir.sizeLimit=1Gb"],
+        "dispatcher.audit.storage.volume.emptyDir.sizeLimit: \"1Gb\" is not a Kubernetes quantity",
+        Refused::Template,
+    ),
+    // the audit volume
+    (
+        &["dispatcher.audit.storage.volume.secret.secretName=x"],
+        "'/dispatcher/audit/storage/volume/secret'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.audit.storage.volume.name=audit"],
+        "'/dispatcher/audit/storage/volume/name'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.audit.storage.volume.persistentVolumeClaim.claimName=a"],
+        "dispatcher.audit.storage.volume: one persistentVolumeClaim for 2 dispatcher replicas",
+        Refused::Template,
+    ),
+    (
+        &["dispatcher.replicaCount=3,dispatcher.audit.storage.volume.hostPath.path=/var/lib/ah"],
+        "dispatcher.audit.storage.volume: one hostPath for 3 dispatcher replicas",
+        Refused::Template,
+    ),
+    // the command runner's uids
+    (
+        &["dispatcher.commandRunner.runAsUser=0"],
+        "'/dispatcher/commandRunner/runAsUser'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.commandRunner.runAsUser=65532"],
+        "'/dispatcher/commandRunner/runAsUser'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.commandRunner.runAsUser=2147483648"],
+        "'/dispatcher/commandRunner/runAsUser'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.commandRunner.maxRuns=0"],
+        "'/dispatcher/commandRunner/maxRuns'",
+        Refused::Schema,
+    ),
+    (
+        &[
+            "operator.allowTenantCommandHooks=true,dispatcher.commandRunner.runAsUser=65000,dispatcher.commandRunner.maxRuns=600",
+        ],
+        "dispatcher.commandRunner.runAsUser: runs take the uids 65000..65599",
+        Refused::Template,
+    ),
+    (
+        &["dispatcher.shutdownDelaySeconds=61"],
+        "'/dispatcher/shutdownDelaySeconds'",
+        Refused::Schema,
+    ),
+    // scheduling
+    (
+        &["operator.affinity.podAntiAfinity.x=1"],
+        "podAntiAfinity",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.topologySpreadConstraints[0].maxSkew=1"],
+        "'/dispatcher/topologySpreadConstraints/0'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.priorityClassName=High"],
+        "'/dispatcher/priorityClassName'",
+        Refused::Schema,
+    ),
+    // disruption budgets that would block every drain
+    (
+        &["dispatcher.podDisruptionBudget.maxUnavailable=0"],
+        "'/dispatcher/podDisruptionBudget/maxUnavailable'",
+        Refused::Schema,
+    ),
+    (
+        &["operator.podDisruptionBudget.maxUnavailable=0%"],
+        "'/operator/podDisruptionBudget/maxUnavailable'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.podDisruptionBudget.minAvailable=2"],
+        "minAvailable",
+        Refused::Schema,
+    ),
+    // Secrets a feature needs, and Secret names the API server would refuse
+    (
+        &["dispatcher.audit.backend=postgres"],
+        "dispatcher.audit.databaseUrlSecret.name: required",
+        Refused::Template,
+    ),
+    (
+        &["dispatcher.audit.keys={key-1}"],
+        "dispatcher.audit.keySecret: required",
+        Refused::Template,
+    ),
+    (
+        &["dispatcher.audit.keySecret=audit-keys"],
+        "dispatcher.audit.keys:",
+        Refused::Template,
+    ),
+    (
+        &[
+            "dispatcher.prompt.providers[0].name=a,dispatcher.prompt.providers[0].kind=openai,dispatcher.prompt.providers[0].baseUrl=https://x,dispatcher.prompt.providers[0].apiKeySecretKey=k",
+        ],
+        "dispatcher.prompt.apiKeySecret: required",
+        Refused::Template,
+    ),
+    (
+        &["sealKey.existingSecret=Seal_Key"],
+        "'/sealKey/existingSecret'",
+        Refused::Schema,
+    ),
+    (
+        &["sealKey.secretKey="],
+        "'/sealKey/secretKey'",
+        Refused::Schema,
+    ),
+    // the Secret's `..data` link, not a key: a Secret cannot hold `.`, `..` or `..*`
+    (
+        &["sealKey.secretKey=..data"],
+        "'/sealKey/secretKey'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.audit.keySecret=audit-keys,dispatcher.audit.keys={..2026}"],
+        "'/dispatcher/audit/keys/0'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.audit.databaseUrlSecret.name=db/url"],
+        "'/dispatcher/audit/databaseUrlSecret/name'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.adminTokenSecret.key="],
+        "'/dispatcher/adminTokenSecret/key'",
+        Refused::Schema,
+    ),
+    (
+        &["imagePullSecrets[0].name=Regcred"],
+        "'/imagePullSecrets/0/name'",
+        Refused::Schema,
+    ),
+];
+
+/// Issue 11, bad input: each value that cannot work fails `helm template` (what `helm
+/// install` renders) naming the value. `helm lint` fails on the schema's refusals; the
+/// template checks it prints as `[INFO] Fail: ...` and passes (Helm's lint mode makes
+/// `fail` non-fatal, helm/helm#8973), so the message is still in front of whoever lints.
+/// Every template check fails at once, listing them all. The values at the edges pass, and
+/// numbers from a values file render as the binaries and the API server read them.
 #[test]
-fn helm_values_schema_refuses_typos_and_bad_enums() {
+fn helm_values_that_cannot_work_fail_naming_the_value() {
     let ns = "agenthooks-system";
-    for (set, needle) in [
-        ("replicaCont=2", "replicaCont"),
-        ("dispatcher.replicaCont=3", "replicaCont"),
-        ("edition=enterprise", "edition"),
-        ("operator.logFormat=yaml", "logFormat"),
-        ("operator.resources.limits.memroy=1Gi", "memroy"),
-        ("image.pullPolicy=Sometimes", "pullPolicy"),
-        ("dispatcher.httpAllowCidrs={not-a-cidr}", "httpAllowCidrs"),
-        ("operator.leaseDurationSeconds=1", "leaseDurationSeconds"),
-        ("dispatcher.prompt.providrs={}", "providrs"),
-        ("dispatcher.adminTokenSecret.nme=x", "nme"),
-        ("dispatcher.prompt.providers[0].kind=gemini", "kind"),
-        ("dispatcher.prompt.providers[0].baseUrl=ftp://x", "baseUrl"),
-        ("dispatcher.commandRunner.runAsUser=65532", "runAsUser"),
-        ("dispatcher.commandRunner.maxRun=3", "maxRun"),
-        ("dispatcher.shutdownDelaySeconds=-1", "shutdownDelaySeconds"),
-        (
-            "operator.podDisruptionBudget.maxUnavailabel=1",
-            "maxUnavailabel",
-        ),
-        (
-            "dispatcher.podDisruptionBudget.maxUnavailable=half",
-            "maxUnavailable",
-        ),
-        (
-            "operator.allowTenantCommandHooks=maybe",
-            "allowTenantCommandHooks",
-        ),
-    ] {
-        let out = helm_template(ns, &["--set", set]);
+    let chart = chart();
+    for (sets, needle, by) in CANNOT_WORK {
+        let mut args = Vec::new();
+        for s in *sets {
+            args.extend(["--set", *s]);
+        }
+        let out = helm_template(ns, &args);
         let stderr = text(&out.stderr);
         assert!(
             !out.status.success(),
-            "--set {set} was accepted:\n{}",
+            "{sets:?} was accepted:\n{}",
             text(&out.stdout)
         );
         assert!(
-            stderr.contains("schema") && stderr.contains(needle),
+            stderr.contains(refusal_header(*by)) && stderr.contains(needle),
+            "{sets:?} should be refused by the {by:?} naming {needle:?}:\n{stderr}"
+        );
+        let mut lint_args = vec!["lint", chart.as_str()];
+        lint_args.extend(&args);
+        let lint = run_helm(&lint_args);
+        let lint_out = format!("{}{}", text(&lint.stdout), text(&lint.stderr));
+        assert_eq!(
+            lint.status.success(),
+            *by == Refused::Template,
+            "helm lint {sets:?}:\n{lint_out}"
+        );
+        assert!(lint_out.contains(needle), "helm lint {sets:?}:\n{lint_out}");
+    }
+
+    // Release names Helm takes but no Service name can start with (a digit) or hold (a
+    // dot): refused naming the release, unless fullnameOverride gives a name that works.
+    for release in ["1hooks", "my.hooks"] {
+        let out = run_helm(&["template", release, chart.as_str()]);
+        assert!(!out.status.success(), "release {release} was accepted");
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains(&format!(
+                "- release name \"{release}\": the Services would be named {release}-agenthooks-dispatcher"
+            )),
+            "{release}: {stderr}"
+        );
+        ok(
+            run_helm(&[
+                "template",
+                release,
+                chart.as_str(),
+                "--set",
+                "fullnameOverride=hooks",
+            ]),
+            &format!("helm template {release} with fullnameOverride"),
+        );
+    }
+
+    // Every template check at once, each on its own line.
+    let out = helm_template(
+        ns,
+        &[
+            "--set",
+            "dispatcher.audit.backend=postgres,dispatcher.audit.keys={k1}",
+            "--set-string",
+            "dispatcher.commandRunner.image.tag=1",
+            "--set",
+            "operator.resources.requests.cpu=2,operator.resources.limits.cpu=1",
+        ],
+    );
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    for line in [
+        "\n- dispatcher.commandRunner.image.tag:",
+        "\n- dispatcher.audit.databaseUrlSecret.name:",
+        "\n- dispatcher.audit.keySecret:",
+        "\n- operator.resources.requests.cpu: 2 is above operator.resources.limits.cpu (1)",
+    ] {
+        assert!(stderr.contains(line), "{line:?} in:\n{stderr}");
+    }
+
+    // The edges that work: a spool of exactly 64Ki, a uid range ending just below the
+    // dispatcher's 65532 or starting just above it, one claim for one dispatcher, a claim
+    // per Pod for three, requests equal to limits, no dispatcher at all (NOTES warns),
+    // runner resources on Standard (no runner there).
+    for sets in [
+        &["dispatcher.audit.spoolMaxBytes=64Ki"][..],
+        &["dispatcher.audit.spoolMaxBytes=65536"],
+        &["dispatcher.commandRunner.uidPerRun=true,dispatcher.commandRunner.runAsUser=65468"],
+        &["dispatcher.commandRunner.uidPerRun=true,dispatcher.commandRunner.runAsUser=65533"],
+        &[
+            "dispatcher.replicaCount=1,dispatcher.audit.storage.volume.persistentVolumeClaim.claimName=a",
+        ],
+        &[
+            "dispatcher.replicaCount=3,dispatcher.audit.storage.volume.ephemeral.volumeClaimTemplate.spec.accessModes={ReadWriteOnce}",
+        ],
+        &["dispatcher.audit.backend=off,dispatcher.audit.spoolMaxBytes=8Gi"],
+        &["dispatcher.audit.storage.volume.emptyDir.sizeLimit=1.5Gi"],
+        &["dispatcher.audit.storage.volume.emptyDir.medium=Memory"],
+        &[
+            "dispatcher.audit.storage.volume.ephemeral.volumeClaimTemplate.spec.resources.requests.storage=2Gi",
+        ],
+        &[
+            "operator.resources.requests.memory=256Mi,operator.resources.requests.cpu=0.5,operator.resources.limits.cpu=500m",
+        ],
+        &["dispatcher.replicaCount=0"],
+        &[
+            "sealKey.secretKey=.seal,dispatcher.adminTokenSecret.name=admin,dispatcher.adminTokenSecret.key=a..b",
+        ],
+        &["edition=standard,dispatcher.commandRunner.resources.requests.memory=1Gi"],
+        &[
+            "dispatcher.commandRunner.image.repository=registry.example.com:5000/tools,dispatcher.commandRunner.image.tag=v1",
+        ],
+    ] {
+        let mut args = Vec::new();
+        for s in sets {
+            args.extend(["--set", *s]);
+        }
+        ok(helm_template(ns, &args), &format!("helm template {sets:?}"));
+    }
+
+    // Numbers from a values file are floats to Helm: they render in full, not as 1e+06
+    // (which the dispatcher's flags and the API server's int64 fields refuse).
+    let dir = tempfile::tempdir().unwrap();
+    let values = dir.path().join("numbers.yaml");
+    std::fs::write(
+        &values,
+        "operator: {allowTenantCommandHooks: true}\n\
+         dispatcher:\n  maxConcurrentRequests: 1000000\n  audit: {spoolMaxBytes: 268435456}\n\
+         \x20 commandRunner: {runAsUser: 1000000, maxRuns: 4096}\n",
+    )
+    .unwrap();
+    let rendered = ok(
+        helm_template(ns, &["-f", &path_str(&values)]),
+        "helm template -f numbers.yaml",
+    );
+    for want in [
+        "- --max-concurrent-requests=1000000\n",
+        "- --audit-spool-max-bytes=268435456\n",
+        "- --run-as-uid=1000000\n",
+        "- --max-runs=4096\n",
+    ] {
+        assert!(rendered.contains(want), "{want:?} in:\n{rendered}");
+    }
+    assert!(!rendered.contains("e+0"), "{rendered}");
+}
+
+/// The dispatcher's update strategy: a rolling update (a new Pod Ready before an old one
+/// goes) by default and with a claim per Pod, but `Recreate` when one
+/// persistentVolumeClaim or hostPath holds the spool: a surge Pod could not lock the spool
+/// (the dispatcher exits) nor attach a ReadWriteOnce claim on another node, and the rollout
+/// would hang with the old Pod still running.
+#[test]
+fn helm_dispatcher_on_one_audit_volume_is_recreated_not_rolled() {
+    let strategy = |sets: &[&str]| {
+        let mut args = Vec::new();
+        for s in sets {
+            args.extend(["--set", *s]);
+        }
+        find(&rendered(&args), "Deployment", "agenthooks-dispatcher")["spec"]["strategy"].clone()
+    };
+    // rollingUpdate: null, so that `helm upgrade` of a release first installed with a
+    // rolling update removes the server's rollingUpdate defaults in its patch (the API
+    // server refuses Recreate next to them, helm/helm#5144).
+    let recreate = json!({"type": "Recreate", "rollingUpdate": null});
+    for sets in [
+        &[
+            "dispatcher.replicaCount=1,dispatcher.audit.storage.volume.persistentVolumeClaim.claimName=audit",
+        ][..],
+        &["dispatcher.replicaCount=1,dispatcher.audit.storage.volume.hostPath.path=/var/lib/ah"],
+        &[
+            "dispatcher.replicaCount=1,dispatcher.audit.backend=postgres,dispatcher.audit.databaseUrlSecret.name=db,dispatcher.audit.storage.volume.persistentVolumeClaim.claimName=audit",
+        ],
+    ] {
+        assert_eq!(strategy(sets), recreate, "{sets:?}");
+    }
+    for sets in [
+        &[][..],
+        &[
+            "dispatcher.replicaCount=3,dispatcher.audit.storage.volume.ephemeral.volumeClaimTemplate.spec.accessModes={ReadWriteOnce}",
+        ],
+        // the audit trail off: the claim is not mounted, so nothing is shared
+        &[
+            "dispatcher.audit.backend=off,dispatcher.audit.storage.volume.persistentVolumeClaim.claimName=audit",
+        ],
+    ] {
+        assert_eq!(strategy(sets), Value::Null, "{sets:?}");
+    }
+}
+
+/// A PodDisruptionBudget per component, selecting exactly its Deployment's Pods: a node
+/// drain takes at most `maxUnavailable` of them at once (1 by default, a percentage kept a
+/// string), unready Pods may always go (a dispatcher cut off from the operator never holds
+/// a drain up), and none when disabled.
+#[test]
+fn helm_disruption_budgets_select_each_component_and_never_block_a_drain() {
+    let items = rendered(&[]);
+    let pdbs: Vec<&Value> = items
+        .iter()
+        .filter(|i| i["kind"] == "PodDisruptionBudget")
+        .collect();
+    assert_eq!(pdbs.len(), 2, "{pdbs:?}");
+    for component in ["operator", "dispatcher"] {
+        let name = format!("agenthooks-{component}");
+        let pdb = find(&items, "PodDisruptionBudget", &name);
+        let deploy = find(&items, "Deployment", &name);
+        assert_eq!(pdb["apiVersion"], "policy/v1");
+        assert_eq!(pdb["metadata"]["namespace"], "agenthooks-system");
+        assert_eq!(pdb["spec"]["maxUnavailable"], 1, "{name}");
+        assert!(pdb["spec"].get("minAvailable").is_none(), "{name}");
+        assert_eq!(pdb["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
+        assert_eq!(
+            pdb["spec"]["selector"]["matchLabels"], deploy["spec"]["selector"]["matchLabels"],
+            "{name}"
+        );
+        assert_eq!(
+            pdb["metadata"]["labels"]["app.kubernetes.io/component"],
+            component
+        );
+    }
+    let items = rendered(&[
+        "--set",
+        "operator.podDisruptionBudget.enabled=false",
+        "--set",
+        "dispatcher.replicaCount=4,dispatcher.podDisruptionBudget.maxUnavailable=50%",
+    ]);
+    assert_eq!(count(&items, "PodDisruptionBudget"), 1);
+    assert_eq!(
+        find(&items, "PodDisruptionBudget", "agenthooks-dispatcher")["spec"]["maxUnavailable"],
+        "50%"
+    );
+}
+
+/// Where the Pods run: by default each component prefers nodes that run no other Pod of
+/// it (a soft anti-affinity on the hostname, selecting exactly its Deployment's Pods), so
+/// one lost or drained node does not take every replica; a given affinity replaces that
+/// preference; a spread constraint without labelSelector gets the component's;
+/// priorityClassName, nodeSelector and tolerations are passed on.
+#[test]
+fn helm_replicas_prefer_separate_nodes_and_take_scheduling_values() {
+    let items = rendered(&[]);
+    for component in ["operator", "dispatcher"] {
+        let d = find(&items, "Deployment", &format!("agenthooks-{component}"));
+        let pod = &d["spec"]["template"]["spec"];
+        let preferred =
+            &pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"];
+        assert_eq!(preferred.as_array().map(Vec::len), Some(1), "{pod}");
+        assert_eq!(preferred[0]["weight"], 100);
+        let term = &preferred[0]["podAffinityTerm"];
+        assert_eq!(term["topologyKey"], "kubernetes.io/hostname");
+        assert_eq!(
+            term["labelSelector"]["matchLabels"], d["spec"]["selector"]["matchLabels"],
+            "{component}"
+        );
+        assert!(pod["affinity"].get("nodeAffinity").is_none());
+        for absent in [
+            "priorityClassName",
+            "topologySpreadConstraints",
+            "nodeSelector",
+            "tolerations",
+        ] {
+            assert!(pod.get(absent).is_none(), "{component}: {absent} in {pod}");
+        }
+    }
+
+    let items = rendered(&[
+        "--set",
+        "dispatcher.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=pool,dispatcher.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists",
+        "--set",
+        "dispatcher.topologySpreadConstraints[0].maxSkew=1,dispatcher.topologySpreadConstraints[0].topologyKey=topology.kubernetes.io/zone,dispatcher.topologySpreadConstraints[0].whenUnsatisfiable=DoNotSchedule",
+        "--set",
+        "dispatcher.topologySpreadConstraints[1].maxSkew=2,dispatcher.topologySpreadConstraints[1].topologyKey=rack,dispatcher.topologySpreadConstraints[1].whenUnsatisfiable=ScheduleAnyway,dispatcher.topologySpreadConstraints[1].labelSelector.matchLabels.tier=hooks",
+        "--set",
+        "dispatcher.priorityClassName=system-cluster-critical,dispatcher.nodeSelector.pool=hooks",
+        "--set",
+        "dispatcher.tolerations[0].key=dedicated,dispatcher.tolerations[0].operator=Exists",
+    ]);
+    let d = find(&items, "Deployment", "agenthooks-dispatcher");
+    let pod = &d["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["affinity"],
+        json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "Exists"}]}]
+        }}}),
+        "a given affinity replaces the default preference"
+    );
+    assert_eq!(
+        pod["topologySpreadConstraints"],
+        json!([
+            {
+                "maxSkew": 1,
+                "topologyKey": "topology.kubernetes.io/zone",
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": d["spec"]["selector"]["matchLabels"]}
+            },
+            {
+                "maxSkew": 2,
+                "topologyKey": "rack",
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": {"tier": "hooks"}}
+            }
+        ])
+    );
+    assert_eq!(pod["priorityClassName"], "system-cluster-critical");
+    assert_eq!(pod["nodeSelector"], json!({"pool": "hooks"}));
+    assert_eq!(
+        pod["tolerations"],
+        json!([{"key": "dedicated", "operator": "Exists"}])
+    );
+    // The operator keeps its own defaults.
+    let op = &find(&items, "Deployment", "agenthooks-operator")["spec"]["template"]["spec"];
+    assert!(op["affinity"]["podAntiAffinity"].is_object(), "{op}");
+    assert!(op.get("priorityClassName").is_none());
+}
+
+/// The `preStop` sleep of each container of the dispatcher Deployment (`None`: none), and
+/// the Pod's grace period.
+fn shutdown_timing(items: &[Value]) -> (Option<i64>, Option<i64>, i64) {
+    let pod = &find(items, "Deployment", "agenthooks-dispatcher")["spec"]["template"]["spec"];
+    let sleep = |name: &str| {
+        pod["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .and_then(|c| c["lifecycle"]["preStop"]["sleep"]["seconds"].as_i64())
+    };
+    (
+        sleep("dispatcher"),
+        sleep("command-runner"),
+        pod["terminationGracePeriodSeconds"].as_i64().unwrap(),
+    )
+}
+
+/// A terminating dispatcher Pod goes on accepting connections for
+/// `dispatcher.shutdownDelaySeconds` (a preStop sleep: kube-proxy still routes to it until
+/// its endpoint is gone everywhere), and its command runner stays until the dispatcher has
+/// drained (delay + 15 s of drain + 5 s of background runs), so no decision in flight
+/// loses its runner; the grace period covers both and the audit flush.
+#[test]
+fn helm_dispatcher_keeps_serving_while_its_endpoint_goes_and_its_runner_outlives_the_drain() {
+    assert_eq!(shutdown_timing(&rendered(&[])), (Some(5), Some(25), 45));
+    assert_eq!(
+        shutdown_timing(&rendered(&["--set", "dispatcher.shutdownDelaySeconds=20"])),
+        (Some(20), Some(40), 60)
+    );
+    // 0: the dispatcher drains at once; its runner still waits for the drain.
+    assert_eq!(
+        shutdown_timing(&rendered(&["--set", "dispatcher.shutdownDelaySeconds=0"])),
+        (None, Some(20), 40)
+    );
+    // Standard: no runner.
+    assert_eq!(
+        shutdown_timing(&rendered(&["--set", "edition=standard"])),
+        (Some(5), None, 45)
+    );
+    // The operator has none: dispatchers keep their snapshot through a leader change.
+    let items = rendered(&[]);
+    let op = &find(&items, "Deployment", "agenthooks-operator")["spec"]["template"]["spec"];
+    assert!(op["containers"][0].get("lifecycle").is_none(), "{op}");
+}
+
+/// The image of each container of the rendered Deployments, by container name.
+fn images(items: &[Value]) -> Vec<(String, String)> {
+    items
+        .iter()
+        .filter(|i| i["kind"] == "Deployment")
+        .flat_map(|d| {
+            d["spec"]["template"]["spec"]["containers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| {
+                    (
+                        c["name"].as_str().unwrap().to_string(),
+                        c["image"].as_str().unwrap().to_string(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Images pinned by digest (what admission policies that require digests ask for): a
+/// component's `image.digest` gives `repository@digest` whatever the tag, the runner
+/// follows the dispatcher's unless it has a repository (and digest) of its own.
+#[test]
+fn helm_images_may_be_pinned_by_digest() {
+    let a = format!("sha256:{}", "a".repeat(64));
+    let b = format!("sha256:{}", "b".repeat(64));
+    let pair = |n: &str, i: &str| (n.to_string(), i.to_string());
+    let items = rendered(&[
+        "--set",
+        &format!("operator.image.digest={a},dispatcher.image.digest={b}"),
+        "--set-string",
+        "image.tag=9.9",
+    ]);
+    let mut got = images(&items);
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            pair("command-runner", &format!("agenthooks/dispatcher@{b}")),
+            pair("dispatcher", &format!("agenthooks/dispatcher@{b}")),
+            pair("operator", &format!("agenthooks/operator@{a}")),
+        ]
+    );
+    let items = rendered(&[
+        "--set",
+        &format!(
+            "dispatcher.image.digest={b},dispatcher.commandRunner.image.repository=registry.example.com/tools,dispatcher.commandRunner.image.digest={a}"
+        ),
+    ]);
+    let mut got = images(&items);
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            pair("command-runner", &format!("registry.example.com/tools@{a}")),
+            pair("dispatcher", &format!("agenthooks/dispatcher@{b}")),
+            pair("operator", "agenthooks/operator:0.1.0"),
+        ]
+    );
+}
+
+/// The dispatcher Service takes annotations (a cloud's internal load balancer) and, as a
+/// LoadBalancer, the client CIDRs it admits; by default neither, and a ClusterIP.
+#[test]
+fn helm_dispatcher_service_takes_annotations_and_source_ranges() {
+    let items = rendered(&[]);
+    let svc = find(&items, "Service", "agenthooks-dispatcher");
+    assert_eq!(svc["spec"]["type"], "ClusterIP");
+    assert!(svc["metadata"].get("annotations").is_none(), "{svc}");
+    assert!(
+        svc["spec"].get("loadBalancerSourceRanges").is_none(),
+        "{svc}"
+    );
+    let items = rendered(&[
+        "--set",
+        "dispatcher.service.type=LoadBalancer,dispatcher.service.loadBalancerSourceRanges={10.20.0.0/16,fd00::/8}",
+        "--set-string",
+        "dispatcher.service.annotations.service\\.beta\\.kubernetes\\.io/aws-load-balancer-scheme=internal",
+    ]);
+    let svc = find(&items, "Service", "agenthooks-dispatcher");
+    assert_eq!(svc["spec"]["type"], "LoadBalancer");
+    assert_eq!(
+        svc["metadata"]["annotations"],
+        json!({"service.beta.kubernetes.io/aws-load-balancer-scheme": "internal"})
+    );
+    assert_eq!(
+        svc["spec"]["loadBalancerSourceRanges"],
+        json!(["10.20.0.0/16", "fd00::/8"])
+    );
+}
+
+/// `helm install` (against the real API server, no dry run) refuses values that cannot
+/// work before it creates anything: no release, no object in the namespace.
+#[test]
+fn helm_install_refuses_values_that_cannot_work_and_creates_nothing() {
+    let cp = cp();
+    let ns = unique_name("ah-helm-bad");
+    cp.create_namespace(&ns, &[]);
+    let home = tempfile::tempdir().unwrap();
+    let helm_env = |cmd: &mut Command| {
+        for (var, sub) in [
+            ("HELM_CACHE_HOME", "cache"),
+            ("HELM_CONFIG_HOME", "config"),
+            ("HELM_DATA_HOME", "data"),
+        ] {
+            cmd.env(var, home.path().join(sub));
+        }
+    };
+    let kubeconfig = path_str(&cp.kubeconfig);
+    let chart = chart();
+    for (set, needle) in [
+        ("operator.replicaCount=0", "'/operator/replicaCount'"),
+        ("edition=enterprise", "'/edition'"),
+        (
+            "dispatcher.audit.backend=postgres",
+            "dispatcher.audit.databaseUrlSecret.name: required",
+        ),
+    ] {
+        let mut cmd = Command::new(helm());
+        helm_env(&mut cmd);
+        let out = cmd
+            .args([
+                "install",
+                "agenthooks",
+                chart.as_str(),
+                "--namespace",
+                ns.as_str(),
+                "--kubeconfig",
+                kubeconfig.as_str(),
+                "--skip-crds",
+                "--set",
+                set,
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run helm install");
+        let stderr = text(&out.stderr);
+        assert!(!out.status.success(), "helm install --set {set} succeeded");
+        assert!(
+            stderr.contains("INSTALLATION FAILED") && stderr.contains(needle),
             "--set {set}: {stderr}"
         );
-        // helm lint refuses it too.
-        let lint = run_helm(&["lint", chart().as_str(), "--set", set]);
-        assert!(!lint.status.success(), "helm lint accepted --set {set}");
     }
-    // Sanity: the accepted spellings pass.
-    ok(
-        helm_template(
-            ns,
-            &[
-                "--set",
-                "dispatcher.replicaCount=3",
-                "--set",
-                "edition=standard",
-                "--set",
-                "operator.resources.limits.memory=1Gi",
-            ],
-        ),
-        "helm template with valid values",
+    let mut cmd = Command::new(helm());
+    helm_env(&mut cmd);
+    let list = ok(
+        cmd.args([
+            "list",
+            "--all",
+            "--short",
+            "--namespace",
+            ns.as_str(),
+            "--kubeconfig",
+            kubeconfig.as_str(),
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run helm list"),
+        "helm list",
     );
+    assert_eq!(list.trim(), "", "no release is left");
+    let left = cp.kubectl_json(&[
+        "-n",
+        &ns,
+        "get",
+        "deployments,services,serviceaccounts,secrets,configmaps,roles,rolebindings",
+        "-l",
+        "app.kubernetes.io/managed-by=Helm",
+    ]);
+    assert_eq!(left["items"], json!([]), "objects left: {left}");
+}
+
+/// What the NOTES of each documented example must say (and must not); `{full}` stands for
+/// the release's base name.
+const EXAMPLE_NOTES: &[(&str, &[&str], &[&str])] = &[
+    (
+        "(defaults)",
+        &[
+            "audit       SQLite, one file per dispatcher Pod",
+            "command hooks run in its command-runner container (agenthooks/dispatcher:0.1.0)",
+            "- dispatcher.audit.backend=sqlite on an emptyDir",
+            "- operator.image.repository / dispatcher.image.repository are the default agenthooks/*",
+        ],
+        &[
+            "allowTenantCommandHooks",
+            "replicaCount=1",
+            "refused at admission",
+        ],
+    ),
+    (
+        "standard-values.yaml",
+        &[
+            "command hooks are refused at admission (ValidatingAdmissionPolicy {full}-standard-edition)",
+        ],
+        &["command-runner container", "uid per command run"],
+    ),
+    (
+        "postgres-values.yaml",
+        &[
+            "audit       PostgreSQL (URL from Secret agenthooks-audit-db)",
+            "registry.example.com/agenthooks/operator:0.1.0",
+        ],
+        &["which no registry publishes", "sqlite on an emptyDir"],
+    ),
+    (
+        "sqlite-volume-values.yaml",
+        &["- dispatcher.replicaCount=1: a restart or a node drain"],
+        &["sqlite on an emptyDir"],
+    ),
+    (
+        "ephemeral-values.yaml",
+        &["Deployment {full}-dispatcher: 3 replica(s)"],
+        &["sqlite on an emptyDir", "replicaCount=1"],
+    ),
+    (
+        "prompt-values.yaml",
+        &[
+            "prompt hooks: providers anthropic, openai; model aliases gpt-4o-mini, haiku (default haiku)",
+        ],
+        &["prompt hooks block"],
+    ),
+    (
+        "tenant-command-hooks-values.yaml",
+        &[
+            "- operator.allowTenantCommandHooks=true: hooks in tenant namespaces may run shell commands",
+            "- a uid per command run (uids 1000000..1000127)",
+            "\"restricted\" Pod Security Standard",
+            "command-runner container (registry.example.com/agenthooks/hook-tools:2026.1)",
+        ],
+        &[],
+    ),
+];
+
+/// The recommended labels every object of the release carries.
+fn check_release_labels(labels: &Value, release: &str, what: &str) {
+    for (k, v) in [
+        ("app.kubernetes.io/name", "agenthooks"),
+        ("app.kubernetes.io/instance", release),
+        ("app.kubernetes.io/version", "0.1.0"),
+        ("app.kubernetes.io/managed-by", "Helm"),
+        ("app.kubernetes.io/part-of", "agenthooks"),
+        ("helm.sh/chart", "agenthooks-0.1.0"),
+    ] {
+        assert_eq!(labels[k], v, "{what}: label {k} in {labels}");
+    }
+}
+
+/// The chart's documented examples (`charts/agenthooks/ci/*-values.yaml`, the directory
+/// chart-testing reads) and the defaults: each passes `helm lint --strict`, renders and
+/// passes a server-side dry run; every object carries Kubernetes' recommended labels and
+/// Helm's chart label, every container asks for CPU and memory and has a memory limit; the
+/// NOTES that `helm install` prints name what was installed, how to check Ready (with a
+/// selector that matches the Deployments) and how to reach the dispatcher Service, and warn
+/// of what the values risk.
+#[test]
+fn helm_documented_examples_render_with_labels_resources_and_notes() {
+    let cp = cp();
+    let chart = chart();
+    let ns = unique_name("ah-helm-examples");
+    cp.create_namespace(&ns, &[]);
+    // A release of its own: its cluster-scoped objects (the Standard edition's admission
+    // policy, the ClusterRole) must not meet other tests' objects of the default names.
+    let release = unique_name("ahx");
+    let full = format!("{release}-agenthooks");
+    let kubeconfig = path_str(&cp.kubeconfig);
+    let home = tempfile::tempdir().unwrap();
+    let mut files: Vec<String> = std::fs::read_dir(root().join("charts/agenthooks/ci"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with("-values.yaml"))
+        .collect();
+    files.sort();
+    let mut expected: Vec<&str> = EXAMPLE_NOTES.iter().skip(1).map(|e| e.0).collect();
+    expected.sort();
+    assert_eq!(
+        files, expected,
+        "every example has its NOTES expectations here"
+    );
+
+    for (example, notes_have, notes_lack) in EXAMPLE_NOTES {
+        let values = (*example != "(defaults)")
+            .then(|| path_str(&root().join("charts/agenthooks/ci").join(example)));
+        let mut extra: Vec<&str> = Vec::new();
+        if let Some(v) = &values {
+            extra.extend(["-f", v.as_str()]);
+        }
+        let mut lint = vec!["lint", "--strict", chart.as_str()];
+        lint.extend(&extra);
+        ok(run_helm(&lint), &format!("helm lint --strict {example}"));
+        let mut template = vec![
+            "template",
+            release.as_str(),
+            chart.as_str(),
+            "--namespace",
+            ns.as_str(),
+            "--include-crds",
+        ];
+        template.extend(&extra);
+        let rendered = ok(run_helm(&template), &format!("helm template {example}"));
+        let items = server_dry_run(cp, &rendered, example);
+
+        for o in items
+            .iter()
+            .filter(|o| o["kind"] != "CustomResourceDefinition")
+        {
+            let what = format!("{example}: {} {}", o["kind"], o["metadata"]["name"]);
+            check_release_labels(&o["metadata"]["labels"], &release, &what);
+            let Some(pod) = o["spec"].get("template") else {
+                continue;
+            };
+            check_release_labels(
+                &pod["metadata"]["labels"],
+                &release,
+                &format!("{what} pod template"),
+            );
+            assert!(
+                pod["metadata"]["labels"]["app.kubernetes.io/component"].is_string(),
+                "{what}"
+            );
+            for c in pod["spec"]["containers"].as_array().unwrap() {
+                let r = &c["resources"];
+                assert!(
+                    r["requests"]["cpu"].is_string()
+                        && r["requests"]["memory"].is_string()
+                        && r["limits"]["memory"].is_string(),
+                    "{what}: container {} resources {r}",
+                    c["name"]
+                );
+            }
+        }
+
+        // The NOTES, as `helm install` prints them.
+        let mut cmd = Command::new(helm());
+        for (var, sub) in [
+            ("HELM_CACHE_HOME", "cache"),
+            ("HELM_CONFIG_HOME", "config"),
+            ("HELM_DATA_HOME", "data"),
+        ] {
+            cmd.env(var, home.path().join(sub));
+        }
+        let mut args = vec![
+            "install",
+            release.as_str(),
+            chart.as_str(),
+            "--namespace",
+            ns.as_str(),
+            "--kubeconfig",
+            kubeconfig.as_str(),
+            "--skip-crds",
+            "--dry-run=server",
+        ];
+        args.extend(&extra);
+        let out = ok(
+            cmd.args(&args)
+                .stdin(Stdio::null())
+                .output()
+                .expect("run helm install"),
+            &format!("helm install --dry-run=server {example}"),
+        );
+        let notes = out
+            .split_once("\nNOTES:\n")
+            .unwrap_or_else(|| panic!("{example}: no NOTES in:\n{out}"))
+            .1;
+        let svc = find(&items, "Service", &format!("{full}-dispatcher"));
+        let port = &svc["spec"]["ports"][0]["port"];
+        for want in [
+            format!("in the cluster  http://{full}-dispatcher.{ns}.svc:{port}/v1/dispatch"),
+            format!("kubectl -n {ns} port-forward service/{full}-dispatcher 8080:{port}"),
+            format!("kubectl -n {ns} get lease {full}-operator"),
+        ] {
+            assert!(
+                notes.contains(&want),
+                "{example}: {want:?} in NOTES:\n{notes}"
+            );
+        }
+        // The Ready check's selector matches both Deployments.
+        let wait = notes
+            .lines()
+            .find(|l| l.contains("--for=condition=Available"))
+            .unwrap_or_else(|| panic!("{example}: no Ready check in NOTES:\n{notes}"));
+        let selector = wait
+            .split_whitespace()
+            .skip_while(|w| *w != "-l")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no -l in {wait:?}"));
+        let deployments: Vec<&Value> = items.iter().filter(|o| o["kind"] == "Deployment").collect();
+        assert_eq!(deployments.len(), 2, "{example}");
+        for d in deployments {
+            for pair in selector.split(',') {
+                let (k, v) = pair.split_once('=').unwrap();
+                assert_eq!(d["metadata"]["labels"][k], v, "{example}: {wait}");
+            }
+        }
+        for want in notes_have.iter().map(|w| w.replace("{full}", &full)) {
+            assert!(
+                notes.contains(&want),
+                "{example}: {want:?} in NOTES:\n{notes}"
+            );
+        }
+        for unwanted in notes_lack.iter().map(|w| w.replace("{full}", &full)) {
+            assert!(
+                !notes.contains(&unwanted),
+                "{example}: {unwanted:?} in NOTES:\n{notes}"
+            );
+        }
+    }
 }
 
 /// The dispatcher Deployment of `items` runs command hooks in its `command-runner`
@@ -1048,17 +2207,11 @@ fn helm_command_runner_runs_hooks_away_from_the_dispatchers_secrets() {
     assert!(volume(pod, "runner-socket").is_none());
 }
 
-/// Chart values giving the dispatchers two model providers (issue 4 point 1).
-const PROMPT_VALUES: &str = "dispatcher:\n\
-  \x20 prompt:\n\
-  \x20   apiKeySecret: agenthooks-provider-keys\n\
-  \x20   providers:\n\
-  \x20     - {name: anthropic, kind: anthropic, baseUrl: \"https://api.anthropic.com\", apiKeySecretKey: anthropic-api-key}\n\
-  \x20     - {name: openai, kind: openai, baseUrl: \"https://api.openai.com/v1\", apiKeySecretKey: openai-api-key}\n\
-  \x20   models:\n\
-  \x20     haiku: {provider: anthropic, model: claude-3-5-haiku-latest}\n\
-  \x20     gpt-4o-mini: {provider: openai, model: gpt-4o-mini}\n\
-  \x20   defaultModel: haiku\n";
+/// Chart values giving the dispatchers two model providers (issue 4 point 1): the
+/// chart's documented example.
+fn prompt_values() -> PathBuf {
+    root().join("charts/agenthooks/ci/prompt-values.yaml")
+}
 
 /// Where the chart mounts `dispatcher.prompt.apiKeySecret`.
 const PROVIDER_KEYS_DIR: &str = "/var/run/secrets/agenthooks/providers";
@@ -1117,9 +2270,7 @@ fn helm_prompt_providers_render_mount_and_load_in_the_dispatcher() {
     let ns = unique_name("ah-helm-prompt");
     cp.create_namespace(&ns, &[]);
     let dir = tempfile::tempdir().unwrap();
-    let values = dir.path().join("prompt-values.yaml");
-    std::fs::write(&values, PROMPT_VALUES).unwrap();
-    let values = path_str(&values);
+    let values = path_str(&prompt_values());
 
     // Defaults: no providers file, no prompt ConfigMap, no prompt mounts.
     let items = server_dry_run(
@@ -1269,7 +2420,9 @@ fn helm_prompt_providers_render_mount_and_load_in_the_dispatcher() {
     let dup = dir.path().join("dup-values.yaml");
     std::fs::write(
         &dup,
-        PROMPT_VALUES.replace("name: openai", "name: anthropic"),
+        std::fs::read_to_string(prompt_values())
+            .unwrap()
+            .replace("name: openai", "name: anthropic"),
     )
     .unwrap();
     let out = helm_template(&ns, &["-f", &path_str(&dup)]);
@@ -1295,191 +2448,7 @@ fn helm_prompt_providers_render_mount_and_load_in_the_dispatcher() {
 }
 
 // ---------------------------------------------------------------------------------------
-// (c) Argo CD health check, run by a real Lua interpreter
-
-/// `v` as a Lua expression (objects and arrays become tables, as Argo CD converts them).
-fn lua_value(v: &Value) -> String {
-    match v {
-        Value::Null => "nil".into(),
-        Value::Bool(b) => b.to_string(),
-        Value::Number(n) => n.to_string(),
-        Value::String(s) => lua_string(s),
-        Value::Array(a) => format!(
-            "{{{}}}",
-            a.iter().map(lua_value).collect::<Vec<_>>().join(", ")
-        ),
-        Value::Object(o) => format!(
-            "{{{}}}",
-            o.iter()
-                .map(|(k, v)| format!("[{}] = {}", lua_string(k), lua_value(v)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    }
-}
-
-fn lua_string(s: &str) -> String {
-    let mut out = String::from("\"");
-    for b in s.bytes() {
-        match b {
-            b'"' => out.push_str("\\\""),
-            b'\\' => out.push_str("\\\\"),
-            0x20..=0x7e => out.push(b as char),
-            _ => out.push_str(&format!("\\{b:03}")),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// Runs `script` as Argo CD does (global `obj`, the chunk returns the health table) and
-/// returns (status, message).
-fn run_health(lua: &str, script: &str, obj: &Value) -> (String, String) {
-    assert!(!script.contains("]==]"));
-    let program = format!(
-        "obj = {}\nlocal load_string = loadstring or load\n\
-         local chunk = assert(load_string([==[{script}]==]))\n\
-         local hs = chunk()\n\
-         io.write(tostring(hs.status), \"\\n\", tostring(hs.message), \"\\n\")\n",
-        lua_value(obj)
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("health.lua");
-    std::fs::write(&file, program).unwrap();
-    let out = Command::new(lua)
-        .arg(&file)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("run {lua}: {e}"));
-    let stdout = ok(out, &format!("{lua} health check"));
-    let mut lines = stdout.lines();
-    (
-        lines.next().unwrap_or_default().to_string(),
-        lines.next().unwrap_or_default().to_string(),
-    )
-}
-
-fn lua_interpreters() -> Vec<&'static str> {
-    ["lua5.1", "lua5.4", "luajit"]
-        .into_iter()
-        .filter(|l| {
-            Command::new(l)
-                .arg("-v")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        })
-        .collect()
-}
-
-#[test]
-fn argocd_health_check_runs_in_lua() {
-    let luas = lua_interpreters();
-    assert!(
-        !luas.is_empty(),
-        "no Lua interpreter: install the Debian package lua5.1 (Argo CD's dialect) or lua5.4"
-    );
-    let cp = cp();
-    let cms = to_json(cp, &kustomize(cp, "config/argocd"));
-    let cm = find(&cms, "ConfigMap", "argocd-cm");
-    let data = cm["data"].as_object().expect("data");
-    let scripts: Vec<(&str, &str)> = ["AgentHook", "TenantHookBudget"]
-        .into_iter()
-        .map(|kind| {
-            let key = format!("resource.customizations.health.agenthooks.io_{kind}");
-            let s = data
-                .get(&key)
-                .and_then(Value::as_str)
-                .unwrap_or_else(|| panic!("argocd-cm lacks {key}"));
-            (kind, s)
-        })
-        .collect();
-
-    let condition = |t: &str, s: &str, reason: &str, msg: &str| {
-        json!({"type": t, "status": s, "reason": reason, "message": msg,
-               "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 3})
-    };
-    for lua in &luas {
-        for (kind, script) in &scripts {
-            let base = |status: Option<Value>| {
-                let mut o = json!({
-                    "apiVersion": "agenthooks.io/v1alpha1", "kind": kind,
-                    "metadata": {"name": "h", "namespace": "tenant-acme", "generation": 3},
-                    "spec": {},
-                });
-                if let Some(s) = status {
-                    o["status"] = s;
-                }
-                o
-            };
-            let ready = base(Some(json!({
-                "observedGeneration": 3,
-                "conditions": [
-                    condition("Accepted", "True", "Accepted", "valid"),
-                    condition("Ready", "True", "Served", "served by 2 of 2 live dispatchers"),
-                ],
-            })));
-            assert_eq!(
-                run_health(lua, script, &ready),
-                ("Healthy".into(), "served by 2 of 2 live dispatchers".into()),
-                "{lua} {kind}: Ready=True"
-            );
-
-            let refused = base(Some(json!({
-                "observedGeneration": 3,
-                "conditions": [
-                    condition("Accepted", "False", "InvalidMatcher",
-                              "spec.matcher: regex parse error: unclosed group"),
-                    condition("Ready", "False", "NotAccepted", "not accepted"),
-                ],
-            })));
-            assert_eq!(
-                run_health(lua, script, &refused),
-                (
-                    "Degraded".into(),
-                    "spec.matcher: regex parse error: unclosed group".into()
-                ),
-                "{lua} {kind}: Accepted=False"
-            );
-
-            let fresh = base(None);
-            let (status, message) = run_health(lua, script, &fresh);
-            assert_eq!(status, "Progressing", "{lua} {kind}: no status");
-            assert!(!message.is_empty() && message != "nil");
-
-            // Ready=True for an older generation is not healthy yet.
-            let stale = base(Some(json!({
-                "observedGeneration": 2,
-                "conditions": [condition("Ready", "True", "Served", "served")],
-            })));
-            let (status, message) = run_health(lua, script, &stale);
-            assert_eq!(status, "Progressing", "{lua} {kind}: old generation");
-            assert!(message.contains('3'), "{message}");
-
-            // Reconciled and accepted, not yet served by every dispatcher.
-            let waiting = base(Some(json!({
-                "observedGeneration": 3,
-                "conditions": [
-                    condition("Accepted", "True", "Accepted", "valid"),
-                    condition("Ready", "Unknown", "Syncing", "served by 1 of 2 live dispatchers"),
-                ],
-            })));
-            assert_eq!(
-                run_health(lua, script, &waiting),
-                (
-                    "Progressing".into(),
-                    "served by 1 of 2 live dispatchers".into()
-                ),
-                "{lua} {kind}: Ready=Unknown"
-            );
-        }
-        eprintln!("[manifests] Argo CD health check ok under {lua}");
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// (d) the Standard-edition admission policy, through the API server
+// (c) the Standard-edition admission policy, through the API server
 
 fn hook(ns: &str, name: &str, handler: Value) -> String {
     json!({

@@ -37,16 +37,24 @@ Cut to 48 characters so that "-standard-edition" still fits in 63.
 {{- default (printf "%s-seal-key" (include "agenthooks.fullname" .)) .Values.sealKey.existingSecret }}
 {{- end }}
 
-{{/* Image of one component: include with (list . "operator") or (list . "dispatcher"). */}}
+{{/*
+Image of one component: include with (list . "operator") or (list . "dispatcher").
+repository@digest when a digest is given (the tag is then not used), else repository:tag.
+*/}}
 {{- define "agenthooks.image" -}}
 {{- $ctx := index . 0 -}}
 {{- $i := (index $ctx.Values (index . 1)).image -}}
+{{- if $i.digest }}
+{{- printf "%s@%s" $i.repository $i.digest }}
+{{- else }}
 {{- printf "%s:%s" $i.repository ($i.tag | default $ctx.Values.image.tag) }}
 {{- end }}
+{{- end }}
 
-{{/* Labels on every object. */}}
+{{/* Labels on every object (Kubernetes' recommended labels and Helm's chart label). */}}
 {{- define "agenthooks.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ include "agenthooks.name" . }}
 app.kubernetes.io/part-of: agenthooks
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
@@ -63,7 +71,6 @@ app.kubernetes.io/component: {{ index . 1 }}
 
 {{- define "agenthooks.componentLabels" -}}
 {{ include "agenthooks.labels" (index . 0) }}
-app.kubernetes.io/name: {{ include "agenthooks.name" (index . 0) }}
 app.kubernetes.io/component: {{ index . 1 }}
 {{- end }}
 
@@ -104,34 +111,15 @@ capabilities:
 {{/*
 The dispatchers' providers file (--providers-file; dispatcher handlers/prompt/config.rs):
 providers with apiKeyFile pointing into the mounted key Secret, models, defaultModel.
-Fails on what the dispatcher would refuse at start-up, naming the value.
+What the dispatcher would refuse in it is refused first by agenthooks.validate.
 */}}
 {{- define "agenthooks.providersFile" -}}
 {{- $p := .Values.dispatcher.prompt | default dict }}
 {{- $providers := $p.providers | default list }}
 {{- $models := $p.models | default dict }}
-{{- if and (not $providers) (or $models $p.defaultModel) }}
-{{- fail "dispatcher.prompt.models/defaultModel are set but dispatcher.prompt.providers is empty" }}
-{{- end }}
-{{- if and $providers (not $p.apiKeySecret) }}
-{{- fail "dispatcher.prompt.apiKeySecret: required when dispatcher.prompt.providers is set (an existing Secret with the providers' API keys)" }}
-{{- end }}
-{{- $names := list }}
 {{- $out := list }}
-{{- range $i, $pr := $providers }}
-{{- if has $pr.name $names }}
-{{- fail (printf "dispatcher.prompt.providers[%d].name: provider %q is defined twice" $i $pr.name) }}
-{{- end }}
-{{- $names = append $names $pr.name }}
+{{- range $pr := $providers }}
 {{- $out = append $out (dict "name" $pr.name "kind" $pr.kind "baseUrl" $pr.baseUrl "apiKeyFile" (printf "%s/%s" (include "agenthooks.providerKeysDir" $) $pr.apiKeySecretKey)) }}
-{{- end }}
-{{- range $alias, $m := $models }}
-{{- if not (has $m.provider $names) }}
-{{- fail (printf "dispatcher.prompt.models.%s.provider: unknown provider %q" $alias $m.provider) }}
-{{- end }}
-{{- end }}
-{{- if and $p.defaultModel (not (hasKey $models $p.defaultModel)) }}
-{{- fail (printf "dispatcher.prompt.defaultModel: %q is not an alias under dispatcher.prompt.models" $p.defaultModel) }}
 {{- end }}
 {{- $file := dict "providers" $out "models" $models }}
 {{- with $p.defaultModel }}
@@ -140,28 +128,76 @@ Fails on what the dispatcher would refuse at start-up, naming the value.
 {{- toYaml $file }}
 {{- end }}
 
-{{/*
-The audit values the dispatcher would refuse or could not use, failing with the value's name.
-*/}}
-{{- define "agenthooks.checkAudit" -}}
-{{- $a := .Values.dispatcher.audit }}
-{{- if and (eq $a.backend "postgres") (not $a.databaseUrlSecret.name) }}
-{{- fail "dispatcher.audit.databaseUrlSecret.name: required when dispatcher.audit.backend is postgres (an existing Secret holding the database URL)" }}
-{{- end }}
-{{- if and $a.keys (not $a.keySecret) }}
-{{- fail "dispatcher.audit.keySecret: required when dispatcher.audit.keys is set (an existing Secret holding the keys)" }}
-{{- end }}
-{{- if and $a.keySecret (not $a.keys) }}
-{{- fail "dispatcher.audit.keys: name the keys of dispatcher.audit.keySecret to use, current first" }}
-{{- end }}
-{{- end }}
-
 {{/* Image of the command runner: dispatcher.commandRunner.image, else the dispatcher's. */}}
 {{- define "agenthooks.runnerImage" -}}
 {{- $i := .Values.dispatcher.commandRunner.image -}}
 {{- if $i.repository -}}
+{{- if $i.digest -}}
+{{ $i.repository }}@{{ $i.digest }}
+{{- else -}}
 {{ $i.repository }}:{{ $i.tag | default .Values.dispatcher.image.tag | default .Values.image.tag }}
+{{- end -}}
 {{- else -}}
 {{ include "agenthooks.image" (list . "dispatcher") }}
 {{- end -}}
+{{- end }}
+
+{{/*
+The audit volume every dispatcher replica would share ("persistentVolumeClaim" or
+"hostPath"), or "": one spool directory that a second Pod cannot lock (and a ReadWriteOnce
+claim that a second node cannot attach). Only when the audit trail is on.
+*/}}
+{{- define "agenthooks.sharedAuditVolume" -}}
+{{- $a := .Values.dispatcher.audit -}}
+{{- if ne $a.backend "off" -}}
+{{- if hasKey $a.storage.volume "persistentVolumeClaim" }}persistentVolumeClaim{{ else if hasKey $a.storage.volume "hostPath" }}hostPath{{ end -}}
+{{- end -}}
+{{- end }}
+
+{{/*
+Where the Pods of one component run: include with (list . "operator") or
+(list . "dispatcher"), at the indentation of a Pod spec's fields. nodeSelector and
+tolerations as given; affinity as given, else a preference for nodes that run no other Pod
+of the component (so that one node lost, or drained, never takes every replica); each
+topologySpreadConstraint without a labelSelector gets the component's; priorityClassName.
+*/}}
+{{- define "agenthooks.scheduling" -}}
+{{- $ctx := index . 0 -}}
+{{- $component := index . 1 -}}
+{{- $v := index $ctx.Values $component -}}
+{{- $selector := include "agenthooks.selectorLabels" (list $ctx $component) | fromYaml -}}
+{{- with $v.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with $v.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+affinity:
+{{- if $v.affinity }}
+  {{- toYaml $v.affinity | nindent 2 }}
+{{- else }}
+  podAntiAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+      - weight: 100
+        podAffinityTerm:
+          topologyKey: kubernetes.io/hostname
+          labelSelector:
+            matchLabels:
+              {{- toYaml $selector | nindent 14 }}
+{{- end }}
+{{- with $v.topologySpreadConstraints }}
+topologySpreadConstraints:
+{{- range . }}
+{{- $c := deepCopy . }}
+{{- if not (hasKey $c "labelSelector") }}
+{{- $_ := set $c "labelSelector" (dict "matchLabels" $selector) }}
+{{- end }}
+  - {{ toYaml $c | indent 4 | trim }}
+{{- end }}
+{{- end }}
 {{- end }}
