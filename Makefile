@@ -26,14 +26,18 @@ test: deps
 
 ## test-node: the chart tier on a real single-node cluster (root; e2e/node/README.md): the
 ## node's binaries (built once, cached by version), the release images as the Dockerfile
-## makes them, `helm install --wait` of the chart, an agent Pod calling the dispatcher
-## Service; the node is torn down and the host checked
+## makes them, then on one node in turn: helm install, server-side dry runs and RBAC,
+## leader failover and dispatcher rollout under load, faults, audit on PostgreSQL and on
+## a volume, helm upgrade to Standard and uninstall, kubectl apply -k config/default; the
+## node is torn down and the host checked. Then `make cluster NODE=1` and `make
+## cluster-down` once. AGENTHOOKS_NODE_SCENARIOS=a,b runs some scenarios only;
+## AGENTHOOKS_E2E_KUBECONFIG runs them on an existing cluster
 test-node: deps
 	bash scripts/install-deps.sh node
 	bash e2e/controlplane/build.sh >/dev/null
 	bash e2e/controlplane/build-helm.sh >/dev/null
 	bash e2e/node/build.sh >/dev/null
-	$(CARGO) test -p agenthooks-e2e --test chart_node -- --ignored --nocapture
+	$(CARGO) test -p agenthooks-e2e --test chart_node -- --ignored --nocapture --test-threads=1
 
 ## e2e-kind: the chart tier on a kind cluster, for a machine with Docker and kind (not the
 ## CI machines: no registry there; docs/kind.md): creates the cluster agenthooks-e2e from
@@ -82,10 +86,14 @@ bench: deps
 controlplane:
 	bash e2e/controlplane/build.sh
 
-## cluster: a real control plane + CRDs + operator + two dispatchers, in the background
+## cluster: a real control plane + CRDs + operator + two dispatchers, in the background;
+## NODE=1: a real node instead (root; e2e/node/README.md) with the release images and the
+## Helm chart installed (prints the KUBECONFIG line)
+NODE ?=
 cluster:
-	bash scripts/cluster.sh up "$(CLUSTER_DIR)"
+	bash scripts/cluster.sh $(if $(filter 1,$(NODE)),up-node,up) "$(CLUSTER_DIR)"
 
+## cluster-down: stop either flavour; the node's host is put back and checked (exit 1 if not)
 cluster-down:
 	bash scripts/cluster.sh down "$(CLUSTER_DIR)"
 

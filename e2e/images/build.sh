@@ -3,7 +3,9 @@
 # as OCI archives the harness node imports (`ctr images import`):
 #
 #   e2e/images/build.sh OUT_DIR        release binaries (cargo), then OUT_DIR/operator.tar and
-#                                      OUT_DIR/dispatcher.tar; prints OUT_DIR (last line)
+#                                      OUT_DIR/dispatcher.tar, and the tests' agent image
+#                                      OUT_DIR/agent.tar (e2e/images/agent.sh, for clusters
+#                                      other than the harness node); prints OUT_DIR (last line)
 #   e2e/images/build.sh --refs         the image names, one a line (what the chart's defaults say)
 #   e2e/images/build.sh --config T     the OCI config of target T, read from the Dockerfile
 #
@@ -120,4 +122,5 @@ for t in "${TARGETS[@]}"; do
   "$ROOT/scripts/image-rootfs.sh" "$t" "$BIN" "$WORK/$t"
   "$HERE/oci-archive.sh" "$WORK/$t" "$(ref_of "$t")" "$OUT/$t.tar" "$(stage_config "$t")"
 done
+"$HERE/agent.sh" "$BUSYBOX" "$OUT/agent.tar"
 echo "$OUT"

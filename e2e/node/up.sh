@@ -264,11 +264,7 @@ rootfs coredns; install -m 0755 "$B/coredns" "$IMG/coredns/bin/coredns"
 "$ROOT/e2e/images/oci-archive.sh" "$IMG/coredns" "agenthooks.test/coredns:v$COREDNS_VERSION" "$IMG/coredns.tar" \
   '{"Entrypoint":["/bin/coredns"],"User":"65532:65532"}'
 # The "agent": busybox (sh, wget, nc, nslookup, ...) to call the dispatcher from a Pod.
-rootfs agent; install -m 0755 "$B/busybox" "$IMG/agent/bin/busybox"
-for a in sh cat echo printf sleep timeout wget nslookup grep sed tr env nc touch rm mkdir head tail wc cut ls date seq test awk; do ln -s busybox "$IMG/agent/bin/$a"; done
-printf 'root:x:0:0::/:/bin/sh\nagent:x:1000:1000::/tmp:/bin/sh\n' > "$IMG/agent/etc/passwd"
-"$ROOT/e2e/images/oci-archive.sh" "$IMG/agent" agenthooks.test/agent:1 "$IMG/agent.tar" \
-  '{"Env":["PATH=/bin"],"Entrypoint":["/bin/sh"],"User":"1000:1000"}'
+"$ROOT/e2e/images/agent.sh" "$B/busybox" "$IMG/agent.tar"
 for img in "$IMG/pause.tar" "$IMG/coredns.tar" "$IMG/agent.tar" "${EXTRA_IMAGES[@]}"; do
   # (ctr warns on stderr that cgroup v1 is deprecated: kept out of the way, but kept)
   "${CTR[@]}" images import "$img" >/dev/null 2>>"$DIR/logs/ctr.log" || { cat "$DIR/logs/ctr.log" >&2; die "ctr images import $img failed"; }

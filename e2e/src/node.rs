@@ -324,3 +324,16 @@ fn crate_kubectl() -> PathBuf {
         _ => PathBuf::from("kubectl"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::env_value;
+
+    #[test]
+    fn env_value_reads_a_key_of_an_up_sh_env_file() {
+        let env = "KUBECONFIG=/tmp/n/kubeconfig\nNODE_IP=10.244.0.1\nNODE_NAME=agenthooks-node\n";
+        assert_eq!(env_value(env, "NODE_IP").as_deref(), Some("10.244.0.1"));
+        assert_eq!(env_value(env, "NODE"), None, "whole keys only");
+        assert_eq!(env_value(env, "APISERVER_URL"), None);
+    }
+}

@@ -141,6 +141,19 @@ pub fn run(tier: &mut Tier) {
     }
 
     // SQLite on a claim, one replica.
+    let default_class = node.kubectl_json(&["get", "storageclass"])["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c["metadata"]["annotations"]["storageclass.kubernetes.io/is-default-class"] == "true"
+        });
+    if node.node_ip.is_none() && !default_class {
+        eprintln!(
+            "[tier] audit: no default StorageClass and not the harness node: SQLite-on-a-claim part skipped"
+        );
+        return;
+    }
     let t = Instant::now();
     let pv_name = "agenthooks-e2e-audit";
     // (a claim left by an earlier run that failed would keep its volume)
