@@ -272,6 +272,8 @@ impl Node {
     /// process did not start.
     pub fn down(&mut self) -> Result<f64, String> {
         if !self.owned {
+            // only the test's own files are there
+            let _ = std::fs::remove_dir_all(&self.dir);
             return Ok(0.0);
         }
         self.down_done = true;
