@@ -16,13 +16,19 @@ run:
 deps:
 	@bash scripts/install-deps.sh
 
-## test: every test — unit, then end-to-end on a real kube-apiserver + etcd
+## test: every test: unit, end-to-end on a real kube-apiserver + etcd, then the chart tier on a
+## real node (root; the node's binaries built once and cached by version; its images pack
+## the debug build that the tests already made, so a test run compiles nothing twice:
+## `make test-node` packs a release build)
 test: deps
+	bash scripts/install-deps.sh node
 	bash e2e/controlplane/build.sh >/dev/null
 	bash e2e/controlplane/build-helm.sh >/dev/null
 	bash e2e/argocd-health/build.sh >/dev/null
+	bash e2e/node/build.sh >/dev/null
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace --no-fail-fast
+	AGENTHOOKS_IMAGE_BIN_DIR=$(CURDIR)/target/debug $(CARGO) test -p agenthooks-e2e --test chart_node -- --ignored --nocapture --test-threads=1
 
 ## test-node: the chart tier on a real single-node cluster (root; e2e/node/README.md): the
 ## node's binaries (built once, cached by version), the release images as the Dockerfile
