@@ -238,6 +238,27 @@ impl LoadReport {
             .collect()
     }
 
+    /// Panics unless every request got an answer and every answer is `expected(label)`;
+    /// `during` names the disruption in the message.
+    pub fn assert_all_answered_as(&self, during: &str, expected: impl Fn(&str) -> Value) {
+        let failed = self.failed();
+        assert!(
+            failed.is_empty(),
+            "{} of {} requests got no decision during {during}, e.g. {:?}",
+            failed.len(),
+            self.answers.len(),
+            &failed[..failed.len().min(5)]
+        );
+        let wrong = self.wrong(expected);
+        assert!(
+            wrong.is_empty(),
+            "{} of {} decisions changed during {during}, e.g. {:?}",
+            wrong.len(),
+            self.answers.len(),
+            &wrong[..wrong.len().min(5)]
+        );
+    }
+
     /// Answers whose [`verdict`] differs from `expected(label)` (label, the verdict got).
     pub fn wrong(&self, expected: impl Fn(&str) -> Value) -> Vec<(String, Value)> {
         self.answers

@@ -85,22 +85,7 @@ pub fn run(tier: &mut Tier) {
     let during = load.count() - before;
     load.wait_for_requests(load.count() + 20, Duration::from_secs(60));
     let report = load.stop();
-    let failed = report.failed();
-    assert!(
-        failed.is_empty(),
-        "{} of {} requests got no decision, e.g. {:?}",
-        failed.len(),
-        report.answers.len(),
-        &failed[..failed.len().min(5)]
-    );
-    let wrong = report.wrong(|label| tier.expected(label));
-    assert!(
-        wrong.is_empty(),
-        "{} of {} decisions changed during the failover, e.g. {:?}",
-        wrong.len(),
-        report.answers.len(),
-        &wrong[..wrong.len().min(5)]
-    );
+    report.assert_all_answered_as("the failover", |label| tier.expected(label));
     eprintln!("[tier] the Lease went from {leader} to the {by} {holder}");
     eprintln!(
         "E2E-FIGURE failover_lease_ms={} failover_label_ms={} failover_service_ms={} failover_decisions={} failover_decisions_during={during} failover_failed=0 failover_wrong=0 failover_decisions_per_s={:.1}",

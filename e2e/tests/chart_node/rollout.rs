@@ -86,22 +86,7 @@ pub fn run(tier: &mut Tier) {
     let stopped_secs = t.elapsed().as_secs_f64();
     load.wait_for_requests(load.count() + 20, Duration::from_secs(60));
     let report = load.stop();
-    let failed = report.failed();
-    assert!(
-        failed.is_empty(),
-        "{} of {} requests got no decision during the rollout, e.g. {:?}",
-        failed.len(),
-        report.answers.len(),
-        &failed[..failed.len().min(5)]
-    );
-    let wrong = report.wrong(|label| tier.expected(label));
-    assert!(
-        wrong.is_empty(),
-        "{} of {} decisions changed during the rollout, e.g. {:?}",
-        wrong.len(),
-        report.answers.len(),
-        &wrong[..wrong.len().min(5)]
-    );
+    report.assert_all_answered_as("the rollout", |label| tier.expected(label));
     eprintln!(
         "E2E-FIGURE rollout_s={rollout_secs:.1} rollout_old_pods_gone_s={stopped_secs:.1} rollout_decisions={} rollout_decisions_during={during} rollout_failed=0 rollout_wrong=0 rollout_decisions_per_s={:.1}",
         report.answered(),

@@ -190,30 +190,20 @@ impl Tier {
             })
             .to_string(),
         );
-        let chart = self.chart();
-        let mut args = vec![
-            "install",
-            RELEASE,
-            chart.as_str(),
-            "--namespace",
-            NS,
-            "--wait",
-            "--timeout",
-            "5m",
-        ];
-        args.extend(Self::base_values());
-        args.extend_from_slice(extra);
-        let t = Instant::now();
-        self.helm_ok(&args);
-        t.elapsed().as_secs_f64()
+        self.helm_release("install", extra)
     }
 
     /// `helm upgrade --wait` of the release to [`Tier::base_values`] and `extra` (not
     /// reusing the values of the last release). Returns the seconds it took.
     pub fn upgrade(&self, extra: &[&str]) -> f64 {
+        self.helm_release("upgrade", extra)
+    }
+
+    /// `helm <verb> --wait` of the release with [`Tier::base_values`] and `extra`; seconds.
+    fn helm_release(&self, verb: &str, extra: &[&str]) -> f64 {
         let chart = self.chart();
         let mut args = vec![
-            "upgrade",
+            verb,
             RELEASE,
             chart.as_str(),
             "--namespace",
