@@ -24,8 +24,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use agenthooks_e2e::node::Node;
-use agenthooks_e2e::stack::{DispatcherProc, OperatorProc, install_crds, log_dir};
-use agenthooks_e2e::{ControlPlane, repo_root, unique_name, wait_for};
+use agenthooks_e2e::repo_root;
+use agenthooks_e2e::stack::{Fleet, until_served};
 use serde_json::{Value, json};
 
 const APPLIES: usize = 50;
@@ -37,28 +37,6 @@ fn hook(ns: &str, name: &str) -> String {
     format!(
         "apiVersion: agenthooks.io/v1alpha1\nkind: AgentHook\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  event: pre_tool_use\n  matcher: '^{name}$'\n  handler:\n    type: http\n    http: {{url: 'https://policy.example.com/{name}'}}\n"
     )
-}
-
-/// Whether every one of `urls` (dispatcher base URLs) lists hook `key`.
-async fn served_by_all(client: &reqwest::Client, urls: &[String], key: &str) -> bool {
-    for u in urls {
-        let Ok(resp) = client.get(format!("{u}/v1/hooks")).send().await else {
-            return false;
-        };
-        let Ok(body) = resp.bytes().await else {
-            return false;
-        };
-        let Ok(v) = serde_json::from_slice::<Value>(&body) else {
-            return false;
-        };
-        if !v["hooks"]
-            .as_array()
-            .is_some_and(|hs| hs.iter().any(|h| h["hook"] == key))
-        {
-            return false;
-        }
-    }
-    true
 }
 
 /// `APPLIES` applies through `apply`, each timed until every dispatcher of `urls` serves it.
@@ -74,12 +52,7 @@ async fn apply_to_enforced(
         let key = format!("{ns}/{name}");
         let t = Instant::now();
         apply(&hook(ns, &name));
-        let deadline = t + Duration::from_secs(60);
-        while !served_by_all(client, urls, &key).await {
-            assert!(Instant::now() < deadline, "{key}: not served within 60 s");
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        times.push(t.elapsed());
+        times.push(until_served(client, urls, &key, true, t).await);
     }
     times
 }
@@ -96,46 +69,11 @@ fn percentiles(mut v: Vec<Duration>) -> (f64, f64) {
 
 /// The process tier: the shared API server, one operator, three dispatchers.
 async fn process_tier(client: &reqwest::Client) -> Vec<Duration> {
-    let cp = ControlPlane::shared();
-    install_crds(cp);
-    let master = unique_name("ah-bench");
-    let ns = unique_name("bench-acme");
-    cp.create_namespace(&master, &[]);
-    cp.create_namespace(&ns, &[("agenthooks.io/tenant", "acme")]);
-    let logs = log_dir("ah-bench-node");
-    let operator = OperatorProc::start(
-        &cp.kubeconfig,
-        &master,
-        &unique_name("agenthooks-operator"),
-        "bench-op",
-        &[],
-        &logs,
-    );
-    let ds: Vec<DispatcherProc> = (1..=3)
-        .map(|i| {
-            DispatcherProc::start(
-                &[&operator.sync],
-                &format!("bench-{i}"),
-                &master,
-                &[],
-                &logs,
-            )
-        })
-        .collect();
-    assert!(
-        wait_for(Duration::from_secs(60), || ds
-            .iter()
-            .all(|d| d.readyz() == 200)),
-        "dispatchers not ready"
-    );
-    let urls: Vec<String> = ds.iter().map(|d| d.url.clone()).collect();
-    let times = apply_to_enforced(client, &urls, &ns, |y| {
-        cp.apply_yaml(y);
+    let fleet = Fleet::start("ah-bench-node", 3, &[]);
+    apply_to_enforced(client, &fleet.urls(), &fleet.tenant_ns, |y| {
+        fleet.cp.apply_yaml(y);
     })
-    .await;
-    drop(ds);
-    drop(operator);
-    times
+    .await
 }
 
 /// Resident set (bytes) of every process whose command line names `binary`, split into

@@ -32,9 +32,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use agenthooks_e2e::stack::{
-    DispatcherProc, OperatorProc, hook_server, http_get, install_crds, log_dir, metric,
+    DispatcherProc, Fleet, OperatorProc, hook_server, http_get, log_dir, metric, serves_everywhere,
+    until_served,
 };
-use agenthooks_e2e::{ControlPlane, unique_name, wait_for};
+use agenthooks_e2e::{ControlPlane, wait_for};
 use serde_json::{Value, json};
 
 const ROUNDS: usize = 5;
@@ -62,36 +63,19 @@ struct Bench {
 }
 
 impl Bench {
+    /// The dispatchers' base URLs.
+    fn urls(&self) -> Vec<String> {
+        self.ds.iter().map(|d| d.url.clone()).collect()
+    }
+
     /// Whether every dispatcher serves `key` (`want`) or none does (`!want`).
     async fn served_everywhere(&self, key: &str, want: bool) -> bool {
-        for d in &self.ds {
-            let Ok(resp) = self.client.get(format!("{}/v1/hooks", d.url)).send().await else {
-                return false;
-            };
-            let Ok(body) = resp.bytes().await else {
-                return false;
-            };
-            let Ok(v) = serde_json::from_slice::<Value>(&body) else {
-                return false;
-            };
-            let has = v["hooks"]
-                .as_array()
-                .is_some_and(|hs| hs.iter().any(|h| h["hook"] == key));
-            if has != want {
-                return false;
-            }
-        }
-        true
+        serves_everywhere(&self.client, &self.urls(), key, want).await
     }
 
     /// Polls until [`Self::served_everywhere`] holds; the time taken.
     async fn until_served(&self, key: &str, want: bool, since: Instant) -> Duration {
-        let deadline = since + Duration::from_secs(30);
-        while !self.served_everywhere(key, want).await {
-            assert!(Instant::now() < deadline, "{key}: not {want} within 30 s");
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        since.elapsed()
+        until_served(&self.client, &self.urls(), key, want, since).await
     }
 
     /// The answer of `POST /v1/dispatch` on dispatcher `d` (Null if none).
@@ -189,50 +173,24 @@ async fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(2000);
 
-    let cp = ControlPlane::shared();
-    install_crds(cp);
-    let master = unique_name("ah-bench");
-    let ns = unique_name("tenant-acme");
-    cp.create_namespace(&master, &[]);
-    cp.create_namespace(&ns, &[("agenthooks.io/tenant", "acme")]);
-    let logs = log_dir("ah-bench-safeguards");
-    let operator = OperatorProc::start(
-        &cp.kubeconfig,
-        &master,
-        &unique_name("agenthooks-operator"),
-        "bench-op",
-        &[],
-        &logs,
-    );
-    let admin_token = logs.join("admin.token");
+    // The admin token file is read by the dispatchers at start (POST /v1/test).
+    let admin_token = log_dir("ah-bench-admin").join("admin.token");
     std::fs::write(&admin_token, ADMIN_TOKEN).unwrap();
-    let ds: Vec<DispatcherProc> = (1..=3)
-        .map(|i| {
-            DispatcherProc::start(
-                &[&operator.sync],
-                &format!("bench-{i}"),
-                &master,
-                &[
-                    "--http-allow-cidr",
-                    "127.0.0.1/32",
-                    "--admin-token-file",
-                    admin_token.to_str().unwrap(),
-                ],
-                &logs,
-            )
-        })
-        .collect();
-    assert!(
-        wait_for(Duration::from_secs(60), || ds
-            .iter()
-            .all(|d| d.readyz() == 200)),
-        "dispatchers not ready"
+    let fleet = Fleet::start(
+        "ah-bench",
+        3,
+        &[
+            "--http-allow-cidr",
+            "127.0.0.1/32",
+            "--admin-token-file",
+            admin_token.to_str().unwrap(),
+        ],
     );
     let bench = Bench {
-        cp,
-        ns,
-        operator,
-        ds,
+        cp: fleet.cp,
+        ns: fleet.tenant_ns,
+        operator: fleet.operator,
+        ds: fleet.dispatchers,
         client: reqwest::Client::builder()
             .pool_max_idle_per_host(64)
             .build()

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -205,6 +205,116 @@ impl OperatorProc {
         let (code, text) = http_get(&format!("{}/metrics", self.admin));
         code == 200 && metric(&text, "agenthooks_operator_leader", "") == 1.0
     }
+}
+
+/// One operator and `n` dispatchers following it on the shared control plane, with a
+/// master namespace and a tenant `acme` namespace of their own (release builds under
+/// `cargo bench`): what the benches measure against. The dispatchers are ready when
+/// [`Fleet::start`] returns.
+pub struct Fleet {
+    pub cp: &'static ControlPlane,
+    pub master: String,
+    /// A namespace labelled `agenthooks.io/tenant: acme`.
+    pub tenant_ns: String,
+    pub operator: OperatorProc,
+    pub dispatchers: Vec<DispatcherProc>,
+}
+
+impl Fleet {
+    /// Starts it; `prefix` names the namespaces, the log directory and the processes
+    /// (`<prefix>-op`, `<prefix>-1`..), `dispatcher_extra` are flags of every dispatcher.
+    pub fn start(prefix: &str, n: usize, dispatcher_extra: &[&str]) -> Fleet {
+        let cp = ControlPlane::shared();
+        install_crds(cp);
+        let master = unique_name(prefix);
+        let tenant_ns = unique_name(&format!("{prefix}-acme"));
+        cp.create_namespace(&master, &[]);
+        cp.create_namespace(&tenant_ns, &[("agenthooks.io/tenant", "acme")]);
+        let logs = log_dir(prefix);
+        let operator = OperatorProc::start(
+            &cp.kubeconfig,
+            &master,
+            &unique_name("agenthooks-operator"),
+            &format!("{prefix}-op"),
+            &[],
+            &logs,
+        );
+        let dispatchers: Vec<DispatcherProc> = (1..=n)
+            .map(|i| {
+                DispatcherProc::start(
+                    &[&operator.sync],
+                    &format!("{prefix}-{i}"),
+                    &master,
+                    dispatcher_extra,
+                    &logs,
+                )
+            })
+            .collect();
+        assert!(
+            wait_for(Duration::from_secs(60), || dispatchers
+                .iter()
+                .all(|d| d.readyz() == 200)),
+            "dispatchers not ready\n{}",
+            tails(&dispatchers.iter().map(|d| &d.proc).collect::<Vec<_>>())
+        );
+        Fleet {
+            cp,
+            master,
+            tenant_ns,
+            operator,
+            dispatchers,
+        }
+    }
+
+    /// The dispatchers' base URLs.
+    pub fn urls(&self) -> Vec<String> {
+        self.dispatchers.iter().map(|d| d.url.clone()).collect()
+    }
+}
+
+/// Whether every dispatcher at `urls` (base URLs) lists hook `key` in `GET /v1/hooks`
+/// (`want`), or none does (`!want`); an unanswered or unreadable list counts as not yet.
+pub async fn serves_everywhere(
+    client: &reqwest::Client,
+    urls: &[String],
+    key: &str,
+    want: bool,
+) -> bool {
+    for u in urls {
+        let Ok(resp) = client.get(format!("{u}/v1/hooks")).send().await else {
+            return false;
+        };
+        let Ok(body) = resp.bytes().await else {
+            return false;
+        };
+        let Ok(v) = serde_json::from_slice::<Value>(&body) else {
+            return false;
+        };
+        let has = v["hooks"]
+            .as_array()
+            .is_some_and(|hs| hs.iter().any(|h| h["hook"] == key));
+        if has != want {
+            return false;
+        }
+    }
+    true
+}
+
+/// Polls [`serves_everywhere`] every 2 ms until it holds; the time since `since`. Panics
+/// after 60 s.
+pub async fn until_served(
+    client: &reqwest::Client,
+    urls: &[String],
+    key: &str,
+    want: bool,
+    since: Instant,
+) -> Duration {
+    let deadline = since + Duration::from_secs(60);
+    while !serves_everywhere(client, urls, key, want).await {
+        assert!(Instant::now() < deadline, "{key}: not {want} within 60 s");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    since.elapsed()
 }
 
 /// A dispatcher process following operators.
