@@ -327,8 +327,39 @@ fn crate_kubectl() -> PathBuf {
     }
 }
 
+/// The full reference of an image name as containerd (and so a node, kind's included) and
+/// Docker store it: `docker.io/agenthooks/x:t` for `agenthooks/x:t`,
+/// `docker.io/library/busybox:1` for `busybox:1`; a name whose first part is a registry
+/// host (a dot or a port in it) is already full.
+pub fn full_image_name(image: &str) -> String {
+    let first = image.split('/').next().unwrap_or_default();
+    if image.contains('/') && (first.contains('.') || first.contains(':')) {
+        image.to_owned()
+    } else if image.contains('/') {
+        format!("docker.io/{image}")
+    } else {
+        format!("docker.io/library/{image}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn image_names_are_completed_as_containerd_stores_them() {
+        use super::full_image_name as f;
+        assert_eq!(
+            f("agenthooks/operator:0.1.0"),
+            "docker.io/agenthooks/operator:0.1.0"
+        );
+        assert_eq!(f("busybox:1"), "docker.io/library/busybox:1");
+        assert_eq!(f("agenthooks.test/agent:1"), "agenthooks.test/agent:1");
+        assert_eq!(f("localhost:5000/x:1"), "localhost:5000/x:1");
+        assert_eq!(
+            f("registry.k8s.io/pause:3.10.1"),
+            "registry.k8s.io/pause:3.10.1"
+        );
+    }
+
     use super::env_value;
 
     #[test]

@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+use agenthooks_e2e::node::full_image_name;
 use agenthooks_e2e::{helm_bin, repo_root};
 use serde_json::Value;
 
@@ -24,23 +25,11 @@ fn build_sh() -> PathBuf {
     repo_root().join("e2e/images/build.sh")
 }
 
-/// docker.io/agenthooks/x:t for agenthooks/x:t, as containerd and Docker name it.
-fn normalized(image: &str) -> String {
-    let first = image.split('/').next().unwrap_or_default();
-    if image.contains('/') && (first.contains('.') || first.contains(':')) {
-        image.to_owned()
-    } else if image.contains('/') {
-        format!("docker.io/{image}")
-    } else {
-        format!("docker.io/library/{image}")
-    }
-}
-
 fn images_of(yaml: &str) -> Vec<String> {
     let mut v: Vec<String> = yaml
         .lines()
         .filter_map(|l| l.trim().strip_prefix("image: "))
-        .map(|i| normalized(i.trim_matches('"')))
+        .map(|i| full_image_name(i.trim_matches('"')))
         .collect();
     v.sort();
     v.dedup();

@@ -13,6 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use agenthooks_e2e::node::full_image_name;
 use agenthooks_e2e::{helm_bin, repo_root};
 use serde_json::Value;
 
@@ -160,24 +161,12 @@ fn kind_run_script_is_well_formed_and_checks_its_tools_first() {
     assert_eq!(text(&out.stdout), "");
 }
 
-/// docker.io/agenthooks/x:t for agenthooks/x:t, as containerd (and so kind's node) names it.
-fn normalized(image: &str) -> String {
-    let first = image.split('/').next().unwrap_or_default();
-    if image.contains('/') && (first.contains('.') || first.contains(':')) {
-        image.to_owned()
-    } else if image.contains('/') {
-        format!("docker.io/{image}")
-    } else {
-        format!("docker.io/library/{image}")
-    }
-}
-
 #[test]
 fn kind_run_script_loads_the_images_the_chart_and_the_chart_tier_use() {
     let listed = ok(Command::new("bash")
         .arg(kind_dir().join("run.sh"))
         .arg("--images"));
-    let loaded: Vec<String> = listed.lines().map(normalized).collect();
+    let loaded: Vec<String> = listed.lines().map(full_image_name).collect();
     assert_eq!(loaded.len(), 3, "{listed}");
 
     // The chart's images (defaults), as `helm template` renders them.
@@ -192,7 +181,7 @@ fn kind_run_script_loads_the_images_the_chart_and_the_chart_tier_use() {
     let mut deployed: Vec<String> = rendered
         .lines()
         .filter_map(|l| l.trim().strip_prefix("image: "))
-        .map(|i| normalized(i.trim_matches('"')))
+        .map(|i| full_image_name(i.trim_matches('"')))
         .collect();
     deployed.sort();
     deployed.dedup();
@@ -214,7 +203,7 @@ fn kind_run_script_loads_the_images_the_chart_and_the_chart_tier_use() {
     // node harness builds under the same name (e2e/node/up.sh).
     let agent = agenthooks_e2e::node::agent::AGENT_IMAGE;
     assert!(
-        loaded.contains(&normalized(agent)),
+        loaded.contains(&full_image_name(agent)),
         "run.sh does not load {agent}: {listed}"
     );
     let up = std::fs::read_to_string(repo_root().join("e2e/node/up.sh")).unwrap();
