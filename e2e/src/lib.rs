@@ -411,6 +411,16 @@ fn expect_success(out: &Output, what: &str) {
     );
 }
 
+/// Condition `type_` of an object's `status.conditions` (Kubernetes API conventions), if
+/// present.
+pub fn condition(obj: &serde_json::Value, type_: &str) -> Option<serde_json::Value> {
+    obj["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .cloned()
+}
+
 /// Polls `condition` every 200 ms until it returns true (→ `true`) or `timeout` elapses
 /// (→ `false`; the condition is always checked once more at the deadline).
 pub fn wait_for(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {

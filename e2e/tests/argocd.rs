@@ -29,7 +29,7 @@ use agenthooks_e2e::stack::{
     DispatcherProc, OperatorProc, hook_server, install_crds, log_dir,
     operator_service_account_kubeconfig, seal_key_path, tails,
 };
-use agenthooks_e2e::{ControlPlane, helm_bin, repo_root, unique_name, wait_for};
+use agenthooks_e2e::{ControlPlane, condition, helm_bin, repo_root, unique_name, wait_for};
 use serde_json::{Value, json};
 
 /// The message of `Ready=True` (operator/src/ready.rs).
@@ -45,14 +45,6 @@ fn budget_yaml(ns: &str, name: &str, spec: &str) -> String {
     format!(
         "apiVersion: agenthooks.io/v1alpha1\nkind: TenantHookBudget\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {spec}\n"
     )
-}
-
-fn condition(obj: &Value, type_: &str) -> Option<Value> {
-    obj["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
-        .cloned()
 }
 
 fn this_month() -> String {

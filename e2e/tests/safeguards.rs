@@ -25,7 +25,7 @@ use agenthooks_e2e::stack::{
     DispatcherProc, OperatorProc, hook_server, http_get, install_crds, log_dir, metric,
     operator_service_account_kubeconfig, switchable_hook_server, tails,
 };
-use agenthooks_e2e::{ControlPlane, unique_name, wait_for};
+use agenthooks_e2e::{ControlPlane, condition, unique_name, wait_for};
 use serde_json::{Value, json};
 
 /// Milliseconds between a dispatcher's execution reports.
@@ -118,14 +118,6 @@ fn http_hook(ns: &str, name: &str, url: &str, extra: &str) -> String {
 fn event(tool: &str) -> Value {
     json!({"event": "pre_tool_use", "tenant_id": "acme", "agent_id": "a1",
            "tool_name": tool, "tool_input": {"cmd": "x"}})
-}
-
-fn condition(hook: &Value, type_: &str) -> Option<Value> {
-    hook["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
-        .cloned()
 }
 
 fn tenant_namespace(s: &Stack, tenant: &str) -> String {

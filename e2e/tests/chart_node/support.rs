@@ -109,11 +109,7 @@ pub fn run(scenarios: &[Scenario]) {
 
 /// `status` of condition `type_` of an object, if set.
 pub fn condition(v: &Value, type_: &str) -> Option<String> {
-    v["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
-        .and_then(|c| c["status"].as_str().map(str::to_owned))
+    agenthooks_e2e::condition(v, type_).and_then(|c| c["status"].as_str().map(str::to_owned))
 }
 
 /// Why `pod` is not Ready (None: it is), for assertion messages.
