@@ -199,24 +199,29 @@ impl Spool {
         max_bytes: u64,
         wait: std::time::Duration,
     ) -> Result<Spool, SpoolError> {
-        let deadline = std::time::Instant::now() + wait;
+        use backon::{BlockingRetryable, ConstantBuilder};
+        const EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+        // at least `wait` in all: the last retry starts no earlier than the deadline
+        let tries =
+            usize::try_from(wait.as_millis().div_ceil(EVERY.as_millis())).unwrap_or(usize::MAX);
         let mut logged = false;
-        loop {
-            match Spool::open(dir, max_bytes) {
-                Err(SpoolError::Locked(_)) if std::time::Instant::now() < deadline => {
-                    if !logged {
-                        logged = true;
-                        tracing::warn!(
-                            spool = %dir.display(),
-                            wait_s = wait.as_secs(),
-                            "audit spool in use by another process (a predecessor still shutting down?); waiting for it"
-                        );
-                    }
-                    std::thread::sleep(std::time::Duration::from_millis(200));
+        (|| Spool::open(dir, max_bytes))
+            .retry(
+                ConstantBuilder::new()
+                    .with_delay(EVERY)
+                    .with_max_times(tries),
+            )
+            .when(|e| matches!(e, SpoolError::Locked(_)))
+            .notify(|_, _| {
+                if !std::mem::replace(&mut logged, true) {
+                    tracing::warn!(
+                        spool = %dir.display(),
+                        wait_s = wait.as_secs(),
+                        "audit spool in use by another process (a predecessor still shutting down?); waiting for it"
+                    );
                 }
-                other => return other,
-            }
-        }
+            })
+            .call()
     }
 
     /// The spool directory.
