@@ -191,8 +191,23 @@ impl Tier {
 
     /// `helm upgrade --wait` of the release to [`Tier::base_values`] and `extra` (not
     /// reusing the values of the last release). Returns the seconds it took.
+    ///
+    /// Returns only once the replaced Pods are gone: `helm upgrade --wait` returns when the
+    /// new Pods are Ready, while the old ones still decide through their shutdown delay
+    /// (with the old values: an event sent then can land in the old audit backend).
     pub fn upgrade(&self, extra: &[&str]) -> f64 {
-        self.helm_release("upgrade", extra)
+        let t = Instant::now();
+        self.helm_release("upgrade", extra);
+        let settled = wait_for(Duration::from_secs(120), || {
+            self.pods(&format!("app.kubernetes.io/instance={RELEASE}"))
+                .iter()
+                .all(|p| p["metadata"]["deletionTimestamp"].is_null())
+        });
+        assert!(
+            settled,
+            "replaced Pods still terminating 120 s after helm upgrade"
+        );
+        t.elapsed().as_secs_f64()
     }
 
     /// `helm <verb> --wait` of the release with [`Tier::base_values`] and `extra`; seconds.
