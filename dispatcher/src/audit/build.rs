@@ -103,7 +103,7 @@ pub(crate) mod tests {
     use agenthooks_crds::HookEvent;
     use agenthooks_crds::snapshot::SnapshotHook;
     use bytes::Bytes;
-    use chrono::Utc;
+    use chrono::{TimeZone, Utc};
     use serde_json::json;
 
     /// A loaded http hook `team-a/h` (uid `uid-h`) with a matcher.
@@ -138,7 +138,9 @@ pub(crate) mod tests {
             event_json: Bytes::from(serde_json::to_vec(&event).unwrap()),
             outcome,
             duration: Duration::from_micros(12_700),
-            finished_at: Utc::now(),
+            // A fixed time: `Utc::now()` serializes with 0, 3, 6 or 9 fractional digits
+            // (chrono's AutoSi), so the spool tests' line lengths would vary.
+            finished_at: Utc.timestamp_opt(1_764_000_000, 123_456_789).unwrap(),
             error: error.map(str::to_owned),
             facts: RunFacts {
                 matcher_matched: Some(true),

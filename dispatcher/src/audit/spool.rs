@@ -401,7 +401,7 @@ mod tests {
     use crate::audit::row::{AuditMetadata, dedup_key};
     use crate::handlers::Outcome;
     use agenthooks_crds::HookEvent;
-    use chrono::Utc;
+    use chrono::{TimeZone, Utc};
 
     fn row(n: usize) -> AuditRow {
         AuditRow {
@@ -419,7 +419,9 @@ mod tests {
             error: None,
             error_detail: None,
             metadata: AuditMetadata::default().to_value(),
-            created_at: Utc::now(),
+            // A fixed time: `Utc::now()` serializes with 0, 3, 6 or 9 fractional digits
+            // (chrono's AutoSi), so line lengths — and the bound tests — would vary.
+            created_at: Utc.timestamp_opt(1_764_000_000, 123_456_789).unwrap(),
         }
     }
 
