@@ -23,6 +23,11 @@ pub struct Snapshot {
     /// a hook whose breaker is open for a tenant stays here and carries it in
     /// [`SnapshotHook::open_breakers`] (CONTRACT §6.2).
     pub hooks: Vec<SnapshotHook>,
+    /// Every namespace and the tenant it claims ([`crate::tenancy::TenantMap`]): a
+    /// dispatcher authorizes callers by it (CONTRACT §9.2: a ServiceAccount acts for its
+    /// namespace's tenant; RBAC in a tenant's namespace grants that tenant).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tenants: Vec<crate::tenancy::NamespaceTenant>,
 }
 
 /// One accepted hook.

@@ -47,6 +47,7 @@ pub fn build(
         version,
         master_namespace: master_namespace.to_string(),
         hooks,
+        tenants: Vec::new(),
     };
     Ok(Published {
         epoch: epoch.to_string(),

@@ -338,6 +338,7 @@ pub fn snapshot(epoch: &str, version: u64, mark: &str) -> Snapshot {
             sealed_headers: vec![],
             open_breakers: Vec::new(),
         }],
+        tenants: Vec::new(),
     }
 }
 
