@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # The agenthooks images: one build stage, two final stages (targets).
 #
 #   docker build --target operator   -t agenthooks/operator:0.1.0 .
