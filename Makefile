@@ -6,11 +6,15 @@ CLUSTER_DIR ?= $(CURDIR)/.cluster
 
 .PHONY: run test test-node e2e-kind deps build crds lint bench cluster cluster-down controlplane node fuzz fuzz-build fuzz-replay
 
-## run: the dispatcher in standalone mode on the sample hooks, on $(LISTEN)
-## (history and dry runs need the admin token: made once into .agenthooks-admin-token)
+## run: the dispatcher in standalone mode on the sample hooks, on $(LISTEN). Callers send
+## the token made once into .agenthooks-caller-token (caller acme-runtime, tenant acme:
+## .agenthooks-callers.yaml lists its sha256); history and dry runs need the admin token,
+## made once into .agenthooks-admin-token
 run:
 	@test -s .agenthooks-admin-token || (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > .agenthooks-admin-token)
-	$(CARGO) run -p agenthooks-dispatcher -- --hooks config/samples --listen $(LISTEN) --admin-token-file .agenthooks-admin-token
+	@test -s .agenthooks-caller-token || (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > .agenthooks-caller-token)
+	@printf 'callers:\n  - name: acme-runtime\n    tokenSha256: "%s"\n    tenants: [acme]\n' "$$(sha256sum < .agenthooks-caller-token | cut -d' ' -f1)" > .agenthooks-callers.yaml
+	$(CARGO) run -p agenthooks-dispatcher -- --hooks config/samples --listen $(LISTEN) --callers-file .agenthooks-callers.yaml --admin-token-file .agenthooks-admin-token
 
 ## deps: install what a fresh Debian machine lacks for the tests
 deps:

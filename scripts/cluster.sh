@@ -97,7 +97,7 @@ for i in 1 2; do
   start "dispatcher-$i" "$bin/agenthooks-dispatcher" --operator-url http://127.0.0.1:9090 --listen "127.0.0.1:808$i" \
     --dispatcher-id "dispatcher-$i" --seal-key-file "$DIR/seal.key" \
     --audit-db "sqlite://$DIR/audit-$i.db" --admin-token-file "$DIR/admin.token" \
-    --http-allow-cidr 127.0.0.1/32
+    --http-allow-cidr 127.0.0.1/32 --allow-anonymous
 done
 for _ in $(seq 1 60); do
   if curl -sf 127.0.0.1:8081/readyz >/dev/null && curl -sf 127.0.0.1:8082/readyz >/dev/null; then break; fi

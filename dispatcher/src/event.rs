@@ -57,6 +57,10 @@ pub struct Event {
     /// handlers see the same body, and a `trace_parent` key stays an unknown field.
     #[serde(skip)]
     pub trace_parent: Option<opentelemetry::trace::SpanContext>,
+    /// The authenticated caller's name (CONTRACT §9.1), for the audit row's metadata.
+    /// Set by the server, never read from or written to the JSON.
+    #[serde(skip)]
+    pub caller: Option<std::sync::Arc<str>>,
 }
 
 fn empty_object() -> Value {

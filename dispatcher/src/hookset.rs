@@ -191,6 +191,9 @@ pub struct HookSet {
     len: usize,
     /// Hooks of the input this dispatcher could not load, sorted by `namespace/name`.
     unavailable: Vec<UnavailableHook>,
+    /// The namespaces' tenants of the snapshot (empty in standalone mode): which tenant
+    /// a Kubernetes caller may act for (CONTRACT §9.2).
+    pub tenants: agenthooks_crds::tenancy::TenantMap,
 }
 
 impl HookSet {
@@ -306,6 +309,7 @@ impl HookSet {
                 master_namespace: master_namespace.to_string(),
                 len,
                 unavailable,
+                tenants: Default::default(),
             },
             rejected,
         )
@@ -317,13 +321,16 @@ impl HookSet {
         edition: Edition,
         previous: Option<&HookSet>,
     ) -> (HookSet, Vec<RejectedHook>) {
-        HookSet::build(
+        let (mut set, rejected) = HookSet::build(
             snapshot.hooks.clone(),
             &snapshot.master_namespace,
             edition,
             snapshot.version,
             previous,
-        )
+        );
+        set.tenants =
+            agenthooks_crds::tenancy::TenantMap::from_entries(snapshot.tenants.iter().cloned());
+        (set, rejected)
     }
 
     /// Hooks for `event` that apply to `tenant` and `agent`, in resolution order

@@ -12,6 +12,7 @@
 //! - [`dry_run`]: one hook on a sample event, leaving nothing behind (`POST /v1/test`).
 //! - [`handlers`]: command, http and prompt handlers, SSRF guard (CONTRACT §5).
 //! - [`sandbox`]: where command hooks run: the per-run supervisor, the command runner (CONTRACT §10.1).
+//! - [`identity`]: who is calling and which tenant it may act for (CONTRACT §9).
 //! - [`server`]: the HTTP API (DESIGN "Dispatch API").
 //! - [`sync`]: the long-poll client that follows the operator's snapshots.
 //! - [`metrics`]: Prometheus series (CONTRACT §8.2).
@@ -30,6 +31,7 @@ pub mod dry_run;
 pub mod event;
 pub mod handlers;
 pub mod hookset;
+pub mod identity;
 pub mod manifests;
 pub mod metrics;
 pub mod observer;

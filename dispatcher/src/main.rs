@@ -25,6 +25,7 @@ use agenthooks_dispatcher::event::Event;
 use agenthooks_dispatcher::handlers::http::HttpCaller;
 use agenthooks_dispatcher::handlers::prompt::PromptEvaluator;
 use agenthooks_dispatcher::handlers::prompt::config::ProvidersConfig;
+use agenthooks_dispatcher::identity::Authenticator;
 use agenthooks_dispatcher::metrics::Metrics;
 use agenthooks_dispatcher::operator_urls::OperatorUrls;
 use agenthooks_dispatcher::report::sender::{self, ReporterConfig};
@@ -207,6 +208,49 @@ struct ServeArgs {
     common: Common,
     #[command(flatten)]
     audit: AuditArgs,
+    #[command(flatten)]
+    callers: CallerArgs,
+    #[command(flatten)]
+    kube_callers: KubeCallerArgs,
+}
+
+/// Who may call `/v1/dispatch` (CONTRACT §9.1): exactly one of the three.
+#[derive(Args)]
+#[group(required = true, multiple = false)]
+struct CallerArgs {
+    /// Standalone: the callers, by the sha256 of their bearer token, and the tenants each
+    /// may act for (YAML: callers [{name, tokenSha256, tenants}]; docs/callers.md).
+    #[arg(long, value_name = "PATH", env = "AGENTHOOKS_CALLERS_FILE")]
+    callers_file: Option<PathBuf>,
+    /// In a cluster: callers send a projected ServiceAccount token (audience
+    /// --caller-audience), verified by TokenReview; a caller acts for its namespace's
+    /// tenant, or for another tenant whose namespace RBAC lets it `create`
+    /// `agenthooks/dispatch` in (SubjectAccessReview). Uses the in-cluster config or
+    /// KUBECONFIG.
+    #[arg(long)]
+    kubernetes_callers: bool,
+    /// No authentication at all: anyone may call, for any tenant. For local experiments
+    /// only; said at start and in /readyz.
+    #[arg(long)]
+    allow_anonymous: bool,
+}
+
+/// Tuning of `--kubernetes-callers`.
+#[derive(Args)]
+struct KubeCallerArgs {
+    /// The audience callers' projected tokens must be for.
+    #[arg(long, default_value = agenthooks_dispatcher::identity::kubernetes::DEFAULT_AUDIENCE)]
+    caller_audience: String,
+    /// Seconds a verified token is trusted before it is reviewed again (never past its
+    /// own expiry).
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(0..=3600))]
+    caller_token_cache_seconds: u64,
+    /// Seconds an RBAC "allowed" is kept: revoking a RoleBinding takes effect within it.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=3600))]
+    caller_access_cache_seconds: u64,
+    /// Seconds a refused token or an RBAC "denied" is kept.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=3600))]
+    caller_denied_cache_seconds: u64,
 }
 
 /// The audit trail: one `hook_executions` row per hook run (CONTRACT §7; issue 5).
@@ -440,6 +484,8 @@ async fn check(args: CheckArgs) -> anyhow::Result<Verdict> {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    // Callers first: a bad callers file stops the start before anything else runs.
+    let callers = authenticator(&args).await?;
     let key = match &args.seal_key_file {
         Some(p) => load_seal_key(p)?,
         None => SealKey::generate(),
@@ -536,6 +582,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             "give --hooks PATH (standalone) or --operator-url URL[,URL...] (synced), not both"
         ),
     };
+    state.set_authenticator(callers);
     match &args.admin_token_file {
         Some(p) => {
             state.set_admin_token(AdminToken::from_file(p)?);
@@ -602,6 +649,40 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The authenticator of the flags (exactly one of them is given: clap checks).
+async fn authenticator(args: &ServeArgs) -> anyhow::Result<Authenticator> {
+    use agenthooks_dispatcher::identity::{CallersFile, KubeCallers, kubernetes::CacheConfig};
+    let c = &args.callers;
+    if let Some(path) = &c.callers_file {
+        let file = CallersFile::load(path)?;
+        tracing::info!(file = %path.display(), callers = file.len(), "callers: bearer tokens of --callers-file");
+        return Ok(Authenticator::Callers(file));
+    }
+    if c.kubernetes_callers {
+        agenthooks_dispatcher::operator_urls::install_crypto_provider();
+        let client = kube::Client::try_default()
+            .await
+            .context("--kubernetes-callers: no in-cluster config or KUBECONFIG")?;
+        let k = &args.kube_callers;
+        let cache = CacheConfig {
+            token_ttl: Duration::from_secs(k.caller_token_cache_seconds),
+            allowed_ttl: Duration::from_secs(k.caller_access_cache_seconds),
+            denied_ttl: Duration::from_secs(k.caller_denied_cache_seconds),
+            ..CacheConfig::default()
+        };
+        tracing::info!(audience = %k.caller_audience, token_cache_s = k.caller_token_cache_seconds, access_cache_s = k.caller_access_cache_seconds, "callers: ServiceAccount tokens (TokenReview) and RBAC on agenthooks/dispatch (SubjectAccessReview)");
+        return Ok(Authenticator::Kubernetes(Box::new(KubeCallers::new(
+            client,
+            k.caller_audience.clone(),
+            cache,
+        ))));
+    }
+    tracing::warn!(
+        "--allow-anonymous: callers are NOT authenticated; anyone who reaches this port may act for any tenant"
+    );
+    Ok(Authenticator::Anonymous)
 }
 
 async fn shutdown_signal() {

@@ -1,8 +1,10 @@
 //! The dispatcher's HTTP API (DESIGN "Dispatch API").
 //!
-//! - `POST /v1/dispatch`: an [`Event`] → a [`crate::chain::Decision`]. 400 for invalid
-//!   input, 413 over a cap (both `{"error", "field"}`), 503 before any hooks are
-//!   loaded (the caller must treat it as `block`). A blocking event's chain runs in a
+//! - `POST /v1/dispatch`: an [`Event`] → a [`crate::chain::Decision`], from an
+//!   authenticated caller ([`crate::identity`]): 401 without a valid credential, 403
+//!   naming `tenant_id` for a tenant the caller may not act for (the event's tenant is
+//!   the one chosen there). 400 for invalid input, 413 over a cap (all `{"error",
+//!   "field"}`), 503 before any hooks are loaded (the caller must treat it as `block`). A blocking event's chain runs in a
 //!   task of its own that outlives the connection (CONTRACT §10.3): a client that goes
 //!   away does not cut a hook run short, and every run that started writes its audit row.
 //!
@@ -37,6 +39,7 @@ use serde_json::json;
 use crate::chain::{decide, observe};
 use crate::event::{Event, MAX_BODY_BYTES};
 use crate::hookset::HookSet;
+use crate::identity::{Authenticator, Refusal};
 use crate::runner::Engine;
 use outlive::finish_detached;
 
@@ -49,6 +52,8 @@ pub struct AppState {
     hooks: RwLock<Option<Arc<HookSet>>>,
     /// `--admin-token-file`: what `POST /v1/test` and error detail reads ask for.
     admin_token: std::sync::OnceLock<admin::AdminToken>,
+    /// Who may call `/v1/dispatch`, for which tenants (CONTRACT §9); unset: nobody.
+    authenticator: std::sync::OnceLock<Authenticator>,
     /// One permit per request in flight on the port (CONTRACT §10.2).
     request_slots: Arc<tokio::sync::Semaphore>,
     max_requests: usize,
@@ -71,6 +76,7 @@ impl AppState {
             engine,
             hooks: RwLock::new(None),
             admin_token: std::sync::OnceLock::new(),
+            authenticator: std::sync::OnceLock::new(),
             request_slots: Arc::new(tokio::sync::Semaphore::new(max_requests)),
             max_requests,
             draining: std::sync::atomic::AtomicBool::new(false),
@@ -114,6 +120,17 @@ impl AppState {
     /// Sets the admin token (once, at start; a second call is ignored).
     pub fn set_admin_token(&self, token: admin::AdminToken) {
         let _ = self.admin_token.set(token);
+    }
+
+    /// Sets how callers are authenticated (once, at start; a second call is ignored).
+    /// Until it is set, every dispatch is refused (401).
+    pub fn set_authenticator(&self, authenticator: Authenticator) {
+        let _ = self.authenticator.set(authenticator);
+    }
+
+    /// How callers are authenticated, `None` before [`AppState::set_authenticator`].
+    pub fn authenticator(&self) -> Option<&Authenticator> {
+        self.authenticator.get()
     }
 
     /// The admin token, `None` when none is configured.
@@ -304,8 +321,30 @@ async fn read_body(
     }
 }
 
+/// The answer to a refused caller (`{"error", "field"}`; a 401 says how to authenticate).
+fn refused(r: Refusal) -> Response {
+    let mut response = error(r.status, r.field, r.message);
+    if r.status == StatusCode::UNAUTHORIZED {
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer realm=\"agenthooks\""),
+        );
+    }
+    response
+}
+
 async fn dispatch(State(state): State<Arc<AppState>>, request: axum::extract::Request) -> Response {
     let (parts, body) = request.into_parts();
+    // Who is calling, before a byte of the body is read (CONTRACT §9.1).
+    let Some(authenticator) = state.authenticator() else {
+        return refused(Refusal::unauthenticated(
+            "this dispatcher has no caller authentication configured",
+        ));
+    };
+    let identity = match authenticator.authenticate(&parts.headers).await {
+        Ok(i) => i,
+        Err(r) => return refused(r),
+    };
     // The caller's span (W3C `traceparent`), read only when tracing is on (CONTRACT §8.1).
     let trace_parent = state.engine.telemetry.extract(&parts.headers);
     let body = match read_body(&parts.headers, body).await {
@@ -320,7 +359,7 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: axum::extract::Re
         );
     };
     let event = match Event::parse(&body) {
-        Ok(e) => Event { trace_parent, ..e },
+        Ok(e) => e,
         Err(e) => {
             let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST);
             let field = match &e {
@@ -329,6 +368,21 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: axum::extract::Re
             };
             return error(status, &field, e.to_string());
         }
+    };
+    // The tenant is one the caller may act for (CONTRACT §9.2): refused before any hook
+    // runs, so nothing is written in another tenant's name.
+    let authorized = match authenticator
+        .authorize(identity, &event.tenant_id, &set.tenants)
+        .await
+    {
+        Ok(a) => a,
+        Err(r) => return refused(r),
+    };
+    let event = Event {
+        trace_parent,
+        tenant_id: authorized.tenant,
+        caller: Some(authorized.caller),
+        ..event
     };
     let decision = if event.event.is_blocking() {
         // Detached (CONTRACT §10.3): if the client goes away, this handler is dropped but
@@ -398,6 +452,16 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     match state.hooks() {
         Some(set) => {
             let mut body = json!({"ready": true, "version": set.version, "hooks": set.len()});
+            match state.authenticator() {
+                Some(a) if a.is_anonymous() => {
+                    body["callers"] = json!("anonymous");
+                    body["warning"] = json!(
+                        "--allow-anonymous: callers are not authenticated and may act for any tenant"
+                    );
+                }
+                Some(a) => body["callers"] = json!(a.mode()),
+                None => body["callers"] = json!("none"),
+            }
             if let Some(audit) = state.engine.audit.status() {
                 body["audit"] = json!(audit);
             }

@@ -283,6 +283,7 @@ fn serve_flags_are_checked_before_anything_runs() {
             "http://ok:1,ftp://nope",
             "--listen",
             "127.0.0.1:0",
+            "--allow-anonymous",
         ])
         .output()
         .unwrap();
@@ -294,7 +295,13 @@ fn serve_flags_are_checked_before_anything_runs() {
     );
     // Standalone and synced at once is refused.
     let out = dispatcher_command()
-        .args(["--hooks", "/nonexistent", "--operator-url", "http://a:1"])
+        .args([
+            "--hooks",
+            "/nonexistent",
+            "--operator-url",
+            "http://a:1",
+            "--allow-anonymous",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());
@@ -423,4 +430,60 @@ async fn sigterm_with_a_shutdown_delay_is_unready_first_and_decides_until_the_de
     assert!(exit.success(), "{exit:?}");
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
     assert_eq!(status(&c, &format!("{base}/readyz"), None).await.0, 0);
+}
+
+/// The dispatcher does not serve without knowing its callers (CONTRACT §9.1), and a bad
+/// callers file stops it at start, naming the file and the field.
+#[test]
+fn callers_must_be_named_and_a_bad_callers_file_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = dir.path().join("hooks.yaml");
+    std::fs::write(&hooks, "").unwrap();
+    let out = dispatcher_command()
+        .args([
+            "--hooks",
+            hooks.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--callers-file") && err.contains("--allow-anonymous"),
+        "{err}"
+    );
+    let callers = dir.path().join("callers.yaml");
+    std::fs::write(
+        &callers,
+        "callers:\n  - name: a\n    tokenSha256: nothex\n    tenants: [acme]\n",
+    )
+    .unwrap();
+    let out = dispatcher_command()
+        .args([
+            "--hooks",
+            hooks.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--callers-file")
+        .arg(&callers)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("{}: callers[0].tokenSha256", callers.display())),
+        "{err}"
+    );
+    // Two ways at once are refused.
+    let out = dispatcher_command()
+        .args(["--hooks", hooks.to_str().unwrap(), "--allow-anonymous"])
+        .arg("--callers-file")
+        .arg(&callers)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be used with"));
 }

@@ -77,6 +77,7 @@ impl Reporting {
             Edition::Lite,
             SealKey::generate(),
         ));
+        state.set_authenticator(agenthooks_dispatcher::identity::Authenticator::Anonymous);
         let urls = Arc::new(OperatorUrls::parse(urls).unwrap());
         let mut config = ReporterConfig::new("d-test");
         config.interval = interval;

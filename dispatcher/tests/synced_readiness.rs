@@ -71,6 +71,7 @@ async fn dispatcher<S: AsRef<str>>(urls: &[S]) -> (String, CancellationToken) {
         Edition::Lite,
         SealKey::generate(),
     ));
+    state.set_authenticator(agenthooks_dispatcher::identity::Authenticator::Anonymous);
     let urls = Arc::new(OperatorUrls::parse(urls).unwrap());
     let cancel = CancellationToken::new();
     tokio::spawn(sync::follow(

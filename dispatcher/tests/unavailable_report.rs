@@ -33,6 +33,7 @@ async fn dispatcher(url: &str) -> (Arc<AppState>, String, CancellationToken) {
         Edition::Standard,
         SealKey::generate(),
     ));
+    state.set_authenticator(agenthooks_dispatcher::identity::Authenticator::Anonymous);
     let urls = Arc::new(OperatorUrls::parse(&[url]).unwrap());
     let cancel = CancellationToken::new();
     tokio::spawn(sync::follow(

@@ -53,6 +53,7 @@ fn start(name: &str, hooks: &std::path::Path, audit_db: &str, dir: &std::path::P
         &format!("127.0.0.1:{port}"),
         "--http-allow-cidr",
         "127.0.0.0/8",
+        "--allow-anonymous",
         "--audit-db",
         audit_db,
         "--audit-spool-dir",

@@ -51,6 +51,7 @@ impl Dispatcher {
             format!("127.0.0.1:{port}"),
             "--http-allow-cidr".into(),
             "127.0.0.0/8".into(),
+            "--allow-anonymous".into(),
         ];
         args.extend_from_slice(extra);
         let proc = Proc::start_in(

@@ -79,6 +79,7 @@ fn stack() -> &'static Stack {
                     master.clone(),
                     "--seal-key-file".into(),
                     key.to_str().unwrap().into(),
+                    "--allow-anonymous".into(),
                 ],
                 &[],
                 &logs,

@@ -692,6 +692,7 @@ fn a_hook_left_alone_is_neither_reconciled_again_nor_rewritten() {
             "idle-dispatcher".into(),
             "--master-namespace".into(),
             master.into(),
+            "--allow-anonymous".into(),
         ],
         &[],
         &logs,

@@ -68,6 +68,7 @@ pub fn build_row(run: &RunRecord, keys: Option<&ErrorDetailKeys>) -> AuditRow {
         prompt_tokens: prompt.and_then(|p| p.tokens).map(|t| t.max(0) as u64),
         injection_detected: prompt.and_then(|p| p.injection_detected),
         trace_id: run.trace_id.clone(),
+        caller: run.facts.caller.as_deref().map(|c| no_nul(c.to_owned())),
     };
     AuditRow {
         id: None,
@@ -149,6 +150,18 @@ pub(crate) mod tests {
             },
             trace_id: None,
         }
+    }
+
+    #[test]
+    fn the_caller_goes_into_the_metadata() {
+        let mut rec = record("evt-1", Outcome::Allow, None);
+        assert!(build_row(&rec, None).metadata.get("caller").is_none());
+        rec.facts.caller = Some(Arc::from("system:serviceaccount:tenant-acme:runtime"));
+        let row = build_row(&rec, None);
+        assert_eq!(
+            row.metadata["caller"],
+            "system:serviceaccount:tenant-acme:runtime"
+        );
     }
 
     #[test]

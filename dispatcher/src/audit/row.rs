@@ -98,6 +98,10 @@ pub struct AuditMetadata {
     /// W3C trace id (32 lowercase hex) of the run's span, when traced (CONTRACT §8.1).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
+    /// The authenticated caller that sent the event (CONTRACT §9.1): a callers file's
+    /// `name`, a Kubernetes user name, or `anonymous`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<String>,
 }
 
 impl AuditMetadata {

@@ -78,6 +78,8 @@ pub struct RunFacts {
     pub http_status: Option<u16>,
     /// Model, tokens and `injection_detected` of a prompt run.
     pub prompt: Option<PromptMetadata>,
+    /// The authenticated caller whose event it was (CONTRACT §9.1).
+    pub caller: Option<Arc<str>>,
 }
 
 impl RunRecord {
@@ -116,6 +118,7 @@ impl RunRecord {
                 stdout_len: result.metadata.stdout_len.map(|n| n as u64),
                 http_status: result.metadata.http_status,
                 prompt: result.metadata.prompt.clone(),
+                caller: event.caller.clone(),
             },
             trace_id: None,
         }
@@ -142,6 +145,7 @@ impl RunRecord {
             facts: RunFacts {
                 matcher_matched: hook.compiled.matcher.as_ref().map(|_| true),
                 cel_eval_result: hook.compiled.if_expr.as_ref().map(|_| true),
+                caller: event.caller.clone(),
                 ..Default::default()
             },
             trace_id: None,

@@ -9,11 +9,13 @@ use serde_json::{Value, json};
 
 /// A state with a Lite engine, no SSRF allowlist, and no hooks yet.
 fn new_state() -> Arc<AppState> {
-    AppState::new(Engine::new(
+    let state = AppState::new(Engine::new(
         HttpCaller::new(vec![]),
         Edition::Lite,
         SealKey::generate(),
-    ))
+    ));
+    state.set_authenticator(crate::identity::Authenticator::Anonymous);
+    state
 }
 
 async fn serve_state(state: Arc<AppState>) -> String {
@@ -146,7 +148,11 @@ async fn not_ready_until_hooks_are_loaded_then_decides() {
             .unwrap(),
     )
     .unwrap();
-    assert_eq!(ready, json!({"ready": true, "version": 7, "hooks": 1}));
+    assert_eq!(
+        (&ready["ready"], &ready["version"], &ready["hooks"]),
+        (&json!(true), &json!(7), &json!(1))
+    );
+    assert_eq!(ready["callers"], "anonymous");
 
     let (status, d) = post(&base, ev.to_string()).await;
     assert_eq!(status, 200);
@@ -352,6 +358,7 @@ async fn post_alone(base: &str, body: String) -> (u16, Value, std::time::Duratio
 async fn past_the_concurrency_limit_requests_get_503_at_once_and_are_counted() {
     let engine = Engine::new(HttpCaller::new(vec![]), Edition::Lite, SealKey::generate());
     let state = AppState::with_request_limit(engine, 2);
+    state.set_authenticator(crate::identity::Authenticator::Anonymous);
     assert_eq!(state.max_requests(), 2);
     // Every matching call holds its request for a second.
     state.set_hooks(hooks("sleep 1; exit 0"));
@@ -528,6 +535,7 @@ async fn a_blocking_chain_outlives_a_client_that_goes_away() {
         Engine::new(HttpCaller::new(vec![]), Edition::Lite, SealKey::generate()),
         1,
     );
+    state.set_authenticator(crate::identity::Authenticator::Anonymous);
     // The hook is still running when the client gives up; it finishes all the same.
     state.set_hooks(hooks(&format!(
         "sleep 0.6; touch {}; exit 2",
@@ -571,6 +579,7 @@ async fn an_unavailable_hook_is_listed_blocks_and_its_dry_run_says_so() {
         Edition::Standard,
         SealKey::generate(),
     ));
+    state.set_authenticator(crate::identity::Authenticator::Anonymous);
     let src = SnapshotHook {
         uid: "u-cmd".into(),
         namespace: "tenant-acme".into(),
@@ -671,5 +680,177 @@ async fn an_unavailable_hook_is_listed_blocks_and_its_dry_run_says_so() {
     assert!(
         body["error"].as_str().unwrap().contains("HookUnavailable"),
         "{body}"
+    );
+}
+
+/// A callers file: `acme-runtime` for acme only, `platform` for acme and beta.
+fn callers() -> crate::identity::CallersFile {
+    use crate::identity::callers_file::token_sha256;
+    crate::identity::CallersFile::parse(&format!(
+        "callers:\n  - name: acme-runtime\n    tokenSha256: {}\n    tenants: [acme]\n  - name: platform\n    tokenSha256: {}\n    tenants: [acme, beta]\n",
+        token_sha256("acme-token"),
+        token_sha256("platform-token")
+    ))
+    .unwrap()
+}
+
+async fn post_as(base: &str, auth: Option<&str>, body: &Value) -> (u16, Value, Option<String>) {
+    let mut req = reqwest::Client::new()
+        .post(format!("{base}/v1/dispatch"))
+        .body(body.to_string());
+    if let Some(a) = auth {
+        req = req.header("authorization", a);
+    }
+    let r = req.send().await.unwrap();
+    let status = r.status().as_u16();
+    let challenge = r
+        .headers()
+        .get("www-authenticate")
+        .map(|v| v.to_str().unwrap().to_string());
+    let body = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap_or(Value::Null);
+    (status, body, challenge)
+}
+
+/// CONTRACT §9.1–9.2 through the API: 401 without a credential that verifies, 403
+/// naming `tenant_id` for a tenant the caller may not act for — and then nothing runs —,
+/// 400 when the tenant must be named, the caller's only tenant when it is not.
+#[tokio::test]
+async fn callers_prove_who_they_are_and_act_only_for_their_tenants() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    let state = AppState::new(Engine::new(
+        HttpCaller::new(vec![]),
+        Edition::Lite,
+        SealKey::generate(),
+    ));
+    state.set_authenticator(crate::identity::Authenticator::Callers(callers()));
+    // The acme hook leaves a mark each time it runs, and blocks.
+    state.set_hooks(hooks(&format!(
+        "echo x >> {}; echo 'acme says no' >&2; exit 2",
+        ran.display()
+    )));
+    let base = serve_state(Arc::clone(&state)).await;
+    let runs = || {
+        std::fs::read_to_string(&ran)
+            .map(|s| s.lines().count())
+            .unwrap_or(0)
+    };
+    let ev = |tenant: Option<&str>| {
+        let mut e = json!({"event": "pre_tool_use", "tool_name": "exec", "tool_input": {}});
+        if let Some(t) = tenant {
+            e["tenant_id"] = json!(t);
+        }
+        e
+    };
+
+    // No credential, a wrong one, another scheme: 401 with a challenge; nothing runs.
+    for auth in [
+        None,
+        Some("Bearer nope"),
+        Some("Basic YWNtZS10b2tlbg=="),
+        Some("Bearer "),
+    ] {
+        let (status, body, challenge) = post_as(&base, auth, &ev(Some("acme"))).await;
+        assert_eq!(status, 401, "{auth:?}: {body}");
+        assert_eq!(body["field"], "", "{body}");
+        assert_eq!(challenge.as_deref(), Some("Bearer realm=\"agenthooks\""));
+    }
+    assert_eq!(runs(), 0);
+
+    // Another tenant: 403 naming tenant_id, and nothing runs for it.
+    let acme = Some("Bearer acme-token");
+    let (status, body, _) = post_as(&base, acme, &ev(Some("beta"))).await;
+    assert_eq!(
+        (status, body["field"].as_str()),
+        (403, Some("tenant_id")),
+        "{body}"
+    );
+    assert_eq!(
+        body["error"],
+        "tenant_id: caller acme-runtime may not act for tenant \"beta\""
+    );
+    assert_eq!(runs(), 0);
+
+    // Its own tenant, named or not: the acme hook runs and blocks.
+    for tenant in [Some("acme"), None] {
+        let (status, body, _) = post_as(&base, acme, &ev(tenant)).await;
+        assert_eq!(
+            (status, body["decision"].as_str()),
+            (200, Some("block")),
+            "{body}"
+        );
+        assert_eq!(body["reason"], "acme says no");
+    }
+    assert_eq!(runs(), 2);
+
+    // A caller of several tenants must name one; beta has no hooks.
+    let platform = Some("Bearer platform-token");
+    let (status, body, _) = post_as(&base, platform, &ev(None)).await;
+    assert_eq!(
+        (status, body["field"].as_str()),
+        (400, Some("tenant_id")),
+        "{body}"
+    );
+    let (status, body, _) = post_as(&base, platform, &ev(Some("beta"))).await;
+    assert_eq!(
+        (status, body["decision"].as_str()),
+        (200, Some("allow")),
+        "{body}"
+    );
+    // The credential is checked before the body is read: a bad body without one is 401.
+    let (status, _, _) = post_as(&base, None, &json!("not an event")).await;
+    assert_eq!(status, 401);
+    assert_eq!(runs(), 2);
+
+    let r: Value = serde_json::from_slice(
+        &reqwest::get(format!("{base}/readyz"))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(r["callers"], "callers-file");
+    assert!(r.get("warning").is_none(), "{r}");
+}
+
+/// A state nobody told how to authenticate refuses every call; an anonymous one says so
+/// in /readyz.
+#[tokio::test]
+async fn no_authenticator_refuses_everyone_and_anonymous_is_loud() {
+    let state = AppState::new(Engine::new(
+        HttpCaller::new(vec![]),
+        Edition::Lite,
+        SealKey::generate(),
+    ));
+    state.set_hooks(hooks("exit 0"));
+    let base = serve_state(Arc::clone(&state)).await;
+    let ev = json!({"event": "pre_tool_use", "tenant_id": "acme", "tool_name": "exec"});
+    let (status, body, _) = post_as(&base, Some("Bearer anything"), &ev).await;
+    assert_eq!(status, 401, "{body}");
+
+    let state = new_state();
+    state.set_hooks(hooks("exit 0"));
+    let base = serve_state(Arc::clone(&state)).await;
+    let (status, body, _) = post_as(&base, None, &ev).await;
+    assert_eq!(
+        (status, body["decision"].as_str()),
+        (200, Some("allow")),
+        "{body}"
+    );
+    let r: Value = serde_json::from_slice(
+        &reqwest::get(format!("{base}/readyz"))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(r["callers"], "anonymous");
+    assert!(
+        r["warning"].as_str().unwrap().contains("not authenticated"),
+        "{r}"
     );
 }

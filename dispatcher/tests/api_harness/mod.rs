@@ -76,8 +76,34 @@ pub fn command(dir: &Path) -> Command {
     cmd
 }
 
-/// Spawns `cmd` under a guard; its output is dropped unless `TEST_DISPATCHER_LOGS` is set.
+/// Adds `--allow-anonymous` to a serving command that names no way to know its callers
+/// (the tests of other things than identity call without a credential).
+pub fn anonymous_unless_told(cmd: &mut Command) {
+    let args: Vec<String> = cmd
+        .get_args()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let subcommand = args
+        .first()
+        .is_some_and(|a| ["check", "budget-load", "command-runner"].contains(&a.as_str()));
+    let told = args.iter().any(|a| {
+        [
+            "--callers-file",
+            "--kubernetes-callers",
+            "--allow-anonymous",
+        ]
+        .iter()
+        .any(|f| a == f || a.starts_with(&format!("{f}=")))
+    });
+    if !subcommand && !told {
+        cmd.arg("--allow-anonymous");
+    }
+}
+
+/// Spawns `cmd` under a guard; its output is dropped unless `TEST_DISPATCHER_LOGS` is
+/// set. A serving command without a callers flag gets `--allow-anonymous`.
 pub fn spawn(mut cmd: Command) -> Proc {
+    anonymous_unless_told(&mut cmd);
     let logs = std::env::var_os("TEST_DISPATCHER_LOGS").is_some();
     cmd.stdout(Stdio::null()).stderr(if logs {
         Stdio::inherit()
