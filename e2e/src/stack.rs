@@ -335,6 +335,19 @@ impl DispatcherProc {
         extra: &[&str],
         logs: &Path,
     ) -> DispatcherProc {
+        DispatcherProc::start_with_env(operators, id, master, extra, &[], logs)
+    }
+
+    /// As [`DispatcherProc::start`], with `env` set (e.g. `KUBECONFIG` for
+    /// `--kubernetes-callers`).
+    pub fn start_with_env(
+        operators: &[&str],
+        id: &str,
+        master: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        logs: &Path,
+    ) -> DispatcherProc {
         let port = free_port();
         let key = seal_key_file(logs);
         let mut args: Vec<String> = Vec::new();
@@ -366,7 +379,7 @@ impl DispatcherProc {
         if !told {
             args.push("--allow-anonymous".into());
         }
-        let proc = Proc::start(id, &bin("agenthooks-dispatcher"), &args, &[], logs);
+        let proc = Proc::start(id, &bin("agenthooks-dispatcher"), &args, env, logs);
         DispatcherProc {
             proc,
             url: format!("http://127.0.0.1:{port}"),
@@ -421,17 +434,54 @@ fn seal_key_file(logs: &Path) -> PathBuf {
 /// (every `agenthooks-operator` name made unique, namespace `agenthooks-system` replaced by
 /// `ns`), so a test runs the operator with exactly the permissions users give it.
 pub fn operator_service_account_kubeconfig(cp: &ControlPlane, ns: &str, dir: &Path) -> PathBuf {
+    service_account_kubeconfig(
+        cp,
+        "config/rbac/operator.yaml",
+        "agenthooks-operator",
+        ns,
+        dir,
+    )
+}
+
+/// A kubeconfig for a dispatcher ServiceAccount with the RBAC of
+/// `config/rbac/dispatcher.yaml` (TokenReview and SubjectAccessReview for
+/// `--kubernetes-callers`), made unique and moved to `ns` as
+/// [`operator_service_account_kubeconfig`] does.
+pub fn dispatcher_service_account_kubeconfig(cp: &ControlPlane, ns: &str, dir: &Path) -> PathBuf {
+    service_account_kubeconfig(
+        cp,
+        "config/rbac/dispatcher.yaml",
+        "agenthooks-dispatcher",
+        ns,
+        dir,
+    )
+}
+
+/// Applies the RBAC file `rbac` (relative to the repository) with every `name` in it (the
+/// ServiceAccount's and the objects' names) made unique and `agenthooks-system` replaced
+/// by `ns`, creating the ServiceAccount if the file does not, and writes a kubeconfig with
+/// a 2-hour token of it into `dir`.
+fn service_account_kubeconfig(
+    cp: &ControlPlane,
+    rbac: &str,
+    name: &str,
+    ns: &str,
+    dir: &Path,
+) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let role = unique_name("ah-operator");
-    let rbac = std::fs::read_to_string(root.join("config/rbac/operator.yaml"))
+    let sa = unique_name(&name.replace("agenthooks-", "ah-"));
+    let text = std::fs::read_to_string(root.join(rbac))
         .unwrap()
-        .replace("agenthooks-operator", &role)
+        .replace(name, &sa)
         .replace("agenthooks-system", ns);
-    cp.apply_yaml(&rbac);
-    let token = cp.kubectl_ok(&["create", "token", &role, "-n", ns, "--duration=2h"]);
+    if !text.lines().any(|l| l == "kind: ServiceAccount") {
+        cp.kubectl_ok(&["create", "serviceaccount", &sa, "-n", ns]);
+    }
+    cp.apply_yaml(&text);
+    let token = cp.kubectl_ok(&["create", "token", &sa, "-n", ns, "--duration=2h"]);
     let mut kc: Value = cp.kubectl_json(&["config", "view", "--minify", "--raw"]);
     kc["users"][0]["user"] = serde_json::json!({ "token": token.trim() });
-    let path = dir.join("operator.kubeconfig");
+    let path = dir.join(format!("{sa}.kubeconfig"));
     std::fs::write(&path, kc.to_string()).unwrap();
     path
 }

@@ -402,8 +402,15 @@ fn check_disruptions(items: &[Value], operator: &Value, dispatcher: &Value) {
     );
 }
 
+/// The rules of the operator's ClusterRole among `items` (the dispatcher's RBAC ships
+/// others: system:auth-delegator's binding, the agenthooks-dispatch role to bind).
 fn cluster_role_rules(items: &[Value]) -> Value {
-    role_rules(items, "ClusterRole")
+    let ours: Vec<Value> = items
+        .iter()
+        .filter(|o| o["kind"] != "ClusterRole" || o["metadata"]["name"] == "agenthooks-operator")
+        .cloned()
+        .collect();
+    role_rules(&ours, "ClusterRole")
 }
 
 /// The rules of the one object of `kind` (ClusterRole, Role) among `items`.
