@@ -9,8 +9,11 @@
 //!   answer; [`Load::stop`] reads them back as a [`LoadReport`]. For "none lost or wrong"
 //!   under a rollout or a failover.
 //!
-//! Both Pods run restricted (non-root, read-only root file system, no capabilities, no
-//! ServiceAccount token) with an emptyDir on /tmp.
+//! Both Pods run restricted (non-root, read-only root file system, no capabilities, no API
+//! token) with an emptyDir on /tmp, and prove who they are as an agent runtime does
+//! (docs/callers.md): a projected token of their namespace's `default` ServiceAccount for
+//! the audience `agenthooks.io`, at [`TOKEN_PATH`], sent as `Authorization: Bearer …` with
+//! every request (unless [`Agent::request_without_token`]).
 
 use std::time::{Duration, Instant};
 
@@ -21,6 +24,12 @@ use crate::wait_for;
 
 /// The image of the agent Pods (imported by `e2e/node/up.sh`; on another cluster, load it).
 pub const AGENT_IMAGE: &str = "agenthooks.test/agent:1";
+
+/// Where the agent Pods find their projected ServiceAccount token for `agenthooks.io`.
+pub const TOKEN_PATH: &str = "/var/run/secrets/agenthooks.io/token";
+
+/// Stands for the Pod's token in a request until the Pod sends it.
+const TOKEN_MARK: &str = "@AGENTHOOKS_TOKEN@";
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -49,10 +58,18 @@ fn pod_manifest(ns: &str, name: &str, script: &str) -> Value {
                     "allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
                     "capabilities": {"drop": ["ALL"]}
                 },
-                "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+                "volumeMounts": [
+                    {"name": "tmp", "mountPath": "/tmp"},
+                    {"name": "agenthooks-token", "mountPath": "/var/run/secrets/agenthooks.io", "readOnly": true}
+                ],
                 "resources": {"requests": {"cpu": "10m", "memory": "8Mi"}}
             }],
-            "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}}]
+            "volumes": [
+                {"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}},
+                {"name": "agenthooks-token", "projected": {"sources": [
+                    {"serviceAccountToken": {"audience": "agenthooks.io", "expirationSeconds": 3600, "path": "token"}}
+                ]}}
+            ]
         }
     })
 }
@@ -126,8 +143,27 @@ impl<'a> Agent<'a> {
     }
 
     /// One HTTP/1.0 request from the Pod to `http://HOST:PORT/PATH` (`url`), with
-    /// `headers` (`Name: value`) and a JSON `body` when given (POST, else GET).
+    /// `headers` (`Name: value`) and a JSON `body` when given (POST, else GET), sent with
+    /// the Pod's token ([`TOKEN_PATH`]) unless `headers` has an `Authorization` of its own.
     pub fn request(&self, url: &str, headers: &[&str], body: Option<&str>) -> Answer {
+        let own = headers
+            .iter()
+            .any(|h| h.to_ascii_lowercase().starts_with("authorization:"));
+        let with_token: Vec<String> = headers
+            .iter()
+            .map(|h| h.to_string())
+            .chain((!own).then(|| format!("Authorization: Bearer {TOKEN_MARK}")))
+            .collect();
+        let with_token: Vec<&str> = with_token.iter().map(String::as_str).collect();
+        self.send(url, &with_token, body)
+    }
+
+    /// As [`Agent::request`], without any credential (for the 401s).
+    pub fn request_without_token(&self, url: &str, headers: &[&str], body: Option<&str>) -> Answer {
+        self.send(url, headers, body)
+    }
+
+    fn send(&self, url: &str, headers: &[&str], body: Option<&str>) -> Answer {
         let rest = url
             .strip_prefix("http://")
             .unwrap_or_else(|| panic!("{url}: only http:// URLs"));
@@ -154,8 +190,9 @@ impl<'a> Agent<'a> {
         req.push_str(body.unwrap_or_default());
         // busybox nc ends when its stdin does: `-e` runs a shell on the socket instead,
         // which sends the request and reads the answer until the server closes (HTTP/1.0).
+        // The token is read in the Pod, where it lives (and is renewed by the kubelet).
         let script = format!(
-            "f=/tmp/req.$$; cat > $f; timeout 30 nc -w 20 {host} {port} -e sh -c \"cat $f; cat > $f.out\"; cat $f.out; rm -f $f $f.out"
+            "f=/tmp/req.$$; sed \"s|{TOKEN_MARK}|$(cat {TOKEN_PATH} 2>/dev/null)|\" > $f; timeout 30 nc -w 20 {host} {port} -e sh -c \"cat $f; cat > $f.out\"; cat $f.out; rm -f $f $f.out"
         );
         let out = self.node.kubectl_stdin(
             &[
@@ -289,7 +326,7 @@ impl<'a> Load<'a> {
                 "event bodies are single-quoted: {event}"
             );
             script.push_str(&format!(
-                "  a=$(timeout 15 wget -q -O - --header 'content-type: application/json' --post-data '{event}' \"$url\" 2>&1 | tr '\\n' ' ')\n  echo \"A {label} $a\"\n"
+                "  a=$(timeout 15 wget -q -O - --header 'content-type: application/json' --header \"Authorization: Bearer $(cat {TOKEN_PATH})\" --post-data '{event}' \"$url\" 2>&1 | tr '\\n' ' ')\n  echo \"A {label} $a\"\n"
             ));
         }
         script.push_str("done\necho \"DONE $i\"\n");
