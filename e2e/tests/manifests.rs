@@ -243,6 +243,7 @@ fn check_wiring(items: &[Value], op: &str, disp: &str, edition: &str, seal_secre
         "--max-concurrent-requests=1024",
         "--seal-key-file=/etc/agenthooks/seal/seal.key",
         &format!("--edition={edition}"),
+        "--kubernetes-callers",
     ] {
         assert!(
             has_arg(&d_args, want),
@@ -966,6 +967,22 @@ const CANNOT_WORK: &[(&[&str], &str, Refused)] = &[
     (
         &["dispatcher.replicaCount=-1"],
         "'/dispatcher/replicaCount'",
+        Refused::Schema,
+    ),
+    // callers (docs/callers.md)
+    (
+        &["dispatcher.callers.mode=open"],
+        "'/dispatcher/callers/mode'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.callers.audience="],
+        "'/dispatcher/callers/audience'",
+        Refused::Schema,
+    ),
+    (
+        &["dispatcher.callers.accessCacheSeconds=3601"],
+        "'/dispatcher/callers/accessCacheSeconds'",
         Refused::Schema,
     ),
     (
@@ -2101,6 +2118,20 @@ fn check_command_runner(items: &[Value]) {
         .map(|m| m["name"].as_str().unwrap())
         .collect();
     assert_eq!(mounts, ["runner-socket", "runner-tmp"]);
+    // The API token (for --kubernetes-callers) is the dispatcher container's alone.
+    let token = volume(pod, "kube-api-access").expect("kube-api-access");
+    assert_eq!(
+        token["projected"]["sources"][0]["serviceAccountToken"]["path"],
+        "token"
+    );
+    assert!(
+        containers[0]["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["name"] == "kube-api-access"
+                && m["mountPath"] == "/var/run/secrets/kubernetes.io/serviceaccount")
+    );
     assert!(r.get("envFrom").is_none());
     for e in r["env"].as_array().into_iter().flatten() {
         assert!(e.get("valueFrom").is_none(), "{e}");

@@ -82,7 +82,8 @@ const DISPATCHER: &str = "dispatcher";
 /// cluster-wide and write only their status, read Namespaces and Secrets (header
 /// valueFrom), write Events; its Lease and its own namespace's Pods (the leader label) only
 /// in the release namespace. Never a hook's spec, a Secret's content, other namespaces'
-/// Leases or Pods, workloads or RBAC. The dispatcher: nothing at all.
+/// Leases or Pods, workloads or RBAC. The dispatcher: review tokens and access
+/// (system:auth-delegator, for `--kubernetes-callers`), nothing else.
 const CHECKS: &[Check] = &[
     (OPERATOR, "list", "agenthooks.agenthooks.io", "", true),
     (OPERATOR, "watch", "agenthooks.agenthooks.io", "", true),
@@ -340,7 +341,8 @@ pub fn run(tier: &mut Tier) {
     assert!(wrong.is_empty(), "RBAC differs:\n{}", wrong.join("\n"));
 
     // The dispatcher may do nothing on resources but what every authenticated user may
-    // (review its own access).
+    // (review its own access) and what system:auth-delegator gives it: review callers'
+    // tokens and access (CONTRACT §9.1–9.2).
     let list = node.kubectl_ok(&[
         "auth",
         "can-i",
@@ -357,9 +359,14 @@ pub fn run(tier: &mut Tier) {
         .collect();
     for r in &resources {
         assert!(
-            r.starts_with("self"),
+            r.starts_with("self")
+                || ["tokenreviews.authentication.k8s.io", "subjectaccessreviews.authorization.k8s.io"]
+                    .contains(r),
             "the dispatcher may touch {r}:\n{list}"
         );
+    }
+    for r in ["tokenreviews.authentication.k8s.io", "subjectaccessreviews.authorization.k8s.io"] {
+        assert!(resources.contains(&r), "the dispatcher may not create {r}:\n{list}");
     }
     let rbac_secs = t.elapsed().as_secs_f64();
     eprintln!(
