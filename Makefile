@@ -76,7 +76,8 @@ lint:
 ## issue 3's figures on a real control plane (status writes per hook under 2,000
 ## decisions/s, breaker trip -> open breaker seen by every dispatcher vs apply -> served); then
 ## issue 5's: audit rows/s into PostgreSQL while decisions run, latency audit on vs off; then
-## issue 10's: the decision path of this tree against $(BENCH_BASE) (built in ~/.cache); then
+## issue 12's: decision latency with callers authenticated (callers file; Kubernetes, cached
+## TokenReview) vs anonymous; then issue 10's: the decision path of this tree against $(BENCH_BASE) (built in ~/.cache); then
 ## issue 11's on the real node (root): apply -> enforced by 3 dispatcher Pods vs the process
 ## tier, image sizes, Pod RSS idle and at 2,000 decisions/s
 BENCH_BASE ?= 312fd1b
@@ -87,6 +88,7 @@ bench: deps
 	$(CARGO) bench -p agenthooks-dispatcher --bench telemetry_overhead
 	$(CARGO) bench -p agenthooks-e2e --bench safeguards
 	$(CARGO) bench -p agenthooks-e2e --bench audit
+	$(CARGO) bench -p agenthooks-e2e --bench callers
 	bash bench/before-after.sh $(BENCH_BASE)
 	bash scripts/install-deps.sh node
 	bash e2e/node/build.sh >/dev/null

@@ -360,13 +360,22 @@ pub fn run(tier: &mut Tier) {
     for r in &resources {
         assert!(
             r.starts_with("self")
-                || ["tokenreviews.authentication.k8s.io", "subjectaccessreviews.authorization.k8s.io"]
-                    .contains(r),
+                || [
+                    "tokenreviews.authentication.k8s.io",
+                    "subjectaccessreviews.authorization.k8s.io"
+                ]
+                .contains(r),
             "the dispatcher may touch {r}:\n{list}"
         );
     }
-    for r in ["tokenreviews.authentication.k8s.io", "subjectaccessreviews.authorization.k8s.io"] {
-        assert!(resources.contains(&r), "the dispatcher may not create {r}:\n{list}");
+    for r in [
+        "tokenreviews.authentication.k8s.io",
+        "subjectaccessreviews.authorization.k8s.io",
+    ] {
+        assert!(
+            resources.contains(&r),
+            "the dispatcher may not create {r}:\n{list}"
+        );
     }
     let rbac_secs = t.elapsed().as_secs_f64();
     eprintln!(
