@@ -50,6 +50,10 @@ pub const TENANT_CONFLICT: &str = "TenantConflict";
 ///    never take a tenant away from the one that holds it;
 /// 3. then the namespace name, so the answer never depends on list order.
 ///
+/// [`TenantMap::resolve_with_master`] puts one rule before these: the master namespace
+/// (global hooks) always holds the tenant it claims, so no label on another namespace can
+/// take its hooks away.
+///
 /// Pure: the operator builds it from its namespace cache, dispatchers from the snapshot.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TenantMap {
@@ -62,6 +66,17 @@ pub struct TenantMap {
 impl TenantMap {
     /// Resolves the claims of `namespaces` (each namespace once).
     pub fn resolve<'a>(namespaces: impl IntoIterator<Item = &'a NamespaceClaim>) -> TenantMap {
+        TenantMap::resolve_with_master(namespaces, None)
+    }
+
+    /// [`TenantMap::resolve`], where the namespace `master` (the operator's
+    /// `--master-namespace`, if given) beats every other claim of its tenant: its hooks
+    /// are the platform's global guards, and a namespace labelled with the master
+    /// namespace's tenant must not switch them off (the label loses instead).
+    pub fn resolve_with_master<'a>(
+        namespaces: impl IntoIterator<Item = &'a NamespaceClaim>,
+        master: Option<&str>,
+    ) -> TenantMap {
         use std::collections::HashMap;
         let claims: Vec<(&NamespaceClaim, String, bool)> = namespaces
             .into_iter()
@@ -73,16 +88,22 @@ impl TenantMap {
                 (ns, tenant.0, tenant.1)
             })
             .collect();
-        // tenant → best claim: (by name?, created, namespace); the smallest wins.
-        let mut best: HashMap<&str, (bool, &str, &str)> = HashMap::new();
+        // tenant → best claim: (not master?, by name?, created, namespace); the smallest
+        // wins.
+        let mut best: HashMap<&str, (bool, bool, &str, &str)> = HashMap::new();
         for (ns, tenant, by_name) in &claims {
-            let key = (*by_name, ns.created_at.as_str(), ns.namespace.as_str());
+            let key = (
+                Some(ns.namespace.as_str()) != master,
+                *by_name,
+                ns.created_at.as_str(),
+                ns.namespace.as_str(),
+            );
             best.entry(tenant.as_str())
                 .and_modify(|b| *b = (*b).min(key))
                 .or_insert(key);
         }
         TenantMap::from_entries(claims.iter().map(|(ns, tenant, _)| {
-            let holder = best[tenant.as_str()].2;
+            let holder = best[tenant.as_str()].3;
             NamespaceTenant {
                 namespace: ns.namespace.clone(),
                 tenant: tenant.clone(),
@@ -284,6 +305,58 @@ mod tests {
             let again = TenantMap::from_entries(map.entries());
             assert_eq!(again, map, "case {i}");
         }
+    }
+
+    #[test]
+    fn the_master_namespace_always_holds_its_claim() {
+        // (namespaces, namespace asked, expected tenant or the holder it lost to)
+        let (t1, t2) = ("2026-01-01T00:00:00Z", "2026-02-01T00:00:00Z");
+        const MASTER: &str = "agenthooks-system";
+        type Want = Result<Option<&'static str>, &'static str>;
+        let cases: Vec<(Vec<NamespaceClaim>, &str, Want)> = vec![
+            // A label naming the master namespace's tenant loses to it, however old.
+            (
+                vec![ns(MASTER, None, t2), ns("evil", Some(MASTER), t1)],
+                MASTER,
+                Ok(Some(MASTER)),
+            ),
+            (
+                vec![ns(MASTER, None, t2), ns("evil", Some(MASTER), t1)],
+                "evil",
+                Err(MASTER),
+            ),
+            // A labelled master namespace holds its label's tenant too.
+            (
+                vec![ns(MASTER, Some("ops"), t2), ns("ops", Some("ops"), t1)],
+                MASTER,
+                Ok(Some("ops")),
+            ),
+            (
+                vec![ns(MASTER, Some("ops"), t2), ns("ops", Some("ops"), t1)],
+                "ops",
+                Err(MASTER),
+            ),
+            // Other tenants follow the usual rules.
+            (
+                vec![
+                    ns(MASTER, None, t1),
+                    ns("a", Some("acme"), t2),
+                    ns("acme", None, t1),
+                ],
+                "acme",
+                Err("a"),
+            ),
+        ];
+        for (i, (namespaces, asked, want)) in cases.iter().enumerate() {
+            let map = TenantMap::resolve_with_master(namespaces, Some(MASTER));
+            let got = map.tenant_of(asked).map_err(|c| c.holder.clone());
+            let want = want.map_err(str::to_string);
+            assert_eq!(got, want, "case {i}: {asked} in {namespaces:?}");
+            assert_eq!(TenantMap::from_entries(map.entries()), map, "case {i}");
+        }
+        // Without a master namespace, the label wins as before.
+        let map = TenantMap::resolve(&[ns(MASTER, None, t2), ns("evil", Some(MASTER), t1)]);
+        assert_eq!(map.namespace_of(MASTER), Some("evil"));
     }
 
     #[test]

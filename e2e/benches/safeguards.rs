@@ -48,8 +48,8 @@ fn http_hook(ns: &str, name: &str, url: &str) -> String {
     )
 }
 
-fn event(tool: &str) -> String {
-    json!({"event": "pre_tool_use", "tenant_id": "acme", "agent_id": "a1",
+fn event(tenant: &str, tool: &str) -> String {
+    json!({"event": "pre_tool_use", "tenant_id": tenant, "agent_id": "a1",
            "tool_name": tool, "tool_input": {"cmd": "x"}})
     .to_string()
 }
@@ -57,6 +57,8 @@ fn event(tool: &str) -> String {
 struct Bench {
     cp: &'static ControlPlane,
     ns: String,
+    /// The tenant of `ns` (the fleet's own, called `acme` below).
+    tenant: String,
     operator: OperatorProc,
     ds: Vec<DispatcherProc>,
     client: reqwest::Client,
@@ -84,7 +86,7 @@ impl Bench {
             .client
             .post(format!("{}/v1/dispatch", self.ds[d].url))
             .header("content-type", "application/json")
-            .body(event(tool))
+            .body(event(&self.tenant, tool))
             .send()
             .await;
         match resp {
@@ -99,7 +101,7 @@ impl Bench {
     /// Whether dispatcher `d` has `acme`'s breaker of hook `key` open: a dry run of the hook
     /// on an event its matcher skips (no handler runs, nothing is recorded) reports it.
     async fn breaker_open_on(&self, d: usize, key: &str) -> bool {
-        let body = json!({"hook": key, "event": {"event": "pre_tool_use", "tenant_id": "acme",
+        let body = json!({"hook": key, "event": {"event": "pre_tool_use", "tenant_id": self.tenant,
             "agent_id": "a1", "tool_name": "matches-no-hook", "tool_input": {}}});
         let Ok(resp) = self
             .client
@@ -189,6 +191,7 @@ async fn main() {
     let bench = Bench {
         cp: fleet.cp,
         ns: fleet.tenant_ns,
+        tenant: fleet.tenant,
         operator: fleet.operator,
         ds: fleet.dispatchers,
         client: reqwest::Client::builder()

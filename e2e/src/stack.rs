@@ -208,14 +208,17 @@ impl OperatorProc {
 }
 
 /// One operator and `n` dispatchers following it on the shared control plane, with a
-/// master namespace and a tenant `acme` namespace of their own (release builds under
+/// master namespace and a tenant namespace of their own (release builds under
 /// `cargo bench`): what the benches measure against. The dispatchers are ready when
 /// [`Fleet::start`] returns.
 pub struct Fleet {
     pub cp: &'static ControlPlane,
     pub master: String,
-    /// A namespace labelled `agenthooks.io/tenant: acme`.
+    /// A namespace labelled `agenthooks.io/tenant: <tenant>`.
     pub tenant_ns: String,
+    /// The fleet's own tenant (`acme-…`): one namespace holds each tenant on the shared
+    /// API server (CONTRACT §9.3), so fleets never share one.
+    pub tenant: String,
     pub operator: OperatorProc,
     pub dispatchers: Vec<DispatcherProc>,
 }
@@ -228,8 +231,9 @@ impl Fleet {
         install_crds(cp);
         let master = unique_name(prefix);
         let tenant_ns = unique_name(&format!("{prefix}-acme"));
+        let tenant = unique_name("acme");
         cp.create_namespace(&master, &[]);
-        cp.create_namespace(&tenant_ns, &[("agenthooks.io/tenant", "acme")]);
+        cp.create_namespace(&tenant_ns, &[("agenthooks.io/tenant", &tenant)]);
         let logs = log_dir(prefix);
         let operator = OperatorProc::start(
             &cp.kubeconfig,
@@ -261,6 +265,7 @@ impl Fleet {
             cp,
             master,
             tenant_ns,
+            tenant,
             operator,
             dispatchers,
         }

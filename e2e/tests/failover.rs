@@ -30,13 +30,20 @@ fn hook_yaml(ns: &str, name: &str, message: &str) -> String {
     )
 }
 
+/// This test's tenant: one namespace holds each tenant on the shared API server
+/// (CONTRACT §9.3), so it is not shared with other tests' namespaces.
+fn tenant() -> &'static str {
+    static TENANT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TENANT.get_or_init(|| unique_name("acme"))
+}
+
 fn rm_event() -> Value {
-    json!({"event": "pre_tool_use", "tenant_id": "acme", "agent_id": "a1",
+    json!({"event": "pre_tool_use", "tenant_id": tenant(), "agent_id": "a1",
            "tool_name": "exec", "tool_input": {"cmd": "rm -rf /"}})
 }
 
 fn ls_event() -> Value {
-    json!({"event": "pre_tool_use", "tenant_id": "acme", "agent_id": "a1",
+    json!({"event": "pre_tool_use", "tenant_id": tenant(), "agent_id": "a1",
            "tool_name": "exec", "tool_input": {"cmd": "ls"}})
 }
 
@@ -57,7 +64,7 @@ fn standby_takes_over_while_dispatchers_keep_deciding() {
     let master = unique_name("ah-failover");
     let tenant_ns = unique_name("tenant-acme");
     cp.create_namespace(&master, &[]);
-    cp.create_namespace(&tenant_ns, &[("agenthooks.io/tenant", "acme")]);
+    cp.create_namespace(&tenant_ns, &[("agenthooks.io/tenant", tenant())]);
     let logs = log_dir("ah-failover");
     let kubeconfig = operator_service_account_kubeconfig(cp, &master, &logs);
     let lease = unique_name("agenthooks-operator");

@@ -14,6 +14,9 @@ struct Stack {
     cp: &'static ControlPlane,
     master: String,
     tenant_ns: String,
+    /// The tenant of `tenant_ns`, this binary's own: one namespace holds each tenant on
+    /// the shared API server (CONTRACT §9.3), so other tests' namespaces cannot share it.
+    tenant: String,
     dispatchers: Vec<String>,
     operator_sync: String,
     _procs: std::sync::Mutex<Vec<Proc>>,
@@ -26,8 +29,9 @@ fn stack() -> &'static Stack {
         agenthooks_e2e::stack::install_crds(cp);
         let master = unique_name("ah-system");
         let tenant_ns = unique_name("tenant-acme");
+        let tenant = unique_name("acme");
         cp.create_namespace(&master, &[]);
-        cp.create_namespace(&tenant_ns, &[("agenthooks.io/tenant", "acme")]);
+        cp.create_namespace(&tenant_ns, &[("agenthooks.io/tenant", &tenant)]);
         let logs = std::env::temp_dir().join(unique_name("agenthooks-e2e-logs"));
         std::fs::create_dir_all(&logs).unwrap();
         let key = logs.join("seal.key");
@@ -90,6 +94,7 @@ fn stack() -> &'static Stack {
             cp,
             master,
             tenant_ns,
+            tenant,
             dispatchers,
             operator_sync,
             _procs: std::sync::Mutex::new(procs),
@@ -167,8 +172,8 @@ fn hook_yaml(ns: &str, name: &str, body: &str) -> String {
 
 const BLOCK_RM: &str = "  event: pre_tool_use\n  priority: 10\n  matcher: '^exec$'\n  ifExpr: 'tool_input.cmd.startsWith(\"rm\")'\n  handler:\n    type: command\n    command: {command: 'echo v1-block >&2; exit 2'}\n";
 
-fn rm_event() -> Value {
-    json!({"event": "pre_tool_use", "tenant_id": "acme", "agent_id": "a1", "tool_name": "exec", "tool_input": {"cmd": "rm -rf /"}})
+fn rm_event(tenant: &str) -> Value {
+    json!({"event": "pre_tool_use", "tenant_id": tenant, "agent_id": "a1", "tool_name": "exec", "tool_input": {"cmd": "rm -rf /"}})
 }
 
 /// The generation of `key` served by a dispatcher, from `GET /v1/hooks` (None: not served).
@@ -213,7 +218,7 @@ fn apply_reaches_both_dispatchers_then_edit_and_delete() {
         apply_to_served.as_millis()
     );
     for d in &s.dispatchers {
-        let v = dispatch(d, &rm_event());
+        let v = dispatch(d, &rm_event(&s.tenant));
         assert_eq!(
             (
                 v["decision"].as_str(),
@@ -297,7 +302,11 @@ fn apply_reaches_both_dispatchers_then_edit_and_delete() {
         started.elapsed().as_millis()
     );
     for d in &s.dispatchers {
-        assert_eq!(dispatch(d, &rm_event())["reason"], "v2-block", "{d}");
+        assert_eq!(
+            dispatch(d, &rm_event(&s.tenant))["reason"],
+            "v2-block",
+            "{d}"
+        );
     }
 
     // delete: both stop serving and running it
@@ -307,7 +316,7 @@ fn apply_reaches_both_dispatchers_then_edit_and_delete() {
         .iter()
         .all(|d| served_generation(d, &key).is_none())));
     for d in &s.dispatchers {
-        let v = dispatch(d, &rm_event());
+        let v = dispatch(d, &rm_event(&s.tenant));
         let ran = v["hooks"]
             .as_array()
             .unwrap()

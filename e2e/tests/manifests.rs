@@ -4,9 +4,10 @@
 //! wiring is consistent (Service ↔ pods, ServiceAccounts, the operator URL, the RBAC of the
 //! chart against `config/rbac/`, the chart's admission policy against `config/admission/`),
 //! chart values that cannot work fail `helm template`/`install` naming the value (its
-//! values schema and `templates/_validate.tpl`), and the Standard-edition
-//! ValidatingAdmissionPolicy refuses a command hook through the API server while admitting
-//! an http hook. (The Argo CD health checks of config/argocd run in Argo CD's own code:
+//! values schema and `templates/_validate.tpl`), the tenancy policy and ClusterRole of
+//! `config/tenancy/` and the chart agree (CONTRACT §9.3; e2e/tests/tenancy.rs runs the
+//! policy for real), and the Standard-edition ValidatingAdmissionPolicy refuses a command
+//! hook through the API server while admitting an http hook. (The Argo CD health checks of config/argocd run in Argo CD's own code:
 //! e2e/tests/argocd.rs.)
 //!
 //! Needs `helm` (built from its Go module by `e2e/controlplane/build-helm.sh` and cached; or
@@ -403,22 +404,87 @@ fn check_disruptions(items: &[Value], operator: &Value, dispatcher: &Value) {
     );
 }
 
-/// The rules of the operator's ClusterRole among `items` (the dispatcher's RBAC ships
-/// others: system:auth-delegator's binding, the agenthooks-dispatch role to bind).
+/// The rules of the operator's ClusterRole (the one whose name ends in `operator`; the
+/// tenant-admin and dispatch ClusterRoles are for people, [`check_tenancy`]).
 fn cluster_role_rules(items: &[Value]) -> Value {
-    let ours: Vec<Value> = items
+    let roles: Vec<&Value> = items
         .iter()
-        .filter(|o| o["kind"] != "ClusterRole" || o["metadata"]["name"] == "agenthooks-operator")
-        .cloned()
+        .filter(|o| {
+            o["kind"] == "ClusterRole"
+                && o["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.ends_with("operator"))
+        })
         .collect();
-    role_rules(&ours, "ClusterRole")
+    assert_eq!(roles.len(), 1, "one operator ClusterRole");
+    roles[0]["rules"].clone()
 }
 
-/// The rules of the one object of `kind` (ClusterRole, Role) among `items`.
+/// The rules of the one object of `kind` (Role) among `items`.
 fn role_rules(items: &[Value], kind: &str) -> Value {
     let roles: Vec<&Value> = items.iter().filter(|o| o["kind"] == kind).collect();
     assert_eq!(roles.len(), 1, "one {kind}");
     roles[0]["rules"].clone()
+}
+
+/// The tenancy objects (CONTRACT §9.3) among `items`, named `<base>-tenant-label` and
+/// `<base>-tenant-admin`: the policy refusing changes of a Namespace's
+/// `agenthooks.io/tenant` label to those who may not `assign` the tenant, its binding on
+/// every Namespace, and the ClusterRole granting `assign` on every tenant and nothing
+/// else. Returns the policy.
+fn check_tenancy<'a>(items: &'a [Value], base: &str) -> &'a Value {
+    let policy = find(
+        items,
+        "ValidatingAdmissionPolicy",
+        &format!("{base}-tenant-label"),
+    );
+    let spec = &policy["spec"];
+    assert_eq!(spec["failurePolicy"], "Fail");
+    assert_eq!(
+        spec["matchConstraints"]["resourceRules"],
+        json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                "resources": ["namespaces"], "scope": "*"}])
+    );
+    let validation = &spec["validations"][0];
+    assert_eq!(validation["reason"], "Forbidden");
+    assert!(
+        validation["messageExpression"]
+            .as_str()
+            .is_some_and(|m| m.contains("metadata.labels[agenthooks.io/tenant]")),
+        "{validation}"
+    );
+    let expressions = spec.to_string();
+    assert!(
+        expressions.contains("authorizer.group('agenthooks.io').resource('tenants')")
+            && expressions.contains("check('assign').allowed()"),
+        "{spec}"
+    );
+    let binding = find(
+        items,
+        "ValidatingAdmissionPolicyBinding",
+        &format!("{base}-tenant-label"),
+    );
+    assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
+    assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
+    assert!(
+        binding["spec"]["matchResources"]["namespaceSelector"]["matchLabels"].is_null()
+            && binding["spec"]["matchResources"]["objectSelector"]["matchLabels"].is_null(),
+        "every Namespace: {binding}"
+    );
+    let admin = find(items, "ClusterRole", &format!("{base}-tenant-admin"));
+    assert_eq!(
+        admin["rules"],
+        json!([{"apiGroups": ["agenthooks.io"], "resources": ["tenants"], "verbs": ["assign"]}])
+    );
+    for o in items.iter().filter(|o| {
+        matches!(
+            o["kind"].as_str(),
+            Some("ValidatingAdmissionPolicy" | "ValidatingAdmissionPolicyBinding")
+        )
+    }) {
+        assert!(o["metadata"]["namespace"].is_null(), "cluster-scoped: {o}");
+    }
+    policy
 }
 
 /// The operator's namespaced rights: the Lease, and the Pods the leader labels (get, list,
@@ -454,7 +520,14 @@ fn kustomize_default_renders_and_passes_a_server_side_dry_run() {
     for o in &items {
         if !matches!(
             o["kind"].as_str(),
-            Some("Namespace" | "CustomResourceDefinition" | "ClusterRole" | "ClusterRoleBinding")
+            Some(
+                "Namespace"
+                    | "CustomResourceDefinition"
+                    | "ClusterRole"
+                    | "ClusterRoleBinding"
+                    | "ValidatingAdmissionPolicy"
+                    | "ValidatingAdmissionPolicyBinding"
+            )
         ) {
             assert_eq!(
                 o["metadata"]["namespace"], "agenthooks-system",
@@ -476,8 +549,15 @@ fn kustomize_default_renders_and_passes_a_server_side_dry_run() {
         "lite",
         "agenthooks-seal-key",
     );
-    // No admission policy in the Lite install.
-    assert_eq!(count(&items, "ValidatingAdmissionPolicy"), 0);
+    // The Lite install's only admission policy is the tenancy one (no command-hook
+    // policy); nobody is bound to the tenant-admin ClusterRole.
+    assert_eq!(count(&items, "ValidatingAdmissionPolicy"), 1);
+    check_tenancy(&items, "agenthooks");
+    assert_eq!(
+        count(&items, "ClusterRoleBinding"),
+        1,
+        "the operator's only"
+    );
     // Lite: command hooks run in the runner container, as in the chart.
     check_command_runner(&items);
 
@@ -492,6 +572,9 @@ fn kustomize_default_renders_and_passes_a_server_side_dry_run() {
     ] {
         assert!(!kustomize(cp, dir).trim().is_empty(), "{dir} renders");
     }
+    let tenancy = server_dry_run(cp, &kustomize(cp, "config/tenancy"), "config/tenancy");
+    assert_eq!(tenancy.len(), 3, "policy, binding, ClusterRole");
+    check_tenancy(&tenancy, "agenthooks");
     let admission = server_dry_run(cp, &kustomize(cp, "config/admission"), "config/admission");
     let policy = find(
         &admission,
@@ -566,7 +649,19 @@ fn helm_chart_lints_renders_and_passes_a_server_side_dry_run() {
         "agenthooks-seal-key",
     );
     assert_eq!(count(&items, "CustomResourceDefinition"), 2);
-    assert_eq!(count(&items, "ValidatingAdmissionPolicy"), 0);
+    // Lite: the tenancy policy only, the same as config/tenancy/; no tenant admin bound.
+    assert_eq!(count(&items, "ValidatingAdmissionPolicy"), 1);
+    let tenancy_policy = check_tenancy(&items, "agenthooks");
+    let tenancy = server_dry_run(cp, &kustomize(cp, "config/tenancy"), "config/tenancy");
+    assert_eq!(
+        tenancy_policy["spec"],
+        check_tenancy(&tenancy, "agenthooks")["spec"]
+    );
+    assert!(
+        !items.iter().any(|o| o["kind"] == "ClusterRoleBinding"
+            && o["metadata"]["name"] == "agenthooks-tenant-admin"),
+        "nobody is bound by default"
+    );
     // No admin token by default: history and dry runs answer 403.
     assert!(
         !args_of(find(&items, "Deployment", "agenthooks-dispatcher"))
@@ -675,6 +770,12 @@ fn helm_chart_lints_renders_and_passes_a_server_side_dry_run() {
         "agenthooks-standard-edition",
     );
     assert_eq!(binding["spec"]["policyName"], "agenthooks-standard-edition");
+    assert_eq!(
+        count(&items, "ValidatingAdmissionPolicy"),
+        2,
+        "and tenancy's"
+    );
+    check_tenancy(&items, "agenthooks");
     // Same policy as config/admission/ (which test (c) runs for real).
     let admission = server_dry_run(cp, &kustomize(cp, "config/admission"), "config/admission");
     let shipped = find(
@@ -1741,6 +1842,78 @@ fn helm_dispatcher_service_takes_annotations_and_source_ranges() {
     );
 }
 
+/// Tenancy values (CONTRACT §9.3): `tenancy.tenantAdmins` binds the groups and users
+/// named to `<fullname>-tenant-admin` (a binding that passes the API server), and
+/// `tenancy.admissionPolicy: false` leaves the policy out but keeps the ClusterRole.
+/// Neither needs anything new of the operator: its ClusterRole stays that of
+/// `config/rbac/`.
+#[test]
+fn helm_tenancy_binds_the_tenant_admins_named_and_the_policy_can_be_left_out() {
+    let cp = cp();
+    let ns = unique_name("ah-helm-tenancy");
+    cp.create_namespace(&ns, &[]);
+    let release = unique_name("aht");
+    let full = format!("{release}-agenthooks");
+    let yaml = ok(
+        run_helm(&[
+            "template",
+            release.as_str(),
+            chart().as_str(),
+            "--namespace",
+            ns.as_str(),
+            "--set",
+            "tenancy.tenantAdmins.groups={platform-team,sre}",
+            "--set",
+            "tenancy.tenantAdmins.users={alice@example.com}",
+        ]),
+        "helm template (tenant admins)",
+    );
+    let items = server_dry_run(cp, &yaml, "helm template (tenant admins)");
+    check_tenancy(&items, &full);
+    let binding = find(
+        &items,
+        "ClusterRoleBinding",
+        &format!("{full}-tenant-admin"),
+    );
+    assert_eq!(
+        binding["roleRef"],
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+               "name": format!("{full}-tenant-admin")})
+    );
+    assert_eq!(
+        binding["subjects"],
+        json!([
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "platform-team"},
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "sre"},
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice@example.com"},
+        ])
+    );
+    let rbac = server_dry_run(cp, &kustomize(cp, "config/rbac"), "config/rbac");
+    assert_eq!(cluster_role_rules(&items), cluster_role_rules(&rbac));
+
+    let off = rendered(&["--set", "tenancy.admissionPolicy=false"]);
+    assert_eq!(count(&off, "ValidatingAdmissionPolicy"), 0);
+    assert_eq!(count(&off, "ValidatingAdmissionPolicyBinding"), 0);
+    let admin = find(&off, "ClusterRole", "agenthooks-tenant-admin");
+    assert_eq!(admin["rules"][0]["verbs"], json!(["assign"]));
+    assert!(
+        !off.iter().any(|o| o["kind"] == "ClusterRoleBinding"
+            && o["metadata"]["name"] == "agenthooks-tenant-admin"),
+        "no tenant admins named, no binding"
+    );
+
+    // The schema refuses what is not a list of names.
+    for (set, needle) in [
+        ("tenancy.admissionPolicy=maybe", "/tenancy/admissionPolicy"),
+        ("tenancy.tenantAdmins.team={x}", "team"),
+    ] {
+        let out = helm_template("agenthooks-system", &["--set", set]);
+        let stderr = text(&out.stderr);
+        assert!(!out.status.success(), "--set {set} rendered");
+        assert!(stderr.contains(needle), "--set {set}: {stderr}");
+    }
+}
+
 /// `helm install` (against the real API server, no dry run) refuses values that cannot
 /// work before it creates anything: no release, no object in the namespace.
 #[test]
@@ -1829,6 +2002,8 @@ const EXAMPLE_NOTES: &[(&str, &[&str], &[&str])] = &[
         "(defaults)",
         &[
             "audit       SQLite, one file per dispatcher Pod",
+            "tenants     only users bound to ClusterRole {full}-tenant-admin (or cluster-admins) may set the",
+            "(ValidatingAdmissionPolicy {full}-tenant-label)",
             "command hooks run in its command-runner container (agenthooks/dispatcher:0.1.0)",
             "- dispatcher.audit.backend=sqlite on an emptyDir",
             "- operator.image.repository / dispatcher.image.repository are the default agenthooks/*",
@@ -1837,6 +2012,8 @@ const EXAMPLE_NOTES: &[(&str, &[&str], &[&str])] = &[
             "allowTenantCommandHooks",
             "replicaCount=1",
             "refused at admission",
+            "tenancy.admissionPolicy=false",
+            "bound:",
         ],
     ),
     (

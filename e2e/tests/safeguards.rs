@@ -115,11 +115,9 @@ fn http_hook(ns: &str, name: &str, url: &str, extra: &str) -> String {
     )
 }
 
-fn event(tool: &str) -> Value {
-    json!({"event": "pre_tool_use", "tenant_id": "acme", "agent_id": "a1",
-           "tool_name": tool, "tool_input": {"cmd": "x"}})
-}
-
+/// A namespace of `tenant` (give each test a tenant of its own: one namespace holds each
+/// tenant on the shared API server, CONTRACT §9.3, so a second namespace labelled with the
+/// same tenant would lose its claim).
 fn tenant_namespace(s: &Stack, tenant: &str) -> String {
     let ns = unique_name(&format!("tenant-{tenant}"));
     s.cp.create_namespace(&ns, &[("agenthooks.io/tenant", tenant)]);
@@ -137,7 +135,8 @@ fn event_for(tool: &str, tenant: &str) -> Value {
 fn refused_calls_over_three_dispatchers_never_open_the_breaker() {
     // The seed's talk-past: five refused calls tripped the guard and the sixth ran.
     let s = stack();
-    let ns = tenant_namespace(s, "acme");
+    let tenant = unique_name("acme");
+    let ns = tenant_namespace(s, &tenant);
     let (url, hits) = hook_server(json!({"decision": "block", "reason": "policy says no"}));
     let name = "always-block";
     s.cp.apply_yaml(&http_hook(&ns, name, &url, ""));
@@ -147,7 +146,7 @@ fn refused_calls_over_three_dispatchers_never_open_the_breaker() {
     });
     for i in 0..12 {
         let d = &s.ds[i % 3];
-        let (code, body) = d.dispatch(&event(name));
+        let (code, body) = d.dispatch(&event_for(name, &tenant));
         assert_eq!(code, 200, "{body}");
         assert_eq!(body["decision"], "block", "event {i} on {}: {body}", d.id);
         assert_eq!(body["hooks"][0]["decision"], "block", "{body}");
@@ -755,7 +754,8 @@ fn three_dispatchers_spending_at_once_record_exactly_what_they_settled() {
 #[test]
 fn executions_from_three_dispatchers_add_up_exactly() {
     let s = stack();
-    let ns = tenant_namespace(s, "acme");
+    let tenant = unique_name("acme");
+    let ns = tenant_namespace(s, &tenant);
     let (url, hits) = hook_server(json!({"decision": "allow"}));
     let name = "counted";
     s.cp.apply_yaml(&http_hook(&ns, name, &url, ""));
@@ -771,10 +771,11 @@ fn executions_from_three_dispatchers_add_up_exactly() {
     let started = Instant::now();
     // 3 × 40 decisions, the three dispatchers at once.
     std::thread::scope(|scope| {
+        let tenant = tenant.as_str();
         for d in &s.ds {
             scope.spawn(move || {
                 for _ in 0..40 {
-                    let (code, body) = d.dispatch(&event(name));
+                    let (code, body) = d.dispatch(&event_for(name, tenant));
                     assert_eq!(code, 200);
                     assert_eq!(body["decision"], "allow", "{body}");
                 }
@@ -813,7 +814,8 @@ fn executions_from_three_dispatchers_add_up_exactly() {
 fn the_sync_port_refuses_callers_without_the_token() {
     use agenthooks_e2e::stack::{http_get_with, http_post_with, sync_auth_header};
     let s = stack();
-    let ns = tenant_namespace(s, "acme");
+    let tenant = unique_name("acme");
+    let ns = tenant_namespace(s, &tenant);
     let (url, _) = hook_server(json!({"decision": "block"}));
     let name = "guarded";
     s.cp.apply_yaml(&http_hook(&ns, name, &url, ""));
@@ -836,7 +838,7 @@ fn the_sync_port_refuses_callers_without_the_token() {
             extra,
         );
         assert_eq!(code, 401, "snapshot read without the token");
-        let settle = json!({"dispatcher": "mallory", "tenant": "acme", "reservationId": "x", "tokens": 1_000_000_000});
+        let settle = json!({"dispatcher": "mallory", "tenant": tenant, "reservationId": "x", "tokens": 1_000_000_000});
         let (code, _) = http_post_with(&format!("{sync}/v1/budget/settle"), &settle, extra);
         assert_eq!(code, 401, "settle without the token");
     }

@@ -85,6 +85,11 @@ pub enum Error {
     #[error("registering metrics: {0}")]
     Metrics(#[from] prometheus::Error),
 
+    /// A hook's namespace is neither in the namespace cache nor on the API server (it is
+    /// being deleted with its namespace): requeued until the hook is gone.
+    #[error("namespace {0} not found")]
+    NamespaceNotFound(String),
+
     /// The watch stores went away: the leader session is ending.
     #[error("the watch stores were dropped (session ending)")]
     StoreGone,
@@ -104,6 +109,7 @@ impl Error {
             Error::Lease(_) => "lease",
             Error::Json(_) => "json",
             Error::Metrics(_) => "metrics",
+            Error::NamespaceNotFound(_) => "namespace_not_found",
             Error::StoreGone => "shutdown",
         }
     }

@@ -31,10 +31,15 @@
 //! - At most [`MAX_OPEN_TENANTS`] tenants are open per hook: a further trip is refused
 //!   here ([`TripMatch::TooMany`]); the dispatchers' own breakers still open (and fail
 //!   closed) for it locally.
+//! - The index also holds the [`TenantMap`] (CONTRACT §9.3, [`crate::tenants`]): which
+//!   namespace holds each tenant. The reconciler reads a hook's tenant from it, and a
+//!   change of it ([`Index::set_tenants`]) marks the index dirty like a hook change, since
+//!   every snapshot carries it (`tenants`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use agenthooks_crds::snapshot::{OpenBreaker, SnapshotHook};
+use agenthooks_crds::tenancy::{NamespaceTenant, TenantMap};
 
 /// Most tenants whose breaker the index keeps open per hook (as `status.breaker.open`).
 pub const MAX_OPEN_TENANTS: usize = 256;
@@ -263,6 +268,7 @@ fn merge_open(
 #[derive(Debug, Default)]
 pub struct Index {
     entries: BTreeMap<HookKey, Entry>,
+    tenants: TenantMap,
     version: u64,
     dirty: bool,
 }
@@ -481,11 +487,35 @@ impl Index {
         changed
     }
 
-    /// Forgets every hook but keeps the version counter, and marks the index dirty so
-    /// the next publish yields a new version (start of a leader session).
+    /// Forgets every hook and the tenant map but keeps the version counter, and marks
+    /// the index dirty so the next publish yields a new version (start of a leader
+    /// session).
     pub fn reset(&mut self) {
         self.entries.clear();
+        self.tenants = TenantMap::default();
         self.dirty = true;
+    }
+
+    /// Which namespace holds each tenant, as last set.
+    pub fn tenants(&self) -> &TenantMap {
+        &self.tenants
+    }
+
+    /// Replaces the tenant map; returns the namespaces whose claim changed
+    /// ([`crate::tenants::changed_namespaces`]). Any change marks the index dirty (the
+    /// snapshot carries the map).
+    pub fn set_tenants(&mut self, map: TenantMap) -> BTreeSet<String> {
+        let changed = crate::tenants::changed_namespaces(&self.tenants, &map);
+        if !changed.is_empty() {
+            self.tenants = map;
+            self.dirty = true;
+        }
+        changed
+    }
+
+    /// Every namespace and its claim, sorted by namespace (the snapshot's `tenants`).
+    pub fn published_tenants(&self) -> Vec<NamespaceTenant> {
+        self.tenants.entries()
     }
 
     /// If anything changed since the last publish: bumps the version by one, stamps the
@@ -572,6 +602,61 @@ pub(crate) mod tests {
             message: "spec.tenant: no".into(),
         });
         h
+    }
+
+    #[test]
+    fn a_tenant_map_change_is_published_and_names_the_namespaces_it_moved() {
+        use agenthooks_crds::tenancy::NamespaceClaim;
+        let claim = |ns: &str, label: Option<&str>, at: &str| NamespaceClaim {
+            namespace: ns.into(),
+            label: label.map(Into::into),
+            created_at: at.into(),
+        };
+        let (t1, t2) = ("2026-01-01T00:00:00Z", "2026-02-01T00:00:00Z");
+        let mut idx = Index::new();
+        let first = TenantMap::resolve(&[claim("tenant-acme", Some("acme"), t1)]);
+        assert_eq!(
+            idx.set_tenants(first.clone()),
+            BTreeSet::from(["tenant-acme".to_string()])
+        );
+        assert!(idx.is_dirty());
+        assert_eq!(idx.publish(), Some(1));
+        assert!(
+            idx.set_tenants(first).is_empty(),
+            "the same map is no change"
+        );
+        assert_eq!(idx.publish(), None);
+        let second = TenantMap::resolve(&[
+            claim("tenant-acme", Some("acme"), t1),
+            claim("team-b", Some("acme"), t2),
+        ]);
+        assert_eq!(
+            idx.set_tenants(second),
+            BTreeSet::from(["team-b".to_string()])
+        );
+        assert_eq!(idx.publish(), Some(2));
+        let published = idx.published_tenants();
+        assert_eq!(
+            published,
+            vec![
+                NamespaceTenant {
+                    namespace: "team-b".into(),
+                    tenant: "acme".into(),
+                    held_by: Some("tenant-acme".into()),
+                },
+                NamespaceTenant {
+                    namespace: "tenant-acme".into(),
+                    tenant: "acme".into(),
+                    held_by: None,
+                },
+            ]
+        );
+        assert!(idx.tenants().tenant_of("team-b").is_err());
+        idx.reset();
+        assert!(
+            idx.tenants().is_empty(),
+            "a new session starts without a map"
+        );
     }
 
     #[test]

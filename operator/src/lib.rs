@@ -11,6 +11,8 @@
 //! - [`error`]: the one error type of the library.
 //! - [`index`]: accepted and refused hooks, the published set and its version counter.
 //! - [`validation_cache`]: validation verdicts by (uid, generation, namespace tenant).
+//! - [`tenants`]: which namespace holds each tenant (the one place that decides a
+//!   namespace's tenant, CONTRACT §9.3).
 //! - [`snapshot_builder`]: index → [`agenthooks_crds::snapshot::Snapshot`] JSON, published
 //!   through a `tokio::sync::watch` channel.
 //! - [`ready`]: dispatcher tracking and the `Ready` condition rule.
@@ -47,6 +49,7 @@ pub mod snapshot_builder;
 pub mod status;
 pub mod sync_auth;
 pub mod sync_server;
+pub mod tenants;
 pub mod validation_cache;
 pub mod watch_health;
 

@@ -88,13 +88,14 @@ impl Shared {
         watch_health: Arc<WatchHealth>,
     ) -> Arc<Shared> {
         let epoch = uuid::Uuid::new_v4().simple().to_string();
-        let empty = snapshot_builder::build(&epoch, 0, &config.master_namespace, Vec::new())
-            .unwrap_or_else(|_| Published {
-                epoch: epoch.clone(),
-                version: 0,
-                hooks: 0,
-                body: bytes::Bytes::new(),
-            });
+        let empty =
+            snapshot_builder::build(&epoch, 0, &config.master_namespace, Vec::new(), Vec::new())
+                .unwrap_or_else(|_| Published {
+                    epoch: epoch.clone(),
+                    version: 0,
+                    hooks: 0,
+                    body: bytes::Bytes::new(),
+                });
         let tracker = DispatcherTracker::new(config.dispatcher_ttl);
         Arc::new(Shared {
             config,
@@ -191,12 +192,18 @@ impl Shared {
             next,
             &self.config.master_namespace,
             index.published_hooks(),
+            index.published_tenants(),
         )?;
         let version = index.publish().unwrap_or(next);
         debug_assert_eq!(version, next);
         self.metrics.snapshot_version.set(version as i64);
         self.metrics.snapshot_hooks.set(published.hooks as i64);
-        tracing::info!(version, hooks = published.hooks, "published snapshot");
+        tracing::info!(
+            version,
+            hooks = published.hooks,
+            namespaces = index.tenants().len(),
+            "published snapshot"
+        );
         self.snapshots.send_replace(Arc::new(published));
         drop(index);
         // served_from moved for the changed hooks: let the ready pass look again.
@@ -244,6 +251,27 @@ pub(crate) mod tests {
         assert_eq!(rx.borrow().version, 1);
         assert_eq!(rx.borrow().hooks, 1);
         assert_eq!(rx.borrow().epoch, shared.epoch);
+
+        // A new tenant map alone is published too, and the snapshot carries it.
+        let claim = agenthooks_crds::tenancy::NamespaceClaim {
+            namespace: "a".into(),
+            label: Some("acme".into()),
+            created_at: "2026-01-01T00:00:00Z".into(),
+        };
+        let moved =
+            lock(&shared.index).set_tenants(agenthooks_crds::tenancy::TenantMap::resolve(&[claim]));
+        assert_eq!(moved.into_iter().collect::<Vec<_>>(), ["a"]);
+        assert_eq!(shared.publish_now().unwrap(), Some(2));
+        let snapshot: agenthooks_crds::snapshot::Snapshot =
+            serde_json::from_slice(&rx.borrow().body).unwrap();
+        assert_eq!(
+            snapshot.tenants,
+            vec![agenthooks_crds::tenancy::NamespaceTenant {
+                namespace: "a".into(),
+                tenant: "acme".into(),
+                held_by: None,
+            }]
+        );
     }
 
     #[test]

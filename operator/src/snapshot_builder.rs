@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agenthooks_crds::snapshot::{Snapshot, SnapshotHook};
+use agenthooks_crds::tenancy::NamespaceTenant;
 use bytes::Bytes;
 use tokio_util::sync::CancellationToken;
 
@@ -32,7 +33,7 @@ pub struct Published {
 }
 
 /// Builds and serializes the snapshot (epoch, version, master namespace, hooks in the
-/// given order).
+/// given order, and every namespace's tenant claim: [`crate::index::Index::published_tenants`]).
 ///
 /// Errors: [`serde_json::Error`] only if serialization failed (plain data: not expected).
 pub fn build(
@@ -40,6 +41,7 @@ pub fn build(
     version: u64,
     master_namespace: &str,
     hooks: Vec<SnapshotHook>,
+    tenants: Vec<NamespaceTenant>,
 ) -> Result<Published, serde_json::Error> {
     let count = hooks.len();
     let snapshot = Snapshot {
@@ -47,7 +49,7 @@ pub fn build(
         version,
         master_namespace: master_namespace.to_string(),
         hooks,
-        tenants: Vec::new(),
+        tenants,
     };
     Ok(Published {
         epoch: epoch.to_string(),
@@ -86,15 +88,35 @@ mod tests {
     #[test]
     fn body_is_the_snapshot_json() {
         let hooks = vec![hook("tenant-a", "h", "u1", 2).hook];
-        let p = build("ep", 7, "agenthooks-system", hooks.clone()).unwrap();
+        let tenants = vec![
+            NamespaceTenant {
+                namespace: "team-b".into(),
+                tenant: "a".into(),
+                held_by: Some("tenant-a".into()),
+            },
+            NamespaceTenant {
+                namespace: "tenant-a".into(),
+                tenant: "a".into(),
+                held_by: None,
+            },
+        ];
+        let p = build("ep", 7, "agenthooks-system", hooks.clone(), tenants.clone()).unwrap();
         assert_eq!((p.epoch.as_str(), p.version, p.hooks), ("ep", 7, 1));
         let back: Snapshot = serde_json::from_slice(&p.body).unwrap();
         assert_eq!(back.version, 7);
         assert_eq!(back.epoch, "ep");
         assert_eq!(back.master_namespace, "agenthooks-system");
         assert_eq!(back.hooks, hooks);
+        assert_eq!(back.tenants, tenants);
         let v: serde_json::Value = serde_json::from_slice(&p.body).unwrap();
         assert!(v.get("masterNamespace").is_some(), "camelCase on the wire");
         assert_eq!(v["hooks"][0]["namespaceTenant"], "tenant-a");
+        assert_eq!(
+            v["tenants"],
+            serde_json::json!([
+                {"namespace": "team-b", "tenant": "a", "heldBy": "tenant-a"},
+                {"namespace": "tenant-a", "tenant": "a"},
+            ])
+        );
     }
 }

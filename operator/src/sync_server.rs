@@ -298,7 +298,7 @@ mod tests {
 
     fn harness() -> Harness {
         let (snapshots, snapshots_rx) = watch::channel(Arc::new(
-            build("E", 3, "agenthooks-system", vec![]).unwrap(),
+            build("E", 3, "agenthooks-system", vec![], vec![]).unwrap(),
         ));
         let (serving, serving_rx) = watch::channel(Serving {
             leader: true,
@@ -384,7 +384,7 @@ mod tests {
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(200)).await;
             sender.send_replace(Arc::new(
-                build("E", 4, "agenthooks-system", vec![]).unwrap(),
+                build("E", 4, "agenthooks-system", vec![], vec![]).unwrap(),
             ));
         });
         let t0 = Instant::now();

@@ -2,8 +2,10 @@
 //! (DESIGN "TenantHookBudget"; the tenancy rules of DESIGN "Tenancy and scope").
 //!
 //! - In the master namespace `spec.tenant` is required (else `TenantRequired`).
-//! - Elsewhere the tenant is the namespace's ([`agenthooks_crds::tenancy::namespace_tenant`]);
-//!   `spec.tenant`, if set, must equal it (else `TenantMismatch`).
+//! - Elsewhere the tenant is the namespace's (the tenant map, [`crate::tenants`]);
+//!   `spec.tenant`, if set, must equal it (else `TenantMismatch`). A namespace that lost
+//!   its tenant claim has no tenant: its budgets are refused with `TenantConflict`
+//!   naming the namespace that holds it (CONTRACT §9.3).
 //! - Of several budgets of one tenant the oldest counts (`creationTimestamp`, then
 //!   `namespace/name`); the others are refused with `DuplicateBudget` naming it.
 //!
@@ -11,6 +13,10 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+
+use agenthooks_crds::tenancy::TenantConflict;
+
+pub use crate::tenants::TENANT_CONFLICT as REASON_TENANT_CONFLICT;
 
 /// `Accepted=True` reason.
 pub const REASON_ACCEPTED: &str = "Accepted";
@@ -55,8 +61,9 @@ pub struct BudgetFacts {
     pub created: Option<i64>,
     /// `spec.tenant`.
     pub spec_tenant: Option<String>,
-    /// The tenant of its namespace (label `agenthooks.io/tenant`, else the name).
-    pub namespace_tenant: String,
+    /// The tenant of its namespace (from the tenant map: label `agenthooks.io/tenant`,
+    /// else the name), or the conflict of a namespace that lost its claim.
+    pub namespace_tenant: Result<String, TenantConflict>,
 }
 
 /// Whether a budget counts, and for which tenant.
@@ -69,7 +76,8 @@ pub enum Verdict {
     },
     /// It does not count: `reason` is CamelCase, `message` names the field or the winner.
     Refused {
-        /// [`REASON_TENANT_REQUIRED`], [`REASON_TENANT_MISMATCH`] or [`REASON_DUPLICATE_BUDGET`].
+        /// [`REASON_TENANT_REQUIRED`], [`REASON_TENANT_MISMATCH`],
+        /// [`REASON_TENANT_CONFLICT`] or [`REASON_DUPLICATE_BUDGET`].
         reason: &'static str,
         /// For a person.
         message: String,
@@ -86,12 +94,12 @@ impl Verdict {
     }
 }
 
-/// The tenant of a budget in `namespace` (whose own tenant is `namespace_tenant`), or the
-/// refusal `(reason, message)`.
+/// The tenant of a budget in `namespace` (whose own tenant is `namespace_tenant`, or
+/// none when it lost its claim), or the refusal `(reason, message)`.
 pub fn budget_tenant(
     namespace: &str,
     spec_tenant: Option<&str>,
-    namespace_tenant: &str,
+    namespace_tenant: &Result<String, TenantConflict>,
     master_namespace: &str,
 ) -> Result<String, (&'static str, String)> {
     let spec_tenant = spec_tenant.filter(|t| !t.is_empty());
@@ -105,6 +113,15 @@ pub fn budget_tenant(
             )
         });
     }
+    let namespace_tenant = match namespace_tenant {
+        Ok(t) => t.as_str(),
+        Err(conflict) => {
+            return Err((
+                REASON_TENANT_CONFLICT,
+                crate::tenants::conflict_message(conflict),
+            ));
+        }
+    };
     match spec_tenant {
         Some(t) if t != namespace_tenant => Err((
             REASON_TENANT_MISMATCH,
@@ -184,36 +201,82 @@ mod tests {
             key: BudgetKey::new(ns, name),
             created: Some(created),
             spec_tenant: spec.map(str::to_string),
-            namespace_tenant: ns_tenant.into(),
+            namespace_tenant: Ok(ns_tenant.into()),
         }
+    }
+
+    fn conflict(ns: &str, tenant: &str, holder: &str) -> Result<String, TenantConflict> {
+        Err(TenantConflict {
+            namespace: ns.into(),
+            tenant: tenant.into(),
+            holder: holder.into(),
+        })
     }
 
     #[test]
     fn tenant_rules_master_requires_spec_tenant_elsewhere_it_must_match() {
-        assert_eq!(
-            budget_tenant("tenant-acme", None, "acme", MASTER),
-            Ok("acme".into())
+        let acme = Ok("acme".to_string());
+        let master = Ok(MASTER.to_string());
+        let lost = conflict("team-b", "acme", "tenant-acme");
+        // (namespace, spec.tenant, namespace's tenant, tenant or refusal reason)
+        type Case<'a> = (
+            &'a str,
+            Option<&'a str>,
+            &'a Result<String, TenantConflict>,
+            Result<&'a str, &'a str>,
         );
-        assert_eq!(
-            budget_tenant("tenant-acme", Some("acme"), "acme", MASTER),
-            Ok("acme".into())
-        );
-        let (reason, message) =
-            budget_tenant("tenant-acme", Some("globex"), "acme", MASTER).expect_err("mismatch");
-        assert_eq!(reason, "TenantMismatch");
+        let cases: Vec<Case> = vec![
+            ("tenant-acme", None, &acme, Ok("acme")),
+            ("tenant-acme", Some("acme"), &acme, Ok("acme")),
+            ("tenant-acme", Some(""), &acme, Ok("acme")),
+            ("tenant-acme", Some("globex"), &acme, Err("TenantMismatch")),
+            (MASTER, None, &master, Err("TenantRequired")),
+            (MASTER, Some(""), &master, Err("TenantRequired")),
+            (MASTER, Some("acme"), &master, Ok("acme")),
+            // A namespace that lost its claim has no tenant, spec.tenant or not.
+            ("team-b", None, &lost, Err("TenantConflict")),
+            ("team-b", Some("acme"), &lost, Err("TenantConflict")),
+        ];
+        for (ns, spec, ns_tenant, want) in cases {
+            let got = budget_tenant(ns, spec, ns_tenant, MASTER);
+            assert_eq!(
+                got.as_ref().map(String::as_str).map_err(|e| e.0),
+                want,
+                "{ns} {spec:?} {ns_tenant:?}: {got:?}"
+            );
+        }
+        let (_, message) =
+            budget_tenant("tenant-acme", Some("globex"), &acme, MASTER).expect_err("mismatch");
         assert!(message.starts_with("spec.tenant: \"globex\""), "{message}");
-        let (reason, message) = budget_tenant(MASTER, None, MASTER, MASTER).expect_err("required");
-        assert_eq!(reason, "TenantRequired");
+        let (_, message) = budget_tenant(MASTER, None, &master, MASTER).expect_err("required");
         assert!(message.starts_with("spec.tenant: required"), "{message}");
-        assert_eq!(
-            budget_tenant(MASTER, Some(""), MASTER, MASTER).map_err(|e| e.0),
-            Err("TenantRequired"),
-            "an empty tenant is no tenant"
+        let (_, message) = budget_tenant("team-b", None, &lost, MASTER).expect_err("conflict");
+        assert!(
+            message.starts_with(
+                "namespace team-b claims tenant \"acme\", which namespace tenant-acme holds"
+            ),
+            "{message}"
         );
+    }
+
+    #[test]
+    fn a_budget_in_a_namespace_that_lost_its_claim_never_competes() {
+        let mut loser = facts("team-b", "b", 100, None, "acme");
+        loser.namespace_tenant = conflict("team-b", "acme", "tenant-acme");
+        let holder = facts("tenant-acme", "a", 200, None, "acme");
+        let v = resolve(&[loser.clone(), holder.clone()], MASTER);
         assert_eq!(
-            budget_tenant(MASTER, Some("acme"), MASTER, MASTER),
-            Ok("acme".into())
+            v[&holder.key].tenant(),
+            Some("acme"),
+            "the older loser never wins"
         );
+        assert!(matches!(
+            v[&loser.key],
+            Verdict::Refused {
+                reason: "TenantConflict",
+                ..
+            }
+        ));
     }
 
     #[test]

@@ -9,12 +9,16 @@
 //!
 //! A session:
 //! - watches TenantHookBudgets (all namespaces; health in [`Watched::TenantHookBudgets`])
-//!   and Namespaces (metadata: the tenant label) into stores;
+//!   and Namespaces (metadata: the tenant label) into stores, and resolves the tenant map
+//!   ([`crate::tenants`], the same rule the hook reconciler uses) after every namespace
+//!   change;
 //! - runs the routing pass after every change of either (and each
 //!   [`PASS_INTERVAL`]): resolves every budget ([`super::resolution`]), installs the
 //!   accepted ones in the ledger, refreshes the gauges, and queues a reconcile for every
 //!   budget whose status differs from what it should show (a duplicate that now wins, a
-//!   relabelled namespace, a new month...). The first pass marks the budgets synced;
+//!   relabelled namespace, a namespace that lost or won its tenant claim, a new
+//!   month...). A budget in a namespace the map does not hold yet waits for the
+//!   namespace watch. The first pass marks the budgets synced;
 //!   the endpoints answer 503 before it;
 //! - runs the kube-runtime `Controller` ([`super::reconcile`]) on spec changes
 //!   (generation predicate: our own status writes trigger nothing) and on the pass's
@@ -25,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use agenthooks_crds::TenantHookBudget;
 use agenthooks_crds::budget::period_of;
-use agenthooks_crds::tenancy::namespace_tenant;
+use agenthooks_crds::tenancy::TenantMap;
 use futures::StreamExt;
 use futures::channel::mpsc;
 use k8s_openapi::api::core::v1::Namespace;
@@ -45,6 +49,7 @@ use super::reconcile::{error_policy, reconcile};
 use super::resolution::{BudgetFacts, BudgetKey, Verdict, resolve};
 use super::status::needs_write;
 use crate::shared::lock;
+use crate::tenants;
 use crate::watch_health::Watched;
 
 /// Longest time between two routing passes (a pass also follows every change).
@@ -110,6 +115,8 @@ pub struct SessionCtx {
     pub store: Store<TenantHookBudget>,
     /// Namespace metadata (tenant labels).
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
+    /// The tenant map resolved from `namespaces` after its last change.
+    pub tenants: std::sync::Mutex<Arc<TenantMap>>,
     /// Set once the budget watch finished its first list.
     pub budgets_listed: watch::Sender<bool>,
     /// Set once the namespace watch finished its first list.
@@ -131,16 +138,20 @@ impl SessionCtx {
         Ok(())
     }
 
-    /// The tenant of namespace `ns` (a namespace not seen has its name as tenant).
-    fn namespace_tenant(&self, ns: &str) -> String {
-        match self.namespaces.get(&ObjectRef::new(ns)) {
-            Some(meta) => namespace_tenant(ns, meta.metadata.labels.as_ref()).to_string(),
-            None => ns.to_string(),
-        }
+    /// Resolves the tenant map from the namespace store (after a change of it).
+    pub fn refresh_tenants(&self) {
+        let state = self.namespaces.state();
+        let map = tenants::resolve(
+            state.iter().map(|m| m.as_ref()),
+            &self.budgets.shared.config.master_namespace,
+        );
+        *lock(&self.tenants) = Arc::new(map);
     }
 
-    /// Every budget in the store (being deleted ones left out) with its verdict.
+    /// Every budget in the store (being deleted ones, and those in a namespace the tenant
+    /// map does not hold yet, left out) with its verdict.
     pub fn resolve(&self) -> Vec<(Arc<TenantHookBudget>, Verdict)> {
+        let map = lock(&self.tenants).clone();
         let budgets: Vec<Arc<TenantHookBudget>> = self
             .store
             .state()
@@ -151,6 +162,11 @@ impl SessionCtx {
             .iter()
             .filter_map(|b| {
                 let ns = b.namespace()?;
+                let namespace_tenant = match map.tenant_of(&ns) {
+                    Ok(Some(t)) => Ok(t.to_string()),
+                    Ok(None) => return None,
+                    Err(conflict) => Err(conflict),
+                };
                 Some(BudgetFacts {
                     key: BudgetKey::new(ns.clone(), b.name_any()),
                     created: b
@@ -159,7 +175,7 @@ impl SessionCtx {
                         .as_ref()
                         .map(|t| t.0.as_second()),
                     spec_tenant: b.spec.tenant.clone(),
-                    namespace_tenant: self.namespace_tenant(&ns),
+                    namespace_tenant,
                 })
             })
             .collect();
@@ -195,6 +211,7 @@ pub async fn run(budgets: Arc<Budgets>, cancel: CancellationToken) {
         budgets: budgets.clone(),
         store: store.clone(),
         namespaces,
+        tenants: std::sync::Mutex::new(Arc::new(TenantMap::default())),
         budgets_listed: watch::channel(false).0,
         namespaces_listed: watch::channel(false).0,
     });
@@ -236,10 +253,14 @@ pub async fn run(budgets: Arc<Budgets>, cancel: CancellationToken) {
     .for_each(move |ev| {
         match &ev {
             Ok(watcher::Event::InitDone) => {
+                ns_tap.refresh_tenants();
                 ns_tap.namespaces_listed.send_replace(true);
                 ns_changed.notify_one();
             }
-            Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => ns_changed.notify_one(),
+            Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => {
+                ns_tap.refresh_tenants();
+                ns_changed.notify_one()
+            }
             Err(e) => tracing::warn!(error = %e, "budget session: namespace watch error (retrying with backoff)"),
             _ => {}
         }

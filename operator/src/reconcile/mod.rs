@@ -1,7 +1,9 @@
 //! The AgentHook reconciler (kube-runtime `Controller`, controller-rs skeleton).
 //!
-//! For each hook: resolve its namespace's tenant, validate it (cached by uid, generation
-//! and tenant), read and seal its Secret header values, store the outcome in the
+//! For each hook: resolve its namespace's tenant from the tenant map ([`crate::tenants`];
+//! a namespace that lost its claim refuses the hook, reason `TenantConflict`), validate
+//! it (cached by uid, generation and tenant), read and seal its Secret header values,
+//! store the outcome in the
 //! [`crate::index`], ask for a publish when the published set changed, and write
 //! `observedGeneration`, `Accepted` and `Ready` by server-side apply when they change.
 //! The tenants whose breaker `status.breaker.open` records for the hook's current
@@ -14,7 +16,8 @@
 //!
 //! - [`session`]: the watches, the controller and its companions for one leader session.
 //! - [`ready_pass`]: the initial-sync gate and the periodic `Ready` re-evaluation.
-//! - [`triggers`]: the hook predicate and the namespace / Secret mappers.
+//! - [`triggers`]: the hook predicate and the namespace / Secret mappers (a namespace
+//!   change re-queues the hooks of every namespace whose tenant claim it moved).
 //! - [`secrets`]: Secret references, reads and sealing.
 
 pub mod ready_pass;
@@ -27,14 +30,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agenthooks_crds::snapshot::SnapshotHook;
-use agenthooks_crds::tenancy::namespace_tenant;
+use agenthooks_crds::tenancy::TenantConflict;
 use agenthooks_crds::validation::{CommandHookPolicy, ValidationContext, validate};
 use agenthooks_crds::{AgentHook, AgentHookSpec, RESET_BREAKER_ANNOTATION};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio::sync::watch;
 
@@ -47,6 +50,7 @@ use crate::status::{
     self, ACCEPTED, DesiredCondition, READY, WriteOutcome, accepted_condition, breaker_needs_reset,
     breaker_open, find_condition,
 };
+use crate::tenants;
 
 /// Requeue period of a reconciled hook: a safety net; nothing is written unless
 /// something changed.
@@ -137,23 +141,43 @@ impl Context {
         lock(&self.shared.tracker).live(&self.shared.epoch, now)
     }
 
-    /// The tenant of namespace `ns`: from the namespace store, or from the API server
-    /// when the store has not seen it yet (a namespace that does not exist has its name
-    /// as tenant).
-    async fn namespace_tenant(&self, ns: &str) -> Result<String, Error> {
+    /// The tenant of namespace `ns` from the tenant map ([`crate::tenants`], kept in the
+    /// index and recomputed on every namespace change), or the [`TenantConflict`] of a
+    /// namespace that lost its claim. A namespace the map does not hold yet (the
+    /// namespace watch is behind the hook watch) is read from the API server and
+    /// resolved with the cached ones.
+    ///
+    /// Errors: [`Error::StoreGone`] when the session ends, [`Error::Kube`] when the read
+    /// fails, [`Error::NamespaceNotFound`] when the namespace does not exist.
+    async fn namespace_tenant(&self, ns: &str) -> Result<Result<String, TenantConflict>, Error> {
         self.namespaces_listed
             .subscribe()
             .wait_for(|listed| *listed)
             .await
             .map_err(|_| Error::StoreGone)?;
-        if let Some(meta) = self.namespaces.get(&ObjectRef::new(ns)) {
-            return Ok(namespace_tenant(ns, meta.metadata.labels.as_ref()).to_string());
+        match lock(&self.shared.index).tenants().tenant_of(ns) {
+            Ok(Some(tenant)) => return Ok(Ok(tenant.to_string())),
+            Err(conflict) => return Ok(Err(conflict)),
+            Ok(None) => {}
         }
         let api: Api<Namespace> = Api::all(self.client.clone());
-        Ok(match api.get_metadata_opt(ns).await? {
-            Some(meta) => namespace_tenant(ns, meta.metadata.labels.as_ref()).to_string(),
-            None => ns.to_string(),
-        })
+        let meta = api
+            .get_metadata_opt(ns)
+            .await?
+            .ok_or_else(|| Error::NamespaceNotFound(ns.to_string()))?;
+        let cached = self.namespaces.state();
+        let others = cached
+            .iter()
+            .map(|m| m.as_ref())
+            .filter(|m| m.metadata.name.as_deref() != Some(ns));
+        let map = tenants::resolve(
+            others.chain(std::iter::once(&meta)),
+            &self.shared.config.master_namespace,
+        );
+        match map.tenant_of(ns) {
+            Ok(tenant) => Ok(Ok(tenant.unwrap_or(ns).to_string())),
+            Err(conflict) => Ok(Err(conflict)),
+        }
     }
 }
 
@@ -184,6 +208,16 @@ pub fn spec_verdict(
             message: errors.to_string(),
         }),
     }
+}
+
+/// The verdict of a hook in a namespace that lost its tenant claim: `Accepted=False`,
+/// reason [`tenants::TENANT_CONFLICT`], the message naming the namespace, the tenant and
+/// the namespace that holds it.
+pub fn tenant_conflict_verdict(conflict: &TenantConflict) -> Verdict {
+    Verdict::Refused(Refusal {
+        reason: tenants::TENANT_CONFLICT.to_string(),
+        message: tenants::conflict_message(conflict),
+    })
 }
 
 /// What one reconcile decided (for metrics and logs).
@@ -254,13 +288,18 @@ async fn reconcile_hook(hook: &AgentHook, ctx: &Context) -> Result<Outcome, Erro
         return Ok(Outcome::Deleting);
     }
 
-    let tenant = ctx.namespace_tenant(&ns).await?;
-    tracing::trace!(hook = %key, %tenant, "namespace tenant");
+    let (tenant, conflict) = match ctx.namespace_tenant(&ns).await? {
+        Ok(tenant) => (tenant, None),
+        Err(conflict) => (conflict.tenant.clone(), Some(conflict)),
+    };
+    tracing::trace!(hook = %key, %tenant, conflict = conflict.is_some(), "namespace tenant");
     // Validate outside the lock (CEL compiles take a while); cache by uid+generation+tenant.
     let cached = lock(&shared.validation).get(&uid, generation, &tenant);
-    let spec_verdict = match cached {
-        Some(v) => v,
-        None => {
+    let spec_verdict = match (conflict, cached) {
+        // The namespace lost its claim (CONTRACT §9.3): nothing in it is served.
+        (Some(conflict), _) => tenant_conflict_verdict(&conflict),
+        (None, Some(v)) => v,
+        (None, None) => {
             tracing::debug!(hook = %key, generation, %tenant, "validating");
             let v = spec_verdict(&hook.spec, &ns, &tenant, &shared.config);
             lock(&shared.validation).insert(&uid, generation, &tenant, v.clone());
@@ -461,6 +500,29 @@ mod tests {
             spec_verdict(&ok, "tenant-acme", "acme", &cfg),
             Verdict::Accepted
         );
+    }
+
+    #[test]
+    fn a_namespace_that_lost_its_claim_refuses_its_hooks_naming_the_holder() {
+        let conflict = TenantConflict {
+            namespace: "team-b".into(),
+            tenant: "acme".into(),
+            holder: "tenant-acme".into(),
+        };
+        match tenant_conflict_verdict(&conflict) {
+            Verdict::Refused(r) => {
+                assert_eq!(r.reason, "TenantConflict");
+                for name in ["team-b", "\"acme\"", "tenant-acme"] {
+                    assert!(r.message.contains(name), "{name} in {}", r.message);
+                }
+                let c = accepted_condition(&Verdict::Refused(r.clone()));
+                assert_eq!(
+                    (c.status, c.reason.as_str()),
+                    (status::CondStatus::False, "TenantConflict")
+                );
+            }
+            v => panic!("expected a refusal, got {v:?}"),
+        }
     }
 
     #[test]

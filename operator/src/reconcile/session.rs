@@ -5,8 +5,11 @@
 //! - AgentHooks (all namespaces): into a reflector store; deletions and re-lists are fed
 //!   to the index straight from the event stream; changes pass the
 //!   [`super::triggers::hook_trigger`] predicate before they trigger a reconcile.
-//! - Namespaces (metadata only): into a store (tenant look-ups); a label change
-//!   re-queues every hook of the namespace.
+//! - Namespaces (metadata only): into a store, from which every change (a namespace
+//!   added or deleted, a label changed, a re-list) recomputes the tenant map
+//!   ([`crate::tenants`]) held by the index; when the map changes the index wants a
+//!   publish (snapshots carry it) and the hooks of every namespace whose claim moved are
+//!   re-queued — one namespace's label can move another's claim.
 //! - Secrets (metadata only): a change or deletion re-queues the hooks of that
 //!   namespace whose headers read that Secret.
 //! - The ready pass re-queues hooks whose `Ready` should move.
@@ -39,6 +42,7 @@ use super::{Context, error_policy, ready_pass, reconcile, triggers};
 use crate::index::HookKey;
 use crate::shared::{Shared, lock};
 use crate::snapshot_builder;
+use crate::tenants;
 use crate::watch_health::Watched;
 
 /// Reconciles running at once.
@@ -82,23 +86,32 @@ pub async fn run(shared: Arc<Shared>, client: Client, cancel: CancellationToken)
     .predicate_filter(triggers::hook_trigger, PredicateConfig::default());
 
     // Api<PartialObjectMeta<K>> makes metadata-only list/watch requests.
-    let ns_triggers = retried(watcher(
+    let (tenant_tx, tenant_rx) = futures::channel::mpsc::unbounded::<ObjectRef<AgentHook>>();
+    let ns_watch = retried(watcher(
         Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
         watch_config.clone(),
     ))
     .reflect(ns_writer)
-    .inspect({
+    .take_until(cancel.clone().cancelled_owned())
+    .for_each({
         let ctx = ctx.clone();
+        let (namespaces, hooks) = (ns_reader.clone(), hook_reader.clone());
         move |ev| {
-            ctx.shared.observe_watch(Watched::Namespaces, ev);
+            ctx.shared.observe_watch(Watched::Namespaces, &ev);
+            if matches!(
+                ev,
+                Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone)
+            ) {
+                for hook in on_namespaces_changed(&ctx.shared, &namespaces, &hooks) {
+                    let _ = tenant_tx.unbounded_send(hook);
+                }
+            }
             if matches!(ev, Ok(watcher::Event::InitDone)) {
                 ctx.namespaces_listed.send_replace(true);
             }
+            std::future::ready(())
         }
-    })
-    .filter(observed_errors_stay_here)
-    .touched_objects()
-    .predicate_filter(predicates::labels, PredicateConfig::default());
+    });
 
     let secret_shared = shared.clone();
     let secret_triggers = retried(watcher(
@@ -112,12 +125,9 @@ pub async fn run(shared: Arc<Shared>, client: Client, cancel: CancellationToken)
 
     let (ready_tx, ready_rx) = futures::channel::mpsc::unbounded::<ObjectRef<AgentHook>>();
 
-    let ns_map = hook_reader.clone();
     let secret_map = hook_reader.clone();
     let controller = Controller::for_stream(hook_triggers, hook_reader.clone())
-        .watches_stream(ns_triggers, move |ns: PartialObjectMeta<Namespace>| {
-            triggers::hooks_in_namespace(&ns_map, &ns.name_any())
-        })
+        .reconcile_on(tenant_rx)
         .watches_stream(
             secret_triggers,
             move |s: PartialObjectMeta<Secret>| match s.namespace() {
@@ -146,7 +156,7 @@ pub async fn run(shared: Arc<Shared>, client: Client, cancel: CancellationToken)
     let publisher = snapshot_builder::run_publisher(shared.clone(), cancel.clone());
     let ready = ready_pass::run(ctx, hook_reader, ready_tx, cancel.clone());
     let monitor = monitor_watches(shared.clone(), cancel.clone());
-    tokio::join!(controller, publisher, ready, monitor);
+    tokio::join!(controller, ns_watch, publisher, ready, monitor);
     shared.set_synced(false);
     shared.watch_health.reset();
     shared.watch_report(Instant::now());
@@ -229,6 +239,28 @@ async fn monitor_watches(shared: Arc<Shared>, cancel: CancellationToken) {
     }
 }
 
+/// Recomputes the tenant map from the namespace store (after it applied a change) and
+/// gives it to the index; when it moved, asks for a publish and returns the hooks of every
+/// namespace whose claim moved (to re-queue: their tenant, or their conflict, changed).
+fn on_namespaces_changed(
+    shared: &Shared,
+    namespaces: &Store<PartialObjectMeta<Namespace>>,
+    hooks: &Store<AgentHook>,
+) -> Vec<ObjectRef<AgentHook>> {
+    let state = namespaces.state();
+    let map = tenants::resolve(
+        state.iter().map(|m| m.as_ref()),
+        &shared.config.master_namespace,
+    );
+    let moved = lock(&shared.index).set_tenants(map);
+    if moved.is_empty() {
+        return Vec::new();
+    }
+    tracing::info!(namespaces = moved.len(), first = ?moved.first(), "tenant claims changed");
+    shared.publish_requested.notify_one();
+    triggers::hooks_in_namespaces(hooks, &moved)
+}
+
 /// Feeds deletions and re-lists to the index, straight from the hook watch (after the
 /// store has applied them, so the store is current).
 fn on_hook_event(
@@ -300,6 +332,94 @@ mod tests {
             watcher::Error::NoResourceVersion
         )));
         assert!(!is_gone(&Ok(watcher::Event::<()>::Init)));
+    }
+
+    fn namespace(name: &str, label: Option<&str>, created: i64) -> PartialObjectMeta<Namespace> {
+        let mut m = PartialObjectMeta::<Namespace>::default();
+        m.metadata.name = Some(name.into());
+        m.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::from_second(created).unwrap(),
+        ));
+        if let Some(l) = label {
+            m.metadata.labels =
+                Some([(agenthooks_crds::TENANT_LABEL.to_string(), l.to_string())].into());
+        }
+        m
+    }
+
+    #[test]
+    fn a_namespace_change_moves_claims_and_requeues_their_hooks() {
+        let shared = Shared::new(config(), Metrics::new().unwrap());
+        let (hooks, mut hook_writer) = reflector::store::<AgentHook>();
+        for h in [
+            obj("tenant-acme", "guard", "u1"),
+            obj("team-b", "mine", "u2"),
+            obj("other", "h", "u3"),
+        ] {
+            hook_writer.apply_watcher_event(&watcher::Event::Apply(h));
+        }
+        let (namespaces, mut ns_writer) = reflector::store::<PartialObjectMeta<Namespace>>();
+        for n in [
+            namespace("tenant-acme", Some("acme"), 100),
+            namespace("team-b", None, 200),
+            namespace("other", None, 50),
+        ] {
+            ns_writer.apply_watcher_event(&watcher::Event::Apply(n));
+        }
+        let names = |refs: Vec<ObjectRef<AgentHook>>| {
+            let mut v: Vec<String> = refs
+                .into_iter()
+                .map(|r| format!("{}/{}", r.namespace.unwrap_or_default(), r.name))
+                .collect();
+            v.sort();
+            v
+        };
+        // The first map: every namespace is new.
+        let first = on_namespaces_changed(&shared, &namespaces, &hooks);
+        assert_eq!(
+            names(first),
+            ["other/h", "team-b/mine", "tenant-acme/guard"]
+        );
+        assert_eq!(shared.publish_now().unwrap(), Some(1));
+        // Nothing moved: nothing re-queued, nothing to publish.
+        assert!(on_namespaces_changed(&shared, &namespaces, &hooks).is_empty());
+        assert!(!lock(&shared.index).is_dirty());
+        // team-b labelled acme: it loses to the older tenant-acme; only its hooks move.
+        ns_writer.apply_watcher_event(&watcher::Event::Apply(namespace(
+            "team-b",
+            Some("acme"),
+            200,
+        )));
+        assert_eq!(
+            names(on_namespaces_changed(&shared, &namespaces, &hooks)),
+            ["team-b/mine"]
+        );
+        assert!(
+            lock(&shared.index).is_dirty(),
+            "the snapshot carries the map"
+        );
+        let conflict = lock(&shared.index)
+            .tenants()
+            .tenant_of("team-b")
+            .unwrap_err();
+        assert_eq!(
+            (conflict.tenant.as_str(), conflict.holder.as_str()),
+            ("acme", "tenant-acme")
+        );
+        // tenant-acme deleted: team-b holds acme now.
+        ns_writer.apply_watcher_event(&watcher::Event::Delete(namespace(
+            "tenant-acme",
+            Some("acme"),
+            100,
+        )));
+        assert_eq!(
+            names(on_namespaces_changed(&shared, &namespaces, &hooks)),
+            ["team-b/mine", "tenant-acme/guard"]
+        );
+        assert_eq!(
+            lock(&shared.index).tenants().tenant_of("team-b"),
+            Ok(Some("acme"))
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! What makes an AgentHook reconcile: its own changes that matter, its namespace's
-//! labels, the Secrets its headers read.
+//! What makes an AgentHook reconcile: its own changes that matter, a change of its
+//! namespace's tenant claim, the Secrets its headers read.
 
+use std::collections::BTreeSet;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use agenthooks_crds::{AgentHook, RESET_BREAKER_ANNOTATION};
@@ -38,12 +39,24 @@ pub fn hook_trigger(hook: &AgentHook) -> Option<u64> {
     Some(h.finish())
 }
 
-/// Every hook of namespace `ns` (its labels, hence its tenant, changed).
-pub fn hooks_in_namespace(store: &Store<AgentHook>, ns: &str) -> Vec<ObjectRef<AgentHook>> {
+/// Every hook of the namespaces `namespaces` (their tenant claim moved: a label, a
+/// namespace added or deleted elsewhere).
+pub fn hooks_in_namespaces(
+    store: &Store<AgentHook>,
+    namespaces: &BTreeSet<String>,
+) -> Vec<ObjectRef<AgentHook>> {
+    if namespaces.is_empty() {
+        return Vec::new();
+    }
     store
         .state()
         .iter()
-        .filter(|h| h.namespace().as_deref() == Some(ns))
+        .filter(|h| {
+            h.metadata
+                .namespace
+                .as_ref()
+                .is_some_and(|ns| namespaces.contains(ns))
+        })
         .map(|h| ObjectRef::from_obj(&**h))
         .collect()
 }
@@ -199,12 +212,19 @@ mod tests {
         ] {
             writer.apply_watcher_event(&Event::Apply(h));
         }
-        let mut in_a: Vec<String> = hooks_in_namespace(&reader, "a")
-            .into_iter()
-            .map(|r| r.name)
-            .collect();
-        in_a.sort();
-        assert_eq!(in_a, ["h1", "h2"]);
+        let names = |nss: &[&str]| {
+            let set: BTreeSet<String> = nss.iter().map(|s| s.to_string()).collect();
+            let mut names: Vec<String> = hooks_in_namespaces(&reader, &set)
+                .into_iter()
+                .map(|r| format!("{}/{}", r.namespace.unwrap_or_default(), r.name))
+                .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(names(&["a"]), ["a/h1", "a/h2"]);
+        assert_eq!(names(&["a", "b"]), ["a/h1", "a/h2", "b/h3"]);
+        assert!(names(&["c"]).is_empty());
+        assert!(names(&[]).is_empty());
         let users: Vec<String> = hooks_using_secret(&reader, "a", "tok")
             .into_iter()
             .map(|r| r.name)
