@@ -32,7 +32,7 @@ pub mod rule;
 mod ttl_cache;
 
 pub use callers_file::CallersFile;
-pub use kubernetes::KubeCallers;
+pub use kubernetes::{Access, KubeCallers};
 pub use rule::{Grant, Refusal, TenantChoice};
 
 /// Longest bearer token read, in bytes; a longer one is refused (401) unread.
@@ -137,7 +137,10 @@ impl Authenticator {
                         "caller {caller} may not act for tenant {tenant:?}"
                     )));
                 };
-                if kube.may_dispatch(&user, &namespace).await? {
+                if kube
+                    .allowed(&user, &kubernetes::Access::dispatch(&namespace))
+                    .await?
+                {
                     Ok(Authorized { caller, tenant })
                 } else {
                     Err(Refusal::forbidden(format!(
