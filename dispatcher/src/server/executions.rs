@@ -1,13 +1,15 @@
 //! The audit history API (issue 5 point 2; CONTRACT §7; DESIGN "Dispatch API"):
 //! `GET /v1/executions` and `GET /v1/executions/{id}`.
 //!
-//! `GET /v1/executions?hook=NS/NAME&decision=block&since=RFC3339&limit=N&cursor=C`
+//! `GET /v1/executions?namespace=NS&hook=NS/NAME&decision=block&since=RFC3339&limit=N&cursor=C`
 //! answers `{"executions": [row...], "nextCursor": "..." | null}`, newest first (highest
 //! id first). `nextCursor` names the last row of the page; the next page holds only
 //! older rows, so rows written meanwhile never shift a page (no duplicates, no gaps).
-//! Filters combine with AND; `hook` matches by namespace and name, so rows of a deleted
-//! hook stay findable. `limit` is 1..=500 (default 50). Unknown or repeated parameters
-//! and bad values are 400 `{"error", "field"}` naming the parameter.
+//! Filters combine with AND; `namespace` keeps the rows of hooks in that namespace;
+//! `hook` matches by namespace and name (and implies its namespace: `namespace` too must
+//! name the same one), so rows of a deleted hook stay findable. `limit` is 1..=500
+//! (default 50). Unknown or repeated parameters and bad values are 400 `{"error",
+//! "field"}` naming the parameter.
 //!
 //! A row, camelCase like the rest of this API (`metadata` keeps the snake_case keys of
 //! CONTRACT §7.5 as stored):
@@ -42,7 +44,7 @@ use crate::audit::row::{AuditRow, detail_binding};
 use crate::audit::store::{AuditStore, ExecutionParams, ExecutionQuery, StoreError};
 
 /// The query parameters `GET /v1/executions` takes.
-const LIST_PARAMS: [&str; 5] = ["hook", "decision", "since", "limit", "cursor"];
+const LIST_PARAMS: [&str; 6] = ["namespace", "hook", "decision", "since", "limit", "cursor"];
 
 /// `GET /v1/executions`.
 pub(super) async fn list(
@@ -62,6 +64,7 @@ pub(super) async fn list(
     let mut params = ExecutionParams::default();
     for (k, v) in pairs {
         let slot = match k.as_str() {
+            "namespace" => &mut params.namespace,
             "hook" => &mut params.hook,
             "decision" => &mut params.decision,
             "since" => &mut params.since,
