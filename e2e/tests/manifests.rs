@@ -403,7 +403,8 @@ fn check_disruptions(items: &[Value], operator: &Value, dispatcher: &Value) {
 }
 
 /// The rules of the operator's ClusterRole among `items` (the dispatcher's RBAC ships
-/// others: system:auth-delegator's binding, the agenthooks-dispatch role to bind).
+/// others: system:auth-delegator's binding, the roles to bind: agenthooks-dispatch,
+/// agenthooks-history-reader, agenthooks-tester; [`check_roles_to_bind`]).
 fn cluster_role_rules(items: &[Value]) -> Value {
     let ours: Vec<Value> = items
         .iter()
@@ -411,6 +412,31 @@ fn cluster_role_rules(items: &[Value]) -> Value {
         .cloned()
         .collect();
     role_rules(&ours, "ClusterRole")
+}
+
+/// The ClusterRoles platform teams bind for `--kubernetes-callers` (CONTRACT §9.2, §9.5):
+/// each grants exactly one subresource of agenthooks, and nothing else.
+fn check_roles_to_bind(items: &[Value]) {
+    for (name, resource, verbs) in [
+        (
+            "agenthooks-dispatch",
+            "agenthooks/dispatch",
+            json!(["create"]),
+        ),
+        (
+            "agenthooks-history-reader",
+            "agenthooks/executions",
+            json!(["get", "list"]),
+        ),
+        ("agenthooks-tester", "agenthooks/test", json!(["create"])),
+    ] {
+        let role = find(items, "ClusterRole", name);
+        assert_eq!(
+            role["rules"],
+            json!([{"apiGroups": ["agenthooks.io"], "resources": [resource], "verbs": verbs}]),
+            "{name}"
+        );
+    }
 }
 
 /// The rules of the one object of `kind` (ClusterRole, Role) among `items`.
@@ -468,6 +494,7 @@ fn kustomize_default_renders_and_passes_a_server_side_dry_run() {
     find(&items, "ClusterRoleBinding", "agenthooks-operator");
     find(&items, "Role", "agenthooks-operator-leader-election");
     check_namespaced_rbac(&items);
+    check_roles_to_bind(&items);
     check_wiring(
         &items,
         "agenthooks-operator",
