@@ -301,6 +301,17 @@ impl InlineSpecError {
     }
 }
 
+/// The namespace of an inline AgentHook manifest: its `metadata.namespace`, `default`
+/// when absent (or not a string). The hook [`inline_hook`] builds lives there, and
+/// `POST /v1/test` asks RBAC about it (CONTRACT §9.5).
+pub fn inline_namespace(manifest: &Value) -> &str {
+    manifest
+        .get("metadata")
+        .and_then(|m| m.get("namespace"))
+        .and_then(Value::as_str)
+        .unwrap_or("default")
+}
+
 /// Builds a servable hook from an inline AgentHook manifest (`apiVersion`
 /// `agenthooks.io/v1alpha1`, `kind: AgentHook`, `metadata.name`, optional
 /// `metadata.namespace` (default `default`), `uid`, `generation`, and `spec`).
@@ -341,7 +352,7 @@ pub fn inline_hook(
     if name.is_empty() {
         return Err(InlineSpecError::one("metadata.name", "required"));
     }
-    let namespace = meta_str("namespace").unwrap_or("default");
+    let namespace = inline_namespace(manifest);
     let generation = meta
         .and_then(|m| m.get("generation"))
         .and_then(Value::as_i64)

@@ -16,6 +16,10 @@
 //! Which tenant a caller may act for is one pure rule, [`rule::choose_tenant`]; the
 //! TokenReview and SubjectAccessReview calls are the effects at its edge.
 //!
+//! With [`Authenticator::Kubernetes`], audit history and dry runs are authorized by the
+//! same identity and the same cached RBAC check ([`KubeCallers::allowed`] with an
+//! [`Access`]; CONTRACT §9.5); standalone, by the admin token (`crate::server::admin`).
+//!
 //! Answers (all `{"error", "field"}`): 401 with `WWW-Authenticate: Bearer` for a missing
 //! or unverified credential; 403 naming `tenant_id` for a tenant the caller may not act
 //! for; 400 naming `tenant_id` when it is needed and absent; 503 when the API server
@@ -32,7 +36,7 @@ pub mod rule;
 mod ttl_cache;
 
 pub use callers_file::CallersFile;
-pub use kubernetes::KubeCallers;
+pub use kubernetes::{Access, KubeCallers};
 pub use rule::{Grant, Refusal, TenantChoice};
 
 /// Longest bearer token read, in bytes; a longer one is refused (401) unread.
@@ -137,7 +141,10 @@ impl Authenticator {
                         "caller {caller} may not act for tenant {tenant:?}"
                     )));
                 };
-                if kube.may_dispatch(&user, &namespace).await? {
+                if kube
+                    .allowed(&user, &kubernetes::Access::dispatch(&namespace))
+                    .await?
+                {
                     Ok(Authorized { caller, tenant })
                 } else {
                     Err(Refusal::forbidden(format!(

@@ -187,9 +187,10 @@ struct ServeArgs {
     /// Stable id reported to the operator (default: hostname-pid).
     #[arg(long)]
     dispatcher_id: Option<String>,
-    /// File holding the admin bearer token (at least 16 printable characters): needed
-    /// by `POST /v1/test` (dry runs) and `GET /v1/executions[/{id}]` (audit history and
-    /// decrypted error detail), which are refused (403) without it.
+    /// Standalone mode only: file holding the admin bearer token (at least 16 printable
+    /// characters), needed by `POST /v1/test` (dry runs) and `GET /v1/executions[/{id}]`
+    /// (audit history and decrypted error detail), which are refused (403) without it.
+    /// Refused with --kubernetes-callers, where Kubernetes RBAC authorizes them.
     #[arg(long, value_name = "PATH", env = "AGENTHOOKS_ADMIN_TOKEN_FILE")]
     admin_token_file: Option<PathBuf>,
     /// Where command hooks run: `unix:PATH`, the socket of a `command-runner` (in a
@@ -225,8 +226,10 @@ struct CallerArgs {
     /// In a cluster: callers send a projected ServiceAccount token (audience
     /// --caller-audience), verified by TokenReview; a caller acts for its namespace's
     /// tenant, or for another tenant whose namespace RBAC lets it `create`
-    /// `agenthooks/dispatch` in (SubjectAccessReview). Uses the in-cluster config or
-    /// KUBECONFIG.
+    /// `agenthooks/dispatch` in (SubjectAccessReview). Audit history and dry runs are
+    /// authorized the same way, by RBAC on `agenthooks/executions` (get, list) and
+    /// `agenthooks/test` (create) in the namespace they touch, never by
+    /// --admin-token-file. Uses the in-cluster config or KUBECONFIG.
     #[arg(long)]
     kubernetes_callers: bool,
     /// No authentication at all: anyone may call, for any tenant. For local experiments
@@ -484,6 +487,16 @@ async fn check(args: CheckArgs) -> anyhow::Result<Verdict> {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    // The admin token is for standalone mode only (CONTRACT §9.5): in a cluster, RBAC on
+    // the caller's identity authorizes history and dry runs.
+    if args.callers.kubernetes_callers
+        && let Some(p) = &args.admin_token_file
+    {
+        bail!(
+            "--admin-token-file {} (env AGENTHOOKS_ADMIN_TOKEN_FILE) cannot be used with --kubernetes-callers: the admin token is for standalone mode only (--callers-file, --allow-anonymous); with --kubernetes-callers, audit history and dry runs are authorized by Kubernetes RBAC on the caller's token (agenthooks/executions, agenthooks/test; docs/callers.md)",
+            p.display()
+        );
+    }
     // Callers first: a bad callers file stops the start before anything else runs.
     let callers = authenticator(&args).await?;
     let key = match &args.seal_key_file {
@@ -588,6 +601,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             state.set_admin_token(AdminToken::from_file(p)?);
             tracing::info!(file = %p.display(), "admin token loaded: POST /v1/test and audit history reads need it");
         }
+        None if args.callers.kubernetes_callers => tracing::info!(
+            "POST /v1/test and audit history reads: Kubernetes RBAC on the caller (agenthooks/test, agenthooks/executions)"
+        ),
         None => tracing::info!(
             "no --admin-token-file: POST /v1/test and audit history reads are refused"
         ),

@@ -19,8 +19,10 @@
 //!   `generation`, `event`, `reason: HookUnavailable`, `error`), whose blocking events
 //!   are answered `block` (CONTRACT §10.4).
 //! - `GET /v1/executions`, `GET /v1/executions/{id}`: audit history ([`executions`]).
-//! - `POST /v1/test`: dry run of one hook on a sample event ([`dry_run`]; admin token,
-//!   [`admin`]).
+//! - `POST /v1/test`: dry run of one hook on a sample event ([`dry_run`]).
+//!
+//!   Both authorized (CONTRACT §9.5, [`access`]) by Kubernetes RBAC on the caller's
+//!   identity with `--kubernetes-callers`, by the admin token ([`admin`]) standalone.
 //! - `GET /healthz`, `GET /readyz` (200 once a snapshot or hooks file is loaded — with
 //!   the audit trail's state in `audit`, `degraded` when its spool is full — else
 //!   503; 503 with `draining: true` once shutting down, while decisions are still
@@ -50,7 +52,8 @@ pub const DEFAULT_MAX_CONCURRENT_REQUESTS: usize = 1024;
 pub struct AppState {
     pub engine: Engine,
     hooks: RwLock<Option<Arc<HookSet>>>,
-    /// `--admin-token-file`: what `POST /v1/test` and error detail reads ask for.
+    /// `--admin-token-file`: what `POST /v1/test` and history reads ask for in standalone
+    /// mode (with `--kubernetes-callers`, RBAC decides and it is never consulted).
     admin_token: std::sync::OnceLock<admin::AdminToken>,
     /// Who may call `/v1/dispatch`, for which tenants (CONTRACT §9); unset: nobody.
     authenticator: std::sync::OnceLock<Authenticator>,
@@ -483,6 +486,7 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         .into_response()
 }
 
+mod access;
 pub mod admin;
 mod dry_run;
 mod executions;

@@ -487,3 +487,40 @@ fn callers_must_be_named_and_a_bad_callers_file_stops_the_start() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be used with"));
 }
+
+/// The admin token is for standalone mode only (CONTRACT §9.5): `--admin-token-file` (as a
+/// flag or from the environment) with `--kubernetes-callers` stops the start, before any
+/// API server is asked.
+#[test]
+fn the_admin_token_is_refused_with_kubernetes_callers() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("admin.token");
+    std::fs::write(&token, "0123456789abcdef0123456789abcdef").unwrap();
+    let token = token.to_str().unwrap();
+    for (flag, env) in [(Some(token), None), (None, Some(token))] {
+        let mut cmd = dispatcher_command();
+        cmd.args([
+            "--operator-url",
+            "http://127.0.0.1:1",
+            "--listen",
+            "127.0.0.1:0",
+            "--kubernetes-callers",
+        ])
+        .env("KUBECONFIG", dir.path().join("no-such-kubeconfig"));
+        if let Some(f) = flag {
+            cmd.args(["--admin-token-file", f]);
+        }
+        if let Some(e) = env {
+            cmd.env("AGENTHOOKS_ADMIN_TOKEN_FILE", e);
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{flag:?} {env:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!(
+                "--admin-token-file {token} (env AGENTHOOKS_ADMIN_TOKEN_FILE) cannot be used with --kubernetes-callers: the admin token is for standalone mode only"
+            )),
+            "{err}"
+        );
+    }
+}

@@ -213,6 +213,13 @@ async fn history_pages_filters_refusals_and_error_detail() {
         38
     );
     assert_eq!(d.wait_rows("hook=team-a/nobody", 0).await.len(), 0);
+    // namespace: the rows of that namespace's hooks (the admin token reads every one).
+    assert_eq!(d.wait_rows("namespace=team-a", 41).await.len(), 41);
+    assert_eq!(d.wait_rows("namespace=team-b", 0).await.len(), 0);
+    assert_eq!(
+        ids(&d.wait_rows("namespace=team-a&hook=team-a/deny-rm", 2).await),
+        ids(&deny)
+    );
     let since = |t: chrono::DateTime<chrono::Utc>| {
         t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
             .replace('+', "%2B")
@@ -242,6 +249,10 @@ async fn history_pages_filters_refusals_and_error_detail() {
         ("limit=501", "limit"),
         ("limit=ten", "limit"),
         ("cursor=nope", "cursor"),
+        ("namespace=Team-A", "namespace"),
+        ("namespace=", "namespace"),
+        ("namespace=team-b&hook=team-a/deny-rm", "namespace"),
+        ("namespace=team-a&namespace=team-a", "namespace"),
         ("cursor=", "cursor"),
         ("decison=block", "decison"),
         ("limit=5&limit=6", "limit"),

@@ -158,7 +158,7 @@ async fn migrations_run_at_connect_and_twice_is_harmless(db: Db) {
                 .unwrap()
         }
     };
-    assert_eq!(applied, vec![1], "each migration recorded once");
+    assert_eq!(applied, vec![1, 2], "each migration recorded once");
     assert_eq!(
         third.count().await.unwrap(),
         1,
@@ -291,7 +291,7 @@ async fn list_is_newest_first_with_ids(db: Db) {
     assert_eq!(page.next_cursor, None, "one page holds everything");
 }
 
-async fn filters_by_hook_decision_since_and_combined(db: Db) {
+async fn filters_by_namespace_hook_decision_since_and_combined(db: Db) {
     let s = &db.store;
     let batch = vec![
         row("ua", "team-a", "x", "1", Outcome::Allow, at(0, 0)),
@@ -312,6 +312,68 @@ async fn filters_by_hook_decision_since_and_combined(db: Db) {
         "namespace and name both match, exactly"
     );
     assert_eq!(list(query(|q| q.hook = hook("team-b/x"))).await, vec!["4"]);
+    // A namespace: every hook of it, exactly (not "team-a/x", not team-b).
+    let ns = |n: &str| Some(n.to_string());
+    assert_eq!(
+        list(query(|q| q.namespace = ns("team-a"))).await,
+        vec!["7", "6", "5", "3", "2", "1"]
+    );
+    assert_eq!(list(query(|q| q.namespace = ns("team-b"))).await, vec!["4"]);
+    assert_eq!(
+        list(query(|q| q.namespace = ns("team-c"))).await,
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        list(query(|q| {
+            q.namespace = ns("team-a");
+            q.hook = hook("team-a/x");
+        }))
+        .await,
+        vec!["6", "5", "2", "1"]
+    );
+    assert_eq!(
+        list(query(|q| {
+            q.namespace = ns("team-a");
+            q.decision = Some(Outcome::Block);
+            q.limit = 2;
+        }))
+        .await,
+        vec!["7", "6"]
+    );
+    // Pages of one namespace hold only its rows, in order.
+    let first = s
+        .list(&query(|q| {
+            q.namespace = ns("team-a");
+            q.limit = 4;
+        }))
+        .await
+        .unwrap();
+    assert_eq!(events(&first.rows), vec!["7", "6", "5", "3"]);
+    let cursor = Cursor::parse(first.next_cursor.as_deref().unwrap()).unwrap();
+    let next = s
+        .list(&query(|q| {
+            q.namespace = ns("team-a");
+            q.limit = 4;
+            q.cursor = Some(cursor);
+        }))
+        .await
+        .unwrap();
+    assert_eq!(
+        (events(&next.rows), next.next_cursor),
+        (vec!["2".to_string(), "1".to_string()], None)
+    );
+    // A namespace and a hook of another: refused before the database is asked.
+    let e = s
+        .list(&query(|q| {
+            q.namespace = ns("team-b");
+            q.hook = hook("team-a/x");
+        }))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, StoreError::Query(q) if q.field == "namespace"),
+        "{e}"
+    );
     assert_eq!(
         list(query(|q| q.hook = hook("team-c/x"))).await,
         Vec::<String>::new()
@@ -355,6 +417,7 @@ async fn filters_by_hook_decision_since_and_combined(db: Db) {
     );
     // The same through the HTTP parameters.
     let q = ExecutionQuery::from_params(&ExecutionParams {
+        namespace: None,
         hook: Some("team-a/x".into()),
         decision: Some("block".into()),
         since: Some("2026-11-30T06:00:05Z".into()),
@@ -677,7 +740,7 @@ on_both_backends!(
     the_same_dedup_key_is_one_row,
     a_reused_event_id_from_another_event_still_leaves_its_row,
     list_is_newest_first_with_ids,
-    filters_by_hook_decision_since_and_combined,
+    filters_by_namespace_hook_decision_since_and_combined,
     limit_edges,
     cursor_pages_see_every_old_row_once_while_rows_arrive,
     bad_cursors_are_refused_naming_cursor,

@@ -404,8 +404,9 @@ fn check_disruptions(items: &[Value], operator: &Value, dispatcher: &Value) {
     );
 }
 
-/// The rules of the operator's ClusterRole (the one whose name ends in `operator`; the
-/// tenant-admin and dispatch ClusterRoles are for people, [`check_tenancy`]).
+/// The rules of the operator's ClusterRole (the one whose name ends in `operator`); the
+/// others are for people to bind: tenant-admin ([`check_tenancy`]), and the dispatcher's
+/// agenthooks-dispatch, -history-reader, -tester ([`check_roles_to_bind`]).
 fn cluster_role_rules(items: &[Value]) -> Value {
     let roles: Vec<&Value> = items
         .iter()
@@ -418,6 +419,31 @@ fn cluster_role_rules(items: &[Value]) -> Value {
         .collect();
     assert_eq!(roles.len(), 1, "one operator ClusterRole");
     roles[0]["rules"].clone()
+}
+
+/// The ClusterRoles platform teams bind for `--kubernetes-callers` (CONTRACT §9.2, §9.5):
+/// each grants exactly one subresource of agenthooks, and nothing else.
+fn check_roles_to_bind(items: &[Value]) {
+    for (name, resource, verbs) in [
+        (
+            "agenthooks-dispatch",
+            "agenthooks/dispatch",
+            json!(["create"]),
+        ),
+        (
+            "agenthooks-history-reader",
+            "agenthooks/executions",
+            json!(["get", "list"]),
+        ),
+        ("agenthooks-tester", "agenthooks/test", json!(["create"])),
+    ] {
+        let role = find(items, "ClusterRole", name);
+        assert_eq!(
+            role["rules"],
+            json!([{"apiGroups": ["agenthooks.io"], "resources": [resource], "verbs": verbs}]),
+            "{name}"
+        );
+    }
 }
 
 /// The rules of the one object of `kind` (Role) among `items`.
@@ -542,6 +568,7 @@ fn kustomize_default_renders_and_passes_a_server_side_dry_run() {
     find(&items, "ClusterRoleBinding", "agenthooks-operator");
     find(&items, "Role", "agenthooks-operator-leader-election");
     check_namespaced_rbac(&items);
+    check_roles_to_bind(&items);
     check_wiring(
         &items,
         "agenthooks-operator",

@@ -1,10 +1,17 @@
-//! Callers in a cluster (CONTRACT §9.1–9.2): a projected ServiceAccount token, verified
-//! by the API server (TokenReview, for the audience [`DEFAULT_AUDIENCE`]), and RBAC on
-//! `agenthooks/dispatch` for the tenants of other namespaces (SubjectAccessReview) — the
-//! kubelet's and kube-rbac-proxy's webhook authentication and authorization.
+//! Callers in a cluster (CONTRACT §9.1–9.2, §9.5): a projected ServiceAccount token,
+//! verified by the API server (TokenReview, for the audience [`DEFAULT_AUDIENCE`]), and
+//! RBAC on subresources of `agenthooks` in group `agenthooks.io` (SubjectAccessReview) —
+//! the kubelet's and kube-rbac-proxy's webhook authentication and authorization:
+//!
+//! | request | RBAC asked ([`Access`]) |
+//! |---|---|
+//! | `POST /v1/dispatch` for another namespace's tenant | `create` `agenthooks/dispatch` in that namespace |
+//! | `GET /v1/executions?namespace=NS` | `list` `agenthooks/executions` in `NS` (no namespace: cluster-wide) |
+//! | `GET /v1/executions/{id}` | `get` `agenthooks/executions` in the row's hook namespace |
+//! | `POST /v1/test` | `create` `agenthooks/test` in the hook's namespace |
 //!
 //! Both answers are cached in bounded maps keyed by a sha256 (of the token; of the user
-//! and namespace), never by the token itself:
+//! and every attribute of the [`Access`] asked), never by the token itself:
 //! - a verified token for [`CacheConfig::token_ttl`], and never past the token's own
 //!   `exp`; a refused one for [`CacheConfig::denied_ttl`];
 //! - an RBAC answer for [`CacheConfig::allowed_ttl`] (allowed) or
@@ -29,15 +36,90 @@ use super::ttl_cache::TtlCache;
 
 /// The audience a caller's projected token must be for.
 pub const DEFAULT_AUDIENCE: &str = "agenthooks.io";
-/// The API group, resource and subresource RBAC grants a tenant with
-/// (`create` on `agenthooks/dispatch` in the tenant's namespace).
-pub const DISPATCH_GROUP: &str = "agenthooks.io";
-pub const DISPATCH_RESOURCE: &str = "agenthooks";
+/// The API group of every [`Access`] the dispatcher asks RBAC about.
+pub const RBAC_GROUP: &str = "agenthooks.io";
+/// The resource of every [`Access`]: its subresources name what is done.
+pub const RBAC_RESOURCE: &str = "agenthooks";
+/// `create` on `agenthooks/dispatch` in a namespace: send events for its tenant.
 pub const DISPATCH_SUBRESOURCE: &str = "dispatch";
+/// `get`, `list` on `agenthooks/executions` in a namespace: read its audit rows.
+pub const EXECUTIONS_SUBRESOURCE: &str = "executions";
+/// `create` on `agenthooks/test` in a namespace: dry-run its hooks (or an inline spec
+/// in it).
+pub const TEST_SUBRESOURCE: &str = "test";
 /// Prefix of a ServiceAccount's user name: `system:serviceaccount:NAMESPACE:NAME`.
 const SERVICE_ACCOUNT_PREFIX: &str = "system:serviceaccount:";
 /// Longest wait for the API server's answer; past it the request is answered 503.
 pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One question to RBAC: may a user do `verb` on `group` `resource/subresource` in
+/// `namespace` (empty: cluster-wide, i.e. in every namespace at once)? Every attribute is
+/// part of the cache key of its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Access<'a> {
+    /// `create`, `get`, `list`.
+    pub verb: &'a str,
+    /// The API group, [`RBAC_GROUP`].
+    pub group: &'a str,
+    /// The resource, [`RBAC_RESOURCE`].
+    pub resource: &'a str,
+    /// The subresource: [`DISPATCH_SUBRESOURCE`], [`EXECUTIONS_SUBRESOURCE`],
+    /// [`TEST_SUBRESOURCE`].
+    pub subresource: &'a str,
+    /// The namespace asked about; empty for cluster-wide.
+    pub namespace: &'a str,
+}
+
+impl<'a> Access<'a> {
+    fn ours(verb: &'a str, subresource: &'a str, namespace: &'a str) -> Access<'a> {
+        Access {
+            verb,
+            group: RBAC_GROUP,
+            resource: RBAC_RESOURCE,
+            subresource,
+            namespace,
+        }
+    }
+
+    /// `create` `agenthooks/dispatch` in `namespace`: act for its tenant (CONTRACT §9.2).
+    pub fn dispatch(namespace: &'a str) -> Access<'a> {
+        Access::ours("create", DISPATCH_SUBRESOURCE, namespace)
+    }
+
+    /// `list` `agenthooks/executions` in `namespace` (empty: every namespace's rows).
+    pub fn list_executions(namespace: &'a str) -> Access<'a> {
+        Access::ours("list", EXECUTIONS_SUBRESOURCE, namespace)
+    }
+
+    /// `get` `agenthooks/executions` in `namespace`: one of its rows, with its error
+    /// detail.
+    pub fn get_execution(namespace: &'a str) -> Access<'a> {
+        Access::ours("get", EXECUTIONS_SUBRESOURCE, namespace)
+    }
+
+    /// `create` `agenthooks/test` in `namespace`: a dry run of a hook of it.
+    pub fn create_test(namespace: &'a str) -> Access<'a> {
+        Access::ours("create", TEST_SUBRESOURCE, namespace)
+    }
+}
+
+impl std::fmt::Display for Access<'_> {
+    /// `list agenthooks/executions in namespace tenant-a`, `... cluster-wide`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.verb, self.resource)?;
+        if !self.subresource.is_empty() {
+            write!(f, "/{}", self.subresource)?;
+        }
+        if self.group != RBAC_GROUP {
+            write!(f, " (group {:?})", self.group)?;
+        }
+        if self.namespace.is_empty() {
+            f.write_str(" cluster-wide")
+        } else {
+            write!(f, " in namespace {}", self.namespace)
+        }
+    }
+}
 
 /// How long answers are kept, and how many.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,11 +223,12 @@ impl KubeCallers {
         user.ok_or_else(not_authenticated)
     }
 
-    /// Whether RBAC lets `user` `create` `agenthooks/dispatch` in `namespace`.
+    /// Whether RBAC lets `user` do `access` (a SubjectAccessReview), cached by the user's
+    /// whole identity and every attribute of `access`.
     ///
     /// Errors: 503 when the API server could not be asked.
-    pub async fn may_dispatch(&self, user: &KubeUser, namespace: &str) -> Result<bool, Refusal> {
-        let key = access_key(user, namespace);
+    pub async fn allowed(&self, user: &KubeUser, access: &Access<'_>) -> Result<bool, Refusal> {
+        let key = access_key(user, access);
         let now = Instant::now();
         if let Some(allowed) = self.access.get(&key, now) {
             return Ok(allowed);
@@ -156,14 +239,7 @@ impl KubeCallers {
                 uid: user.uid.clone(),
                 groups: Some(user.groups.clone()),
                 extra: (!user.extra.is_empty()).then(|| user.extra.clone()),
-                resource_attributes: Some(ResourceAttributes {
-                    group: Some(DISPATCH_GROUP.into()),
-                    resource: Some(DISPATCH_RESOURCE.into()),
-                    subresource: Some(DISPATCH_SUBRESOURCE.into()),
-                    verb: Some("create".into()),
-                    namespace: Some(namespace.to_string()),
-                    ..Default::default()
-                }),
+                resource_attributes: Some(resource_attributes(access)),
                 ..Default::default()
             },
             ..Default::default()
@@ -189,6 +265,20 @@ impl KubeCallers {
         };
         self.access.insert(key, allowed, now, ttl);
         Ok(allowed)
+    }
+}
+
+/// The SubjectAccessReview's resource attributes of `access` (no namespace for
+/// cluster-wide).
+fn resource_attributes(access: &Access<'_>) -> ResourceAttributes {
+    let some = |s: &str| (!s.is_empty()).then(|| s.to_string());
+    ResourceAttributes {
+        verb: some(access.verb),
+        group: some(access.group),
+        resource: some(access.resource),
+        subresource: some(access.subresource),
+        namespace: some(access.namespace),
+        ..Default::default()
     }
 }
 
@@ -254,29 +344,33 @@ fn jwt_exp(token: &str) -> Option<i64> {
         .as_i64()
 }
 
-/// A fixed-size key for an RBAC answer: the user's whole identity and the namespace.
-fn access_key(user: &KubeUser, namespace: &str) -> [u8; 32] {
-    let mut h = Sha256::new();
-    for part in [
-        user.name.as_ref(),
-        user.uid.as_deref().unwrap_or(""),
-        namespace,
-    ] {
-        h.update(part.as_bytes());
-        h.update([0]);
+/// A fixed-size key for an RBAC answer: the user's whole identity and every attribute
+/// of `access`. Each part is hashed with its length first, so no two different questions
+/// share a key by moving bytes from one part into the next.
+fn access_key(user: &KubeUser, access: &Access<'_>) -> [u8; 32] {
+    fn part(h: &mut Sha256, tag: u8, s: &str) {
+        h.update([tag]);
+        h.update((s.len() as u64).to_le_bytes());
+        h.update(s.as_bytes());
     }
+    let mut h = Sha256::new();
+    part(&mut h, b'u', &user.name);
+    part(&mut h, b'i', user.uid.as_deref().unwrap_or(""));
+    h.update([u8::from(user.uid.is_some())]);
     for g in &user.groups {
-        h.update(g.as_bytes());
-        h.update([1]);
+        part(&mut h, b'g', g);
     }
     for (k, vs) in &user.extra {
-        h.update(k.as_bytes());
-        h.update([2]);
+        part(&mut h, b'k', k);
         for v in vs {
-            h.update(v.as_bytes());
-            h.update([3]);
+            part(&mut h, b'v', v);
         }
     }
+    part(&mut h, b'V', access.verb);
+    part(&mut h, b'G', access.group);
+    part(&mut h, b'R', access.resource);
+    part(&mut h, b'S', access.subresource);
+    part(&mut h, b'N', access.namespace);
     h.finalize().into()
 }
 
@@ -368,26 +462,191 @@ mod tests {
         );
     }
 
-    #[test]
-    fn access_keys_differ_by_every_part_of_the_identity() {
-        let u = KubeUser {
+    fn user() -> KubeUser {
+        KubeUser {
             name: Arc::from("system:serviceaccount:p:r"),
             uid: Some("1".into()),
             groups: vec!["g".into()],
             extra: Default::default(),
             namespace: Some("p".into()),
-        };
-        let base = access_key(&u, "ns");
-        assert_ne!(base, access_key(&u, "ns2"));
+        }
+    }
+
+    #[test]
+    fn access_keys_differ_by_every_part_of_the_identity() {
+        let u = user();
+        let ask = Access::dispatch("ns");
+        let base = access_key(&u, &ask);
         let mut other = u.clone();
         other.groups.push("admins".into());
-        assert_ne!(base, access_key(&other, "ns"));
+        assert_ne!(base, access_key(&other, &ask));
         let mut other = u.clone();
         other.uid = Some("2".into());
-        assert_ne!(base, access_key(&other, "ns"));
+        assert_ne!(base, access_key(&other, &ask));
+        let mut other = u.clone();
+        other.uid = None;
+        assert_ne!(base, access_key(&other, &ask));
+        let mut other = u.clone();
+        other.name = Arc::from("system:serviceaccount:p:s");
+        assert_ne!(base, access_key(&other, &ask));
         let mut other = u.clone();
         other.extra.insert("scopes".into(), vec!["a".into()]);
-        assert_ne!(base, access_key(&other, "ns"));
-        assert_eq!(base, access_key(&u.clone(), "ns"));
+        assert_ne!(base, access_key(&other, &ask));
+        assert_eq!(base, access_key(&u.clone(), &Access::dispatch("ns")));
+        // No uid and an empty one are different users.
+        let (mut none, mut empty) = (u.clone(), u.clone());
+        none.uid = None;
+        empty.uid = Some(String::new());
+        assert_ne!(access_key(&none, &ask), access_key(&empty, &ask));
+    }
+
+    #[test]
+    fn access_keys_differ_by_every_attribute_of_the_question() {
+        let u = user();
+        let ask = Access::list_executions("tenant-a");
+        let base = access_key(&u, &ask);
+        let others = [
+            Access { verb: "get", ..ask },
+            Access { group: "", ..ask },
+            Access {
+                group: "other.io",
+                ..ask
+            },
+            Access {
+                resource: "agenthook",
+                ..ask
+            },
+            Access {
+                subresource: "dispatch",
+                ..ask
+            },
+            Access {
+                subresource: "",
+                ..ask
+            },
+            Access {
+                namespace: "tenant-b",
+                ..ask
+            },
+            Access {
+                namespace: "",
+                ..ask
+            },
+            Access::create_test("tenant-a"),
+            Access::dispatch("tenant-a"),
+        ];
+        assert_eq!(others[0], Access::get_execution("tenant-a"));
+        assert_eq!(others[7], Access::list_executions(""));
+        let mut keys = std::collections::HashSet::from([base]);
+        for other in others {
+            assert!(
+                keys.insert(access_key(&u, &other)),
+                "{other:?} has a key of its own"
+            );
+        }
+        // Bytes moved from one attribute into the next make another question.
+        let a = Access {
+            resource: "agenthooks",
+            subresource: "executions",
+            ..ask
+        };
+        let b = Access {
+            resource: "agenthooksexecutions",
+            subresource: "",
+            ..ask
+        };
+        let c = Access {
+            resource: "agenthooks/executions",
+            subresource: "",
+            ..ask
+        };
+        assert_ne!(access_key(&u, &a), access_key(&u, &b));
+        assert_ne!(access_key(&u, &a), access_key(&u, &c));
+        let mut g = u.clone();
+        g.groups = vec!["ab".into()];
+        let mut h = u.clone();
+        h.groups = vec!["a".into(), "b".into()];
+        assert_ne!(access_key(&g, &ask), access_key(&h, &ask));
+        assert_eq!(access_key(&u, &Access::list_executions("tenant-a")), base);
+    }
+
+    #[test]
+    fn questions_read_as_rbac_rules_and_review_attributes() {
+        assert_eq!(
+            Access::list_executions("tenant-a").to_string(),
+            "list agenthooks/executions in namespace tenant-a"
+        );
+        assert_eq!(
+            Access::list_executions("").to_string(),
+            "list agenthooks/executions cluster-wide"
+        );
+        assert_eq!(
+            Access::create_test("t").to_string(),
+            "create agenthooks/test in namespace t"
+        );
+        assert_eq!(
+            Access::dispatch("t").to_string(),
+            "create agenthooks/dispatch in namespace t"
+        );
+        let a = resource_attributes(&Access::get_execution("tenant-a"));
+        assert_eq!(
+            (
+                a.verb.as_deref(),
+                a.group.as_deref(),
+                a.resource.as_deref(),
+                a.subresource.as_deref(),
+                a.namespace.as_deref()
+            ),
+            (
+                Some("get"),
+                Some("agenthooks.io"),
+                Some("agenthooks"),
+                Some("executions"),
+                Some("tenant-a")
+            )
+        );
+        let a = resource_attributes(&Access::list_executions(""));
+        assert_eq!((a.verb.as_deref(), a.namespace), (Some("list"), None));
+    }
+
+    /// The cache answers exactly the question it was given: any other attribute goes to
+    /// the API server (here none listens, so 503).
+    #[tokio::test]
+    async fn the_access_cache_answers_only_the_question_it_holds() {
+        crate::operator_urls::install_crypto_provider();
+        let dead = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let config = kube::Config::new(format!("http://{dead}").parse().unwrap());
+        let callers = KubeCallers::new(
+            kube::Client::try_from(config).unwrap(),
+            DEFAULT_AUDIENCE,
+            CacheConfig::default(),
+        );
+        let u = user();
+        let held = Access::list_executions("tenant-a");
+        callers.access.insert(
+            access_key(&u, &held),
+            true,
+            Instant::now(),
+            Duration::from_secs(60),
+        );
+        assert_eq!(callers.allowed(&u, &held).await, Ok(true));
+        for other in [
+            Access::get_execution("tenant-a"),
+            Access::list_executions("tenant-b"),
+            Access::list_executions(""),
+            Access::create_test("tenant-a"),
+            Access::dispatch("tenant-a"),
+        ] {
+            let refused = callers.allowed(&u, &other).await.unwrap_err();
+            assert_eq!(
+                refused.status,
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                "{other}: {refused}"
+            );
+        }
+        assert_eq!(callers.cached(), (0, 1), "refusals to ask are not cached");
     }
 }

@@ -16,8 +16,13 @@
 //!   body (`hook`, `event.tool_input.a`, `spec.spec.timeoutMs`); an invalid inline spec
 //!   adds `reason` (the validation reason, e.g. `InvalidTimeout`) and `errors` (every
 //!   broken rule: `field`, `reason`, `message`); 413 for an event over a cap;
-//! - 403 without the admin bearer token (an inline spec is arbitrary code on the Lite
-//!   edition and arbitrary outbound calls; a named hook spends a provider's tokens);
+//! - who may (CONTRACT §9.5, [`super::access`]; an inline spec is arbitrary code on the
+//!   Lite edition and arbitrary outbound calls; a named hook spends a provider's tokens):
+//!   with `--kubernetes-callers`, Kubernetes RBAC `create` on `agenthooks/test` in the
+//!   hook's namespace (`hook`'s, or the inline spec's `metadata.namespace`, default
+//!   `default`), checked before the hook is looked up or anything runs — 401 without a
+//!   valid token, 403 naming `hook` or `spec.metadata.namespace` otherwise; standalone,
+//!   the admin bearer token (403 without it, checked before the body is read);
 //! - 422 `field: hook` for a hook this dispatcher could not load (CONTRACT §10.4: the
 //!   message says `HookUnavailable` and why);
 //! - 404 `field: hook` for a hook that is not served; 503 before any hooks are loaded.
@@ -34,10 +39,13 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::admin::authorize;
+use super::access::reader;
 use super::{AppState, error, read_body};
-use crate::dry_run::{DryRunOptions, InlineContext, InlineSpecError, dry_run, inline_hook};
+use crate::dry_run::{
+    DryRunOptions, InlineContext, InlineSpecError, dry_run, inline_hook, inline_namespace,
+};
 use crate::event::{Event, EventError};
+use crate::identity::Access;
 
 /// The body of `POST /v1/test`.
 #[derive(Deserialize)]
@@ -54,15 +62,25 @@ struct TestRequest<'a> {
     force: bool,
 }
 
+/// The hook a dry run is of.
+enum Target {
+    /// `hook`: `NAMESPACE/NAME` of a served hook.
+    Served(String),
+    /// `spec`: an AgentHook manifest.
+    Inline(Value),
+}
+
 /// `POST /v1/test`.
 pub(super) async fn test(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> Response {
-    if let Err(denied) = authorize(state.admin_token(), &headers) {
-        return denied.response("POST /v1/test");
-    }
+    const WHAT: &str = "POST /v1/test";
+    let reader = match reader(&state, &headers, WHAT).await {
+        Ok(r) => r,
+        Err(refused) => return refused,
+    };
     let body = match read_body(&headers, body).await {
         Ok(b) => b,
         Err(refused) => return refused,
@@ -90,15 +108,9 @@ pub(super) async fn test(
         Ok(e) => e,
         Err(e) => return event_error(&e),
     };
-    let Some(set) = state.hooks() else {
-        return error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "",
-            "no hooks loaded yet: a dry run needs the served set (master namespace, tenants)"
-                .into(),
-        );
-    };
-    let hook = match (req.hook, req.spec) {
+    // Which hook, and so which namespace RBAC is asked about, before it is looked up
+    // (a caller learns nothing of another namespace's hooks) or anything runs.
+    let target = match (req.hook, req.spec) {
         (Some(_), Some(_)) => {
             return error(
                 StatusCode::BAD_REQUEST,
@@ -122,32 +134,54 @@ pub(super) async fn test(
                     format!("hook: expected NAMESPACE/NAME, got {key:?}"),
                 );
             }
-            match set.get(&key) {
-                Some(h) => Arc::clone(h),
-                None if let Some(u) = set.unavailable().iter().find(|u| u.key == key) => {
-                    return error(
-                        StatusCode::UNPROCESSABLE_ENTITY,
-                        "hook",
-                        format!(
-                            "hook: {key} (generation {}) is unavailable on this dispatcher ({}): it could not be loaded: {}; blocking events it could apply to are answered block",
-                            u.generation,
-                            crate::hookset::HOOK_UNAVAILABLE,
-                            u.error
-                        ),
-                    );
-                }
-                None => {
-                    return error(
-                        StatusCode::NOT_FOUND,
-                        "hook",
-                        format!(
-                            "hook: {key} is not served by this dispatcher (GET /v1/hooks lists them)"
-                        ),
-                    );
-                }
-            }
+            Target::Served(key)
         }
-        (None, Some(manifest)) => {
+        (None, Some(manifest)) => Target::Inline(manifest),
+    };
+    let (namespace, field) = match &target {
+        Target::Served(key) => (key.split_once('/').map_or("", |(ns, _)| ns), "hook"),
+        Target::Inline(manifest) => (inline_namespace(manifest), "spec.metadata.namespace"),
+    };
+    if let Err(forbidden) = reader
+        .require(&Access::create_test(namespace), WHAT, field)
+        .await
+    {
+        return forbidden;
+    }
+    let Some(set) = state.hooks() else {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "",
+            "no hooks loaded yet: a dry run needs the served set (master namespace, tenants)"
+                .into(),
+        );
+    };
+    let hook = match target {
+        Target::Served(key) => match set.get(&key) {
+            Some(h) => Arc::clone(h),
+            None if let Some(u) = set.unavailable().iter().find(|u| u.key == key) => {
+                return error(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "hook",
+                    format!(
+                        "hook: {key} (generation {}) is unavailable on this dispatcher ({}): it could not be loaded: {}; blocking events it could apply to are answered block",
+                        u.generation,
+                        crate::hookset::HOOK_UNAVAILABLE,
+                        u.error
+                    ),
+                );
+            }
+            None => {
+                return error(
+                    StatusCode::NOT_FOUND,
+                    "hook",
+                    format!(
+                        "hook: {key} is not served by this dispatcher (GET /v1/hooks lists them)"
+                    ),
+                );
+            }
+        },
+        Target::Inline(manifest) => {
             let ctx = InlineContext {
                 master_namespace: &set.master_namespace,
                 edition: state.engine.edition,

@@ -1,13 +1,15 @@
 //! The audit history API (issue 5 point 2; CONTRACT §7; DESIGN "Dispatch API"):
 //! `GET /v1/executions` and `GET /v1/executions/{id}`.
 //!
-//! `GET /v1/executions?hook=NS/NAME&decision=block&since=RFC3339&limit=N&cursor=C`
+//! `GET /v1/executions?namespace=NS&hook=NS/NAME&decision=block&since=RFC3339&limit=N&cursor=C`
 //! answers `{"executions": [row...], "nextCursor": "..." | null}`, newest first (highest
 //! id first). `nextCursor` names the last row of the page; the next page holds only
 //! older rows, so rows written meanwhile never shift a page (no duplicates, no gaps).
-//! Filters combine with AND; `hook` matches by namespace and name, so rows of a deleted
-//! hook stay findable. `limit` is 1..=500 (default 50). Unknown or repeated parameters
-//! and bad values are 400 `{"error", "field"}` naming the parameter.
+//! Filters combine with AND; `namespace` keeps the rows of hooks in that namespace;
+//! `hook` matches by namespace and name (and implies its namespace: `namespace` too must
+//! name the same one), so rows of a deleted hook stay findable. `limit` is 1..=500
+//! (default 50). Unknown or repeated parameters and bad values are 400 `{"error",
+//! "field"}` naming the parameter.
 //!
 //! A row, camelCase like the rest of this API (`metadata` keeps the snake_case keys of
 //! CONTRACT §7.5 as stored):
@@ -22,9 +24,17 @@
 //! with `errorDetail: null` and `errorDetailError` saying why: never a 500, never
 //! ciphertext or plaintext of another key.
 //!
-//! Both routes need the admin bearer token (`--admin-token-file`; 403 otherwise, checked
-//! before anything is read): rows name the tenants, sessions and errors of every tenant,
-//! and the dispatch port is reachable by every tenant's agents.
+//! Who may read (CONTRACT §9.5, [`super::access`]): rows name the tenants, sessions and
+//! errors of every tenant, and the dispatch port is reachable by every tenant's agents.
+//! - With `--kubernetes-callers`, Kubernetes RBAC on the caller's ServiceAccount (or
+//!   other) token: the list needs `list` on `agenthooks/executions` in the namespace it
+//!   reads (`namespace`, or `hook`'s), or cluster-wide without one (403 `{"error",
+//!   "field"}` naming the permission, the namespace and the parameter); one row needs
+//!   `get` on `agenthooks/executions` in the row's `hookNamespace` — and its
+//!   `errorDetail=true` the same — else it is answered exactly as an unknown id (404), so
+//!   the ids of other namespaces' rows tell nothing.
+//! - Standalone, the admin bearer token (`--admin-token-file`; 403 otherwise, checked
+//!   before anything is read) for every row.
 //!
 //! 503 when audit is off on this dispatcher or its database has not answered yet.
 
@@ -36,13 +46,14 @@ use axum::response::{IntoResponse, Response};
 use chrono::SecondsFormat;
 use serde_json::{Value, json};
 
-use super::admin::authorize;
+use super::access::reader;
 use super::{AppState, error};
 use crate::audit::row::{AuditRow, detail_binding};
 use crate::audit::store::{AuditStore, ExecutionParams, ExecutionQuery, StoreError};
+use crate::identity::Access;
 
 /// The query parameters `GET /v1/executions` takes.
-const LIST_PARAMS: [&str; 5] = ["hook", "decision", "since", "limit", "cursor"];
+const LIST_PARAMS: [&str; 6] = ["namespace", "hook", "decision", "since", "limit", "cursor"];
 
 /// `GET /v1/executions`.
 pub(super) async fn list(
@@ -50,11 +61,13 @@ pub(super) async fn list(
     RawQuery(q): RawQuery,
     headers: HeaderMap,
 ) -> Response {
-    // Rows name tenants, sessions and errors of every tenant: readers need the admin
-    // token, checked before anything else (a caller without it learns nothing).
-    if let Err(denied) = authorize(state.admin_token(), &headers) {
-        return denied.response("GET /v1/executions");
-    }
+    // Rows name tenants, sessions and errors of every tenant: who is asking is checked
+    // before anything else (a caller without a credential learns nothing).
+    const WHAT: &str = "GET /v1/executions";
+    let reader = match reader(&state, &headers, WHAT).await {
+        Ok(r) => r,
+        Err(refused) => return refused,
+    };
     let pairs = match query_pairs(q.as_deref(), &LIST_PARAMS) {
         Ok(p) => p,
         Err(bad) => return bad.response(),
@@ -62,6 +75,7 @@ pub(super) async fn list(
     let mut params = ExecutionParams::default();
     for (k, v) in pairs {
         let slot = match k.as_str() {
+            "namespace" => &mut params.namespace,
             "hook" => &mut params.hook,
             "decision" => &mut params.decision,
             "since" => &mut params.since,
@@ -74,6 +88,19 @@ pub(super) async fn list(
         Ok(q) => q,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.field, e.to_string()),
     };
+    // The rows of one namespace (the query reads only those), or of every namespace.
+    let scope = query.scope().unwrap_or("");
+    let field = if query.namespace.is_none() && query.hook.is_some() {
+        "hook"
+    } else {
+        "namespace"
+    };
+    if let Err(forbidden) = reader
+        .require(&Access::list_executions(scope), WHAT, field)
+        .await
+    {
+        return forbidden;
+    }
     let store = match store(&state) {
         Ok(s) => s,
         Err(off) => return unavailable(off),
@@ -95,9 +122,10 @@ pub(super) async fn get_one(
     RawQuery(q): RawQuery,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(denied) = authorize(state.admin_token(), &headers) {
-        return denied.response("GET /v1/executions/{id}");
-    }
+    let reader = match reader(&state, &headers, "GET /v1/executions/{id}").await {
+        Ok(r) => r,
+        Err(refused) => return refused,
+    };
     let pairs = match query_pairs(q.as_deref(), &["errorDetail"]) {
         Ok(p) => p,
         Err(bad) => return bad.response(),
@@ -129,15 +157,19 @@ pub(super) async fn get_one(
     };
     let row = match store.get(id).await {
         Ok(Some(r)) => r,
-        Ok(None) => {
-            return error(
-                StatusCode::NOT_FOUND,
-                "id",
-                format!("id: no execution {id}"),
-            );
-        }
+        Ok(None) => return no_execution(id),
         Err(e) => return store_error(&e),
     };
+    // A row of a namespace the reader may not read is answered as an unknown id: its
+    // existence tells nothing. The error detail needs the same permission.
+    match reader
+        .may(&Access::get_execution(&row.hook_namespace))
+        .await
+    {
+        Ok(true) => {}
+        Ok(false) => return no_execution(id),
+        Err(unavailable) => return unavailable,
+    }
     let mut body = row_json(&row);
     if want_detail {
         let (detail, why) = open_detail(&state, &row);
@@ -147,6 +179,15 @@ pub(super) async fn get_one(
         }
     }
     axum::Json(body).into_response()
+}
+
+/// 404 for an id with no row — or a row the reader may not read: the same answer.
+fn no_execution(id: i64) -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        "id",
+        format!("id: no execution {id}"),
+    )
 }
 
 /// The decrypted `error_detail`, or why there is none (never an error response).

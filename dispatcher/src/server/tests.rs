@@ -854,3 +854,115 @@ async fn no_authenticator_refuses_everyone_and_anonymous_is_loud() {
         "{r}"
     );
 }
+
+/// `GET`/`POST` `path` with an optional bearer token → (status, body, WWW-Authenticate).
+async fn call(base: &str, post: bool, path: &str, token: Option<&str>) -> (u16, Value, bool) {
+    let c = reqwest::Client::new();
+    let mut req = if post {
+        c.post(format!("{base}{path}")).body(
+            json!({"hook": "tenant-acme/no-rm", "event": {"event": "pre_tool_use", "tool_name": "exec", "tool_input": {}}})
+                .to_string(),
+        )
+    } else {
+        c.get(format!("{base}{path}"))
+    };
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let r = req.send().await.unwrap();
+    let status = r.status().as_u16();
+    let challenged = r.headers().contains_key("www-authenticate");
+    (
+        status,
+        serde_json::from_slice(&r.bytes().await.unwrap()).unwrap_or(Value::Null),
+        challenged,
+    )
+}
+
+const ADMIN: &str = "0123456789abcdef0123456789abcdef";
+const GUARDED: [(bool, &str); 4] = [
+    (false, "/v1/executions"),
+    (false, "/v1/executions?namespace=tenant-acme"),
+    (false, "/v1/executions/1"),
+    (true, "/v1/test"),
+];
+
+/// CONTRACT §9.5: with `--kubernetes-callers`, history and dry runs ask the API server
+/// who the caller is (401 without a token), and the admin token opens nothing even if one
+/// were loaded (the binary refuses the pair at start). No API server listens here, so a
+/// token that must be reviewed is 503.
+#[tokio::test]
+async fn with_kubernetes_callers_history_and_dry_runs_never_take_the_admin_token() {
+    crate::operator_urls::install_crypto_provider();
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let client =
+        kube::Client::try_from(kube::Config::new(format!("http://{dead}").parse().unwrap()))
+            .unwrap();
+    let state = AppState::new(Engine::new(
+        HttpCaller::new(vec![]),
+        Edition::Lite,
+        SealKey::generate(),
+    ));
+    state.set_authenticator(crate::identity::Authenticator::Kubernetes(Box::new(
+        crate::identity::KubeCallers::new(client, "agenthooks.io", Default::default()),
+    )));
+    state.set_admin_token(admin::AdminToken::new(ADMIN).unwrap());
+    state.set_hooks(hooks("exit 0"));
+    let base = serve_state(state).await;
+    for (post, path) in GUARDED {
+        let (status, body, challenged) = call(&base, post, path, None).await;
+        assert_eq!((status, challenged), (401, true), "{path}: {body}");
+        let (status, body, _) = call(&base, post, path, Some(ADMIN)).await;
+        assert_eq!(status, 503, "{path}: the token goes to TokenReview: {body}");
+        assert!(
+            body["error"]
+                .as_str()
+                .unwrap()
+                .contains("could not review the token"),
+            "{path}: {body}"
+        );
+    }
+}
+
+/// Standalone (`--callers-file`): history and dry runs take the admin token, as before
+/// CONTRACT §9.5; a caller's dispatch token is not it.
+#[tokio::test]
+async fn standalone_history_and_dry_runs_take_the_admin_token_only() {
+    let state = AppState::new(Engine::new(
+        HttpCaller::new(vec![]),
+        Edition::Lite,
+        SealKey::generate(),
+    ));
+    state.set_authenticator(crate::identity::Authenticator::Callers(callers()));
+    state.set_admin_token(admin::AdminToken::new(ADMIN).unwrap());
+    state.set_hooks(hooks("echo no >&2; exit 2"));
+    let base = serve_state(state).await;
+    for (post, path) in GUARDED {
+        for token in [None, Some("acme-token")] {
+            let (status, body, _) = call(&base, post, path, token).await;
+            assert_eq!(
+                (status, body["field"].as_str()),
+                (403, Some("authorization")),
+                "{path} {token:?}: {body}"
+            );
+        }
+        // Past the gate: audit is off here (503 saying so), the dry run runs.
+        let (status, body, _) = call(&base, post, path, Some(ADMIN)).await;
+        if post {
+            assert_eq!(
+                (status, &body["hook"]),
+                (200, &json!("tenant-acme/no-rm")),
+                "{body}"
+            );
+        } else {
+            assert_eq!(status, 503, "{path}: {body}");
+            assert!(
+                body["error"].as_str().unwrap().contains("audit is off"),
+                "{path}: {body}"
+            );
+        }
+    }
+}

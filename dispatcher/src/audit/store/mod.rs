@@ -47,7 +47,8 @@ const INSERT_COLUMNS: &str = "hook_uid, hook_namespace, hook_name, tenant, sessi
      metadata, created_at";
 
 /// A history query parameter that breaks its rule. Shown as `<field>: <message>`; `field`
-/// is the query parameter's name (`hook`, `decision`, `since`, `limit`, `cursor`).
+/// is the query parameter's name (`namespace`, `hook`, `decision`, `since`, `limit`,
+/// `cursor`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {message}")]
 pub struct QueryError {
@@ -173,6 +174,8 @@ impl std::fmt::Display for HookRef {
 /// deserialized by axum's `Query`. [`ExecutionQuery::from_params`] checks them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 pub struct ExecutionParams {
+    /// A namespace name: only rows of its hooks.
+    pub namespace: Option<String>,
     /// `NAMESPACE/NAME`.
     pub hook: Option<String>,
     /// `allow|block|error|timeout`.
@@ -189,6 +192,9 @@ pub struct ExecutionParams {
 /// size and where the page starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecutionQuery {
+    /// Only rows of hooks in this namespace (`hook_namespace`). With [`Self::hook`] too,
+    /// both name the same namespace ([`ExecutionQuery::validate`]).
+    pub namespace: Option<String>,
     /// Only rows of this hook (by namespace/name).
     pub hook: Option<HookRef>,
     /// Only rows with this decision.
@@ -205,6 +211,7 @@ pub struct ExecutionQuery {
 impl Default for ExecutionQuery {
     fn default() -> Self {
         ExecutionQuery {
+            namespace: None,
             hook: None,
             decision: None,
             since: None,
@@ -215,7 +222,8 @@ impl Default for ExecutionQuery {
 }
 
 impl ExecutionQuery {
-    /// Checks the query's rules: `limit` in 1..=500. Errors name the field.
+    /// Checks the query's rules: `limit` in 1..=500; `namespace` a namespace name, and
+    /// the one of `hook` when both are given. Errors name the field.
     pub fn validate(&self) -> Result<(), QueryError> {
         if !(1..=MAX_LIMIT).contains(&self.limit) {
             return Err(QueryError::new(
@@ -223,11 +231,39 @@ impl ExecutionQuery {
                 format!("must be from 1 to {MAX_LIMIT}, got {}", self.limit),
             ));
         }
+        if let Some(ns) = &self.namespace {
+            if !is_namespace_name(ns) {
+                let shown: String = ns.chars().take(64).collect();
+                return Err(QueryError::new(
+                    "namespace",
+                    format!(
+                        "expected a namespace name (1 to 63 lowercase letters, digits and '-', starting and ending with a letter or digit), got {shown:?}"
+                    ),
+                ));
+            }
+            if let Some(hook) = self.hook.as_ref().filter(|h| h.namespace != *ns) {
+                return Err(QueryError::new(
+                    "namespace",
+                    format!(
+                        "{ns} is not the namespace of hook={hook}: give one of them, or the same namespace in both"
+                    ),
+                ));
+            }
+        }
         Ok(())
     }
 
+    /// The one namespace whose rows the query reads: `namespace`, else the namespace of
+    /// `hook` (`hook=NS/NAME` implies `NS`); `None` for every namespace.
+    pub fn scope(&self) -> Option<&str> {
+        self.namespace
+            .as_deref()
+            .or(self.hook.as_ref().map(|h| h.namespace.as_str()))
+    }
+
     /// Builds and validates a query from the raw `GET /v1/executions` parameters. Each
-    /// error names its parameter: `hook` (NAMESPACE/NAME), `decision`
+    /// error names its parameter: `namespace` (a namespace name, the same as `hook`'s when
+    /// both are given), `hook` (NAMESPACE/NAME), `decision`
     /// (allow|block|error|timeout), `since` (RFC 3339, e.g. `2026-11-30T06:00:00Z`),
     /// `limit` (integer 1..=500), `cursor` (as returned in `next_cursor`).
     pub fn from_params(p: &ExecutionParams) -> Result<ExecutionQuery, QueryError> {
@@ -271,6 +307,7 @@ impl ExecutionQuery {
         };
         let cursor = p.cursor.as_deref().map(Cursor::parse).transpose()?;
         let q = ExecutionQuery {
+            namespace: p.namespace.clone(),
             hook,
             decision,
             since,
@@ -519,6 +556,17 @@ fn redact_url(url: &str) -> String {
     }
 }
 
+/// Whether `s` is a Kubernetes namespace name (an RFC 1123 label): 1 to 63 lowercase
+/// ASCII letters, digits and `-`, starting and ending with a letter or digit.
+pub fn is_namespace_name(s: &str) -> bool {
+    let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let b = s.as_bytes();
+    (1..=63).contains(&b.len())
+        && b.iter().all(|&c| alnum(c) || c == b'-')
+        && alnum(b[0])
+        && alnum(b[b.len() - 1])
+}
+
 /// `created_at` as stored on SQLite and compared for `since`: UTC, fixed width
 /// `YYYY-MM-DDTHH:MM:SS.ffffffZ` (27 bytes), so text order is time order.
 fn sqlite_time(t: &DateTime<Utc>) -> String {
@@ -641,6 +689,7 @@ where
 }
 
 /// Appends the history query to `qb`: `SELECT ... FROM hook_executions WHERE <filters>
+/// (`hook_namespace = ` [`ExecutionQuery::scope`], `hook_name`, `decision`, `since`)
 /// AND id < <cursor> ORDER BY id DESC LIMIT <limit + 1>` (the extra row tells whether a
 /// next page exists). `since` is the backend's encoding of `q.since`.
 fn push_list_sql<'a, DB, T>(
@@ -657,11 +706,13 @@ fn push_list_sql<'a, DB, T>(
         .push(SELECT_COLUMNS)
         .push(" FROM hook_executions");
     let mut glue = " WHERE ";
+    if let Some(namespace) = q.scope() {
+        qb.push(glue).push("hook_namespace = ").push_bind(namespace);
+        glue = " AND ";
+    }
     if let Some(hook) = &q.hook {
         qb.push(glue)
-            .push("hook_namespace = ")
-            .push_bind(hook.namespace.as_str())
-            .push(" AND hook_name = ")
+            .push("hook_name = ")
             .push_bind(hook.name.as_str());
         glue = " AND ";
     }
@@ -785,6 +836,69 @@ mod tests {
             let e = ExecutionQuery::from_params(&params(f)).unwrap_err();
             assert_eq!(e.field, field, "{e}");
             assert!(e.to_string().starts_with(&format!("{field}: ")), "{e}");
+        }
+    }
+
+    #[test]
+    fn namespace_and_hook_name_one_namespace() {
+        // namespace alone, hook alone (it implies its namespace), both the same.
+        let q =
+            ExecutionQuery::from_params(&params(|p| p.namespace = Some("team-a".into()))).unwrap();
+        assert_eq!((q.scope(), q.hook.as_ref()), (Some("team-a"), None));
+        let q =
+            ExecutionQuery::from_params(&params(|p| p.hook = Some("team-a/deny".into()))).unwrap();
+        assert_eq!((q.namespace.as_deref(), q.scope()), (None, Some("team-a")));
+        let q = ExecutionQuery::from_params(&params(|p| {
+            p.namespace = Some("team-a".into());
+            p.hook = Some("team-a/deny".into());
+        }))
+        .unwrap();
+        assert_eq!(q.scope(), Some("team-a"));
+        assert_eq!(q.hook.unwrap().name, "deny");
+        assert_eq!(ExecutionQuery::default().scope(), None, "every namespace");
+        // Both, different: 400 naming namespace.
+        let e = ExecutionQuery::from_params(&params(|p| {
+            p.namespace = Some("team-b".into());
+            p.hook = Some("team-a/deny".into());
+        }))
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "namespace: team-b is not the namespace of hook=team-a/deny: give one of them, or the same namespace in both"
+        );
+        // validate() holds the rule for queries built by hand too.
+        let q = ExecutionQuery {
+            namespace: Some("team-b".into()),
+            hook: Some(HookRef::parse("team-a/deny").unwrap()),
+            ..Default::default()
+        };
+        assert_eq!(q.validate().unwrap_err().field, "namespace");
+    }
+
+    #[test]
+    fn namespace_must_be_a_namespace_name() {
+        for ok in ["a", "team-a", "0", "a-0", &"a".repeat(63)] {
+            assert!(is_namespace_name(ok), "{ok}");
+            let q = ExecutionQuery::from_params(&params(|p| p.namespace = Some(ok.into())));
+            assert_eq!(q.unwrap().scope(), Some(ok));
+        }
+        for bad in [
+            "",
+            "-a",
+            "a-",
+            "Team",
+            "team_a",
+            "a/b",
+            "a b",
+            "é",
+            &"a".repeat(64),
+            "a\0b",
+        ] {
+            assert!(!is_namespace_name(bad), "{bad:?}");
+            let e = ExecutionQuery::from_params(&params(|p| p.namespace = Some(bad.into())))
+                .unwrap_err();
+            assert_eq!(e.field, "namespace", "{bad:?}");
+            assert!(e.message.starts_with("expected a namespace name"), "{e}");
         }
     }
 
