@@ -46,9 +46,12 @@ up_node() {
   [[ -f "$DIR/admin.token" ]] || (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$DIR/admin.token")
   kubectl create namespace agenthooks-system >/dev/null
   kubectl -n agenthooks-system create secret generic agenthooks-admin --from-file=token="$DIR/admin.token" >/dev/null
-  # tenants' command hooks allowed, so the samples (a tenant's command hook) work as they are
+  # tenants' command hooks allowed, so the samples (a tenant's command hook) work as they are;
+  # callers anonymous and the admin token, so curl from this host works as shown below (a
+  # cluster to try things by hand: the chart's default is callers authenticated by Kubernetes)
   "$helm" install agenthooks "$ROOT/charts/agenthooks" --namespace agenthooks-system \
     --set operator.allowTenantCommandHooks=true --set dispatcher.adminTokenSecret.name=agenthooks-admin \
+    --set dispatcher.callers.mode=anonymous \
     --wait --timeout 5m >/dev/null
   local ip
   ip="$(kubectl -n agenthooks-system get service agenthooks-dispatcher -o jsonpath='{.spec.clusterIP}')"

@@ -204,6 +204,21 @@ fn leader_service(op: &str) -> String {
 fn check_wiring(items: &[Value], op: &str, disp: &str, edition: &str, seal_secret: &str) {
     let operator = find(items, "Deployment", op);
     let dispatcher = find(items, "Deployment", disp);
+    // Exactly one way to know callers (CONTRACT §9.1); Kubernetes unless told otherwise.
+    let d_args = args_of(dispatcher);
+    let ways: Vec<&String> = d_args
+        .iter()
+        .filter(|a| {
+            [
+                "--kubernetes-callers",
+                "--allow-anonymous",
+                "--callers-file",
+            ]
+            .iter()
+            .any(|w| a.starts_with(w))
+        })
+        .collect();
+    assert_eq!(ways.len(), 1, "{d_args:?}");
     let op_args = args_of(operator);
     let leader_svc = leader_service(op);
     for want in [
@@ -237,14 +252,13 @@ fn check_wiring(items: &[Value], op: &str, disp: &str, edition: &str, seal_secre
             .unwrap_or_else(|| panic!("operator env lacks {name}: {env}"));
         assert_eq!(var["valueFrom"]["fieldRef"]["fieldPath"], field, "{name}");
     }
-    let d_args = args_of(dispatcher);
+
     for want in [
         &format!("--operator-url=http://{leader_svc}:9090"),
         "--listen=0.0.0.0:8080",
         "--max-concurrent-requests=1024",
         "--seal-key-file=/etc/agenthooks/seal/seal.key",
         &format!("--edition={edition}"),
-        "--kubernetes-callers",
     ] {
         assert!(
             has_arg(&d_args, want),
@@ -580,11 +594,17 @@ fn kustomize_default_renders_and_passes_a_server_side_dry_run() {
     // policy); nobody is bound to the tenant-admin ClusterRole.
     assert_eq!(count(&items, "ValidatingAdmissionPolicy"), 1);
     check_tenancy(&items, "agenthooks");
-    assert_eq!(
-        count(&items, "ClusterRoleBinding"),
-        1,
-        "the operator's only"
+    // The operator's, and the dispatcher's system:auth-delegator (callers by Kubernetes).
+    assert_eq!(count(&items, "ClusterRoleBinding"), 2);
+    find(
+        &items,
+        "ClusterRoleBinding",
+        "agenthooks-dispatcher-auth-delegator",
     );
+    assert!(has_arg(
+        &args_of(find(&items, "Deployment", "agenthooks-dispatcher")),
+        "--kubernetes-callers"
+    ));
     // Lite: command hooks run in the runner container, as in the chart.
     check_command_runner(&items);
 
@@ -725,6 +745,10 @@ fn helm_chart_lints_renders_and_passes_a_server_side_dry_run() {
     assert_eq!(role_rules(&items, "Role"), role_rules(&rbac, "Role"));
     check_namespaced_rbac(&items);
     check_namespaced_rbac(&rbac);
+    // The roles to bind are the same in the chart and in config/rbac (fixed names: the
+    // dispatcher's 403 answers name them).
+    check_roles_to_bind(&items);
+    check_roles_to_bind(&rbac);
     let rb = find(&items, "RoleBinding", "agenthooks-operator-leader-election");
     assert_eq!(rb["metadata"]["namespace"], ns.as_str());
     assert_eq!(
@@ -750,6 +774,9 @@ fn helm_chart_lints_renders_and_passes_a_server_side_dry_run() {
                 "dispatcher.httpAllowCidrs={10.20.0.0/16,fd00::/8}",
                 "--set",
                 "dispatcher.adminTokenSecret.name=agenthooks-admin",
+                // the admin token is for callers not asked by Kubernetes (CONTRACT §9.5)
+                "--set",
+                "dispatcher.callers.mode=anonymous",
             ],
         ),
         "helm template (standard)",
@@ -1112,6 +1139,11 @@ const CANNOT_WORK: &[(&[&str], &str, Refused)] = &[
         &["dispatcher.callers.accessCacheSeconds=3601"],
         "'/dispatcher/callers/accessCacheSeconds'",
         Refused::Schema,
+    ),
+    (
+        &["dispatcher.adminTokenSecret.name=agenthooks-admin"],
+        "dispatcher.adminTokenSecret.name: the admin token is for standalone mode only",
+        Refused::Template,
     ),
     (
         &["dispatcher.service.port=0"],
@@ -1498,7 +1530,7 @@ fn helm_values_that_cannot_work_fail_naming_the_value() {
         ],
         &["dispatcher.replicaCount=0"],
         &[
-            "sealKey.secretKey=.seal,dispatcher.adminTokenSecret.name=admin,dispatcher.adminTokenSecret.key=a..b",
+            "sealKey.secretKey=.seal,dispatcher.adminTokenSecret.name=admin,dispatcher.adminTokenSecret.key=a..b,dispatcher.callers.mode=anonymous",
         ],
         &["edition=standard,dispatcher.commandRunner.resources.requests.memory=1Gi"],
         &[
@@ -2322,20 +2354,25 @@ fn check_command_runner(items: &[Value]) {
         .map(|m| m["name"].as_str().unwrap())
         .collect();
     assert_eq!(mounts, ["runner-socket", "runner-tmp"]);
-    // The API token (for --kubernetes-callers) is the dispatcher container's alone.
-    let token = volume(pod, "kube-api-access").expect("kube-api-access");
-    assert_eq!(
-        token["projected"]["sources"][0]["serviceAccountToken"]["path"],
-        "token"
-    );
-    assert!(
-        containers[0]["volumeMounts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|m| m["name"] == "kube-api-access"
-                && m["mountPath"] == "/var/run/secrets/kubernetes.io/serviceaccount")
-    );
+    // The API token (for --kubernetes-callers) is the dispatcher container's alone, and
+    // only when it asks the API server about callers.
+    let kube = has_arg(&args_of(d), "--kubernetes-callers");
+    assert_eq!(volume(pod, "kube-api-access").is_some(), kube, "{pod}");
+    if kube {
+        let token = volume(pod, "kube-api-access").unwrap();
+        assert_eq!(
+            token["projected"]["sources"][0]["serviceAccountToken"]["path"],
+            "token"
+        );
+        assert!(
+            containers[0]["volumeMounts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|m| m["name"] == "kube-api-access"
+                    && m["mountPath"] == "/var/run/secrets/kubernetes.io/serviceaccount")
+        );
+    }
     assert!(r.get("envFrom").is_none());
     for e in r["env"].as_array().into_iter().flatten() {
         assert!(e.get("valueFrom").is_none(), "{e}");
@@ -2371,6 +2408,8 @@ fn helm_command_runner_runs_hooks_away_from_the_dispatchers_secrets() {
             &[
                 "--set",
                 "dispatcher.adminTokenSecret.name=agenthooks-admin",
+                "--set",
+                "dispatcher.callers.mode=anonymous",
                 "--set",
                 "dispatcher.audit.keySecret=audit-keys",
                 "--set",

@@ -73,6 +73,11 @@ Requests above limits in one resources value: a list of messages. Include with
 {{- $errs = printf "%s\n- dispatcher.service.loadBalancerSourceRanges: only a Service of type LoadBalancer applies them, and dispatcher.service.type is %s: they would restrict no client; use type LoadBalancer, or drop them (a NetworkPolicy restricts the other types)" $errs $d.service.type }}
 {{- end }}
 
+{{- /* Callers: the admin token is for standalone mode only (CONTRACT §9.5) */ -}}
+{{- if and $d.adminTokenSecret.name (eq $d.callers.mode "kubernetes") }}
+{{- $errs = printf "%s\n- dispatcher.adminTokenSecret.name: the admin token is for standalone mode only; with dispatcher.callers.mode kubernetes audit history and dry runs are authorized by RBAC (bind agenthooks-history-reader, agenthooks-tester; docs/callers.md). Clear it, or set dispatcher.callers.mode anonymous" $errs }}
+{{- end }}
+
 {{- /* The audit trail: the Secrets a backend needs, the spool's bound, its volume */ -}}
 {{- if and (eq $a.backend "postgres") (not $a.databaseUrlSecret.name) }}
 {{- $errs = printf "%s\n- dispatcher.audit.databaseUrlSecret.name: required when dispatcher.audit.backend is postgres (an existing Secret holding the database URL)" $errs }}

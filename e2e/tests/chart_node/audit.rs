@@ -21,7 +21,7 @@ use agenthooks_e2e::postgres::PgServer;
 use agenthooks_e2e::wait_for;
 use serde_json::json;
 
-use crate::support::{ADMIN_TOKEN, DISPATCH_URL, NS, TENANT_NS, Tier, names};
+use crate::support::{DISPATCH_URL, NS, TENANT_NS, Tier, names};
 
 const DISPATCHER: &str = "agenthooks-dispatcher";
 /// The history API through the dispatcher Service: the sample hook's rows.
@@ -36,13 +36,11 @@ fn rm_event(session: &str, i: usize) -> String {
     )
 }
 
-/// The ids of the history rows of `session` (panics unless the API answers 200).
+/// The ids of the history rows of `session` (panics unless the API answers 200): the agent
+/// reads its own namespace's rows with its ServiceAccount token, granted by RBAC
+/// ([`Tier::install`]).
 fn row_ids(agent: &Agent, session: &str) -> BTreeSet<i64> {
-    let a = agent.request(
-        EXECUTIONS_URL,
-        &[&format!("Authorization: Bearer {ADMIN_TOKEN}")],
-        None,
-    );
+    let a = agent.request(EXECUTIONS_URL, &[], None);
     assert_eq!(a.status, 200, "GET /v1/executions: {a:?}");
     a.json()["executions"]
         .as_array()

@@ -199,7 +199,6 @@ pub fn run(tier: &mut Tier) {
         [
             "ConfigMap/kube-root-ca.crt",
             "Lease/agenthooks-operator",
-            "Secret/agenthooks-admin",
             "ServiceAccount/default",
         ],
         "the release namespace after uninstall"

@@ -23,6 +23,8 @@ const VALUE_SETS: &[(&str, &[&str])] = &[
             "--set",
             "dispatcher.adminTokenSecret.name=agenthooks-admin",
             "--set",
+            "dispatcher.callers.mode=anonymous",
+            "--set",
             "dispatcher.audit.backend=postgres",
             "--set",
             "dispatcher.audit.databaseUrlSecret.name=agenthooks-audit-db",

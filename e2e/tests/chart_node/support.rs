@@ -20,8 +20,6 @@ pub const LEADER_LABEL: &str = "agenthooks.io/leader";
 /// The dispatchers' decision endpoint, by the Service's DNS name.
 pub const DISPATCH_URL: &str =
     "http://agenthooks-dispatcher.agenthooks-system.svc.cluster.local:8080/v1/dispatch";
-/// The admin token of the release (Secret `agenthooks-admin`): audit history reads.
-pub const ADMIN_TOKEN: &str = "e2e-node-admin-token-0123456789abcdef";
 /// An exec the sample hook allows.
 pub const LS: &str = r#"{"event":"pre_tool_use","tenant_id":"acme","agent_id":"coder","session_id":"s1","tool_name":"exec","tool_input":{"cmd":"ls -la"}}"#;
 /// An exec the sample hook (`tenant-acme/block-rm-rf`, a command hook) blocks.
@@ -160,7 +158,8 @@ impl Tier {
     }
 
     /// The values every install of the tier starts from: 2 operators, 3 dispatchers,
-    /// tenants' command hooks allowed (the sample hook is one), the admin token.
+    /// tenants' command hooks allowed (the sample hook is one); callers authenticated by
+    /// Kubernetes (the chart's default).
     pub fn base_values() -> Vec<&'static str> {
         vec![
             "--set",
@@ -169,20 +168,22 @@ impl Tier {
             "dispatcher.replicaCount=3",
             "--set",
             "operator.allowTenantCommandHooks=true",
-            "--set",
-            "dispatcher.adminTokenSecret.name=agenthooks-admin",
         ]
     }
 
     /// `helm install --wait` of the chart with [`Tier::base_values`] and `extra`; the
-    /// namespace and the admin token Secret are made first. Returns the seconds it took.
+    /// namespace is made first, and the agents of [`TENANT_NS`] (its `default`
+    /// ServiceAccount) may read that namespace's audit history: a RoleBinding of the
+    /// chart's `agenthooks-history-reader` (CONTRACT §9.5). Returns the seconds it took.
     pub fn install(&self, extra: &[&str]) -> f64 {
         let _ = self.node.kubectl(&["create", "namespace", NS]);
+        let _ = self.node.kubectl(&["create", "namespace", TENANT_NS]);
         self.node.apply(
             &json!({
-                "apiVersion": "v1", "kind": "Secret",
-                "metadata": {"name": "agenthooks-admin", "namespace": NS},
-                "stringData": {"token": ADMIN_TOKEN}
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": "agents-read-history", "namespace": TENANT_NS},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "agenthooks-history-reader"},
+                "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": TENANT_NS}]
             })
             .to_string(),
         );
