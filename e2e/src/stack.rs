@@ -462,6 +462,22 @@ pub fn dispatcher_service_account_kubeconfig(cp: &ControlPlane, ns: &str, dir: &
     )
 }
 
+/// The ClusterRoles of `config/rbac/dispatcher.yaml` that platform teams bind.
+pub const ROLES_TO_BIND: [&str; 3] = [
+    "agenthooks-dispatch",
+    "agenthooks-history-reader",
+    "agenthooks-tester",
+];
+
+/// This run's copy of the role to bind `role` (one of [`ROLES_TO_BIND`]), as applied by
+/// [`dispatcher_service_account_kubeconfig`]: the shared API server's `helm install` tests
+/// own the fixed names.
+pub fn bindable_role(role: &str) -> String {
+    static RUN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let run = RUN.get_or_init(|| unique_name("run"));
+    format!("{role}-{run}")
+}
+
 /// Applies the RBAC file `rbac` (relative to the repository) with every `name` in it (the
 /// ServiceAccount's and the objects' names) made unique and `agenthooks-system` replaced
 /// by `ns`, creating the ServiceAccount if the file does not, and writes a kubeconfig with
@@ -475,10 +491,18 @@ fn service_account_kubeconfig(
 ) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let sa = unique_name(&name.replace("agenthooks-", "ah-"));
-    let text = std::fs::read_to_string(root.join(rbac))
+    let mut text = std::fs::read_to_string(root.join(rbac))
         .unwrap()
         .replace(name, &sa)
         .replace("agenthooks-system", ns);
+    // The cluster-wide roles to bind keep fixed names in the chart, which a `helm install`
+    // on this shared API server must be able to own: the tests bind per-run copies.
+    for role in ROLES_TO_BIND {
+        text = text.replace(
+            &format!("name: {role}\n"),
+            &format!("name: {}\n", bindable_role(role)),
+        );
+    }
     if !text.lines().any(|l| l == "kind: ServiceAccount") {
         cp.kubectl_ok(&["create", "serviceaccount", &sa, "-n", ns]);
     }

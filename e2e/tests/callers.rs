@@ -230,7 +230,8 @@ fn service_account_callers_act_for_their_tenant_and_rbac_grants_others() {
         "{body}"
     );
     cp.apply_yaml(&format!(
-        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: platform-dispatch, namespace: {acme_ns}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: agenthooks-dispatch}}\nsubjects: [{{kind: ServiceAccount, name: runtime, namespace: {platform_ns}}}]\n"
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: platform-dispatch, namespace: {acme_ns}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {role}}}\nsubjects: [{{kind: ServiceAccount, name: runtime, namespace: {platform_ns}}}]\n",
+        role = agenthooks_e2e::stack::bindable_role("agenthooks-dispatch")
     ));
     assert!(
         wait_for(Duration::from_secs(10), || {

@@ -17,8 +17,8 @@ use agenthooks_dispatcher::audit::row::{AuditRow, dedup_key};
 use agenthooks_dispatcher::audit::store::AuditStore;
 use agenthooks_dispatcher::handlers::Outcome;
 use agenthooks_e2e::stack::{
-    DispatcherProc, OperatorProc, dispatcher_service_account_kubeconfig, http_get_with,
-    http_post_with, install_crds, log_dir, tails, wait_or_panic,
+    DispatcherProc, OperatorProc, bindable_role, dispatcher_service_account_kubeconfig,
+    http_get_with, http_post_with, install_crds, log_dir, tails, wait_or_panic,
 };
 use agenthooks_e2e::{ControlPlane, unique_name, wait_for};
 use serde_json::{Value, json};
@@ -205,7 +205,7 @@ fn tenants_read_and_test_their_own_namespace_by_rbac() {
     cp.apply_yaml(&binding(
         "runtime-history",
         Some(&ns_a),
-        "agenthooks-history-reader",
+        &bindable_role("agenthooks-history-reader"),
         &ns_a,
     ));
     wait_or_panic(
@@ -355,7 +355,7 @@ fn tenants_read_and_test_their_own_namespace_by_rbac() {
     cp.apply_yaml(&binding(
         "runtime-tester",
         Some(&ns_a),
-        "agenthooks-tester",
+        &bindable_role("agenthooks-tester"),
         &ns_a,
     ));
     wait_or_panic(
@@ -406,7 +406,7 @@ fn tenants_read_and_test_their_own_namespace_by_rbac() {
     cp.apply_yaml(&binding(
         &cluster_binding,
         None,
-        "agenthooks-history-reader",
+        &bindable_role("agenthooks-history-reader"),
         &ns_b,
     ));
     wait_or_panic(
