@@ -372,7 +372,7 @@ async fn reset_breaker(
     key: &HookKey,
 ) -> Result<(), Error> {
     use crate::report::breaker::{self, ResetOutcome};
-    match breaker::reset(api, hook).await? {
+    match breaker::reset(&ctx.shared.status_writer(), api, hook).await? {
         ResetOutcome::Closed { message } => {
             ctx.shared.metrics.breaker_resets_total.inc();
             tracing::info!(

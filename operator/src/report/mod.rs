@@ -545,10 +545,11 @@ async fn apply(
         .map(|(hook, counts)| (hook.uid.clone(), core.writer.submit(hook, counts)))
         .collect();
     // 3. Breaker status, Events.
+    let status_writer = core.shared.status_writer();
     for trip in to_write {
         let api: Api<AgentHook> = Api::namespaced(core.client.clone(), &trip.namespace);
         let hook = format!("{}/{}", trip.namespace, trip.name);
-        match breaker::record_trip(&api, &report.dispatcher, trip).await {
+        match breaker::record_trip(&status_writer, &api, &report.dispatcher, trip).await {
             Ok(TripWrite::Recorded { entry, note }) => {
                 progress.trips += 1;
                 trips_count("recorded");
@@ -594,7 +595,7 @@ async fn apply(
     for close in closes_to_write {
         let api: Api<AgentHook> = Api::namespaced(core.client.clone(), &close.namespace);
         let hook = format!("{}/{}", close.namespace, close.name);
-        match breaker::record_close(&api, &report.dispatcher, close).await {
+        match breaker::record_close(&status_writer, &api, &report.dispatcher, close).await {
             Ok(CloseWrite::Recorded { left, note }) => {
                 closes_count("recorded");
                 tracing::info!(
