@@ -70,13 +70,6 @@ pub struct Metrics {
     /// `agenthooks_operator_breaker_trip_publish_seconds`: from receiving a trip or a close
     /// to the publish of the snapshot carrying it (the status write comes after).
     pub breaker_trip_publish_seconds: Histogram,
-    /// `agenthooks_operator_execution_status_writes_total`: `status.executions` patches
-    /// that succeeded (a bench divides by hooks and seconds: at most one per hook per
-    /// write interval).
-    pub execution_status_writes_total: IntCounter,
-    /// `agenthooks_operator_execution_status_conflicts_total`: `status.executions` patches
-    /// refused with 409 (stale resourceVersion) and retried from a fresh read.
-    pub execution_status_conflicts_total: IntCounter,
     /// `agenthooks_operator_execution_status_write_errors_total`: batches of one hook whose
     /// `status.executions` write failed (kept and retried in the next batch, up to a
     /// bound; the writes themselves are in `agenthooks_operator_status_writes_total`).
@@ -212,14 +205,6 @@ impl Metrics {
                 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
             ]),
         )?;
-        let execution_status_writes_total = IntCounter::new(
-            "agenthooks_operator_execution_status_writes_total",
-            "AgentHook status.executions patches written.",
-        )?;
-        let execution_status_conflicts_total = IntCounter::new(
-            "agenthooks_operator_execution_status_conflicts_total",
-            "status.executions patches refused with 409 and retried from a fresh read.",
-        )?;
         let execution_status_write_errors_total = IntCounter::new(
             "agenthooks_operator_execution_status_write_errors_total",
             "Failed status.executions writes of one hook's batch (kept for the next batch).",
@@ -263,8 +248,6 @@ impl Metrics {
         registry.register(Box::new(breaker_closes_total.clone()))?;
         registry.register(Box::new(breaker_resets_total.clone()))?;
         registry.register(Box::new(breaker_trip_publish_seconds.clone()))?;
-        registry.register(Box::new(execution_status_writes_total.clone()))?;
-        registry.register(Box::new(execution_status_conflicts_total.clone()))?;
         registry.register(Box::new(execution_status_write_errors_total.clone()))?;
         registry.register(Box::new(snapshot_polls_total.clone()))?;
         registry.register(Box::new(watch_errors_total.clone()))?;
@@ -287,8 +270,6 @@ impl Metrics {
             breaker_closes_total,
             breaker_resets_total,
             breaker_trip_publish_seconds,
-            execution_status_writes_total,
-            execution_status_conflicts_total,
             execution_status_write_errors_total,
             execution_counts_dropped_total,
         })
