@@ -103,7 +103,7 @@ impl RetryPolicy {
         max_attempts: 6,
         first_delay: Duration::from_millis(20),
         max_delay: Duration::from_secs(1),
-        request_timeout: Duration::from_secs(10),
+        request_timeout: crate::report::api::REQUEST_TIMEOUT,
     };
 
     /// The pauses between rounds: `max_attempts - 1` of them.
