@@ -130,17 +130,17 @@ pub fn next_period_start(now: chrono::DateTime<chrono::Utc>) -> chrono::DateTime
 
 /// The status a budget should show at `now`: the recorded `used` within the current
 /// period, or a fresh period (used 0) when the recorded one is another month. The
-/// configured total is kept across the rollover; `remaining` never goes below 0.
+/// configured total is kept across the rollover; `remaining` never goes below 0 (rule:
+/// [`crate::rules::ledger::used_in`] and [`crate::rules::ledger::remaining`]).
 pub fn status_at(
     spec: &TenantHookBudgetSpec,
     recorded: Option<&TenantHookBudgetStatus>,
     now: chrono::DateTime<chrono::Utc>,
 ) -> TenantHookBudgetStatus {
+    use crate::rules::ledger::{remaining, used_in};
     let period = period_of(now);
-    let used = recorded
-        .filter(|s| s.period.as_deref() == Some(period.as_str()))
-        .map_or(0, |s| s.used.max(0));
-    let remaining = (spec.monthly_tokens.max(0) - used).max(0);
+    let used = recorded.map_or(0, |s| used_in(s.period.as_deref(), s.used, &period));
+    let remaining = remaining(spec.monthly_tokens, used);
     TenantHookBudgetStatus {
         observed_generation: recorded.and_then(|s| s.observed_generation),
         period: Some(period),

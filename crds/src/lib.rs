@@ -8,7 +8,8 @@
 //!   standalone load (CONTRACT §2).
 //! - [`snapshot`]: the wire format the operator serves to dispatchers.
 //! - [`report`]: what dispatchers report to the operator (trips, counts, budget calls).
-//! - [`rules`]: pure rules both binaries apply (the circuit breaker, CONTRACT §6).
+//! - [`rules`]: pure rules both binaries apply (the circuit breaker, CONTRACT §6; the token
+//!   budget ledger, CONTRACT §5.5).
 //! - [`sealed`]: AES-256-GCM sealing of secret header values inside snapshots.
 //! - [`tenancy`]: namespace → tenant, editions.
 

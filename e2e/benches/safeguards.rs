@@ -4,7 +4,8 @@
 //! 1. **Status writes per second per hook under a steady 2,000 decisions/s** (first, so
 //!    no other hook's counts are written meanwhile). Paced
 //!    load over the three dispatchers for `AGENTHOOKS_BENCH_SECS` (default 10) on one
-//!    matching HTTP hook, and the operator's `agenthooks_operator_execution_status_writes_total`
+//!    matching HTTP hook, and the operator's
+//!    `agenthooks_operator_status_writes_total{kind="executions",outcome="written"}`
 //!    before and after; then `status.executions.allow` must equal the decisions sent
 //!    (no count lost).
 //! 2. **From a breaker trip to the open breaker seen by every dispatcher**, side by side
@@ -39,6 +40,11 @@ use agenthooks_e2e::{ControlPlane, wait_for};
 use serde_json::{Value, json};
 
 const ROUNDS: usize = 5;
+/// The operator's `status.executions` writes: the series and its labels.
+const EXECUTION_WRITES: (&str, &str) = (
+    "agenthooks_operator_status_writes_total",
+    "kind=\"executions\",outcome=\"written\"",
+);
 /// The dispatchers' admin token (`POST /v1/test`).
 const ADMIN_TOKEN: &str = "bench-admin-token-0123456789abcdef";
 
@@ -143,11 +149,11 @@ impl Bench {
         }
     }
 
-    fn operator_metric(&self, name: &str) -> f64 {
+    fn operator_metric(&self, name: &str, labels: &str) -> f64 {
         metric(
             &http_get(&format!("{}/metrics", self.operator.admin)).1,
             name,
-            "",
+            labels,
         )
     }
 }
@@ -211,7 +217,7 @@ async fn main() {
     let t = Instant::now();
     bench.cp.apply_yaml(&http_hook(&bench.ns, name, &allow_url));
     bench.until_served(&key, true, t).await;
-    let writes_before = bench.operator_metric("agenthooks_operator_execution_status_writes_total");
+    let writes_before = bench.operator_metric(EXECUTION_WRITES.0, EXECUTION_WRITES.1);
     let sent = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
     let workers = 48u64;
@@ -244,7 +250,7 @@ async fn main() {
     let elapsed = started.elapsed().as_secs_f64();
     let sent = sent.load(Ordering::Relaxed);
     let writes_during_load =
-        bench.operator_metric("agenthooks_operator_execution_status_writes_total") - writes_before;
+        bench.operator_metric(EXECUTION_WRITES.0, EXECUTION_WRITES.1) - writes_before;
     // Wait for the last reports to land, then count.
     let ns = bench.ns.clone();
     let counted = wait_for(Duration::from_secs(30), || {
@@ -254,8 +260,7 @@ async fn main() {
             .as_u64()
             == Some(sent)
     });
-    let writes =
-        bench.operator_metric("agenthooks_operator_execution_status_writes_total") - writes_before;
+    let writes = bench.operator_metric(EXECUTION_WRITES.0, EXECUTION_WRITES.1) - writes_before;
     let writes_elapsed = started.elapsed().as_secs_f64();
     println!("\n## status.executions writes under steady load (1 hook, 3 dispatchers)\n");
     println!(

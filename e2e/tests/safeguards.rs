@@ -765,8 +765,8 @@ fn executions_from_three_dispatchers_add_up_exactly() {
     });
     let writes_before = metric(
         &http_get(&format!("{}/metrics", s.operator.admin)).1,
-        "agenthooks_operator_execution_status_writes_total",
-        "",
+        "agenthooks_operator_status_writes_total",
+        "kind=\"executions\",outcome=\"written\"",
     );
     let started = Instant::now();
     // 3 × 40 decisions, the three dispatchers at once.
@@ -797,8 +797,8 @@ fn executions_from_three_dispatchers_add_up_exactly() {
     );
     let writes = metric(
         &http_get(&format!("{}/metrics", s.operator.admin)).1,
-        "agenthooks_operator_execution_status_writes_total",
-        "",
+        "agenthooks_operator_status_writes_total",
+        "kind=\"executions\",outcome=\"written\"",
     ) - writes_before;
     // At most one write per hook per second (plus the one in flight), whatever the rate;
     // other tests' hooks may write meanwhile, so this bounds the sum loosely.

@@ -10,16 +10,25 @@ pub enum Error {
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
 
-    /// A status write still met 409 Conflict after every deliberate retry.
+    /// A status write still met 409 Conflict after every deliberate retry
+    /// ([`crate::status::writer`]).
     #[error("status write of {key} still conflicted after {attempts} attempts: {source}")]
     StatusConflict {
-        /// `namespace/name` of the hook.
+        /// `namespace/name` of the object.
         key: String,
         /// Attempts made.
         attempts: u32,
         /// The last conflict.
         #[source]
         source: kube::Error,
+    },
+
+    /// A status write was due while this replica does not hold the leader Lease: nothing
+    /// was sent ([`crate::status::writer`]).
+    #[error("status write of {key} not sent: this replica does not lead")]
+    NotLeader {
+        /// `namespace/name` of the object.
+        key: String,
     },
 
     /// An object from the API server lacks a field every persisted object has.
@@ -103,6 +112,7 @@ impl Error {
             Error::Kube(kube::Error::Api(s)) if s.code == 403 => "forbidden",
             Error::Kube(_) => "kube",
             Error::StatusConflict { .. } => "conflict",
+            Error::NotLeader { .. } => "not_leader",
             Error::MissingField { .. } => "missing_field",
             Error::SealKeyFile { .. } | Error::SealKey { .. } => "seal_key",
             Error::Bind { .. } | Error::Serve { .. } => "server",

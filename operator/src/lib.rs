@@ -16,7 +16,8 @@
 //! - [`snapshot_builder`]: index → [`agenthooks_crds::snapshot::Snapshot`] JSON, published
 //!   through a `tokio::sync::watch` channel.
 //! - [`ready`]: dispatcher tracking and the `Ready` condition rule.
-//! - [`status`]: condition helpers (transition times) and server-side-apply status writes.
+//! - [`status`]: condition helpers (transition times), and [`status::writer`], the one
+//!   lease-gated read-modify-write helper every status write goes through.
 //! - [`reconcile`]: the AgentHook controller, its triggers and the periodic ready pass.
 //! - [`sync_server`]: `GET /v1/snapshot` (long poll) and `GET /v1/dispatchers`.
 //! - [`admin_server`]: `/healthz`, `/readyz`, `/metrics`.

@@ -23,9 +23,17 @@ pub struct Metrics {
     pub snapshot_hooks: IntGauge,
     /// `agenthooks_operator_live_dispatchers`: dispatchers polling now or within the TTL.
     pub live_dispatchers: IntGauge,
-    /// `agenthooks_operator_status_writes_total`: status applies sent to the API server
-    /// (a flat line while nothing changes shows there is no write loop).
-    pub status_writes_total: IntCounter,
+    /// `agenthooks_operator_status_writes_total{kind, outcome}`: status writes of
+    /// AgentHooks and TenantHookBudgets ([`crate::status::writer`]), one per write, by kind
+    /// (`conditions`, `breaker_trip`, `breaker_close`, `breaker_reset`, `executions`,
+    /// `budget_settle`, `budget_reconcile`) and outcome: `written`, `unchanged` (nothing
+    /// but timestamps would change: no request), `gone`, `conflict` (still 409 past the
+    /// retries), `failed`, `not_leader` (not sent). A flat `outcome="written"` line while
+    /// nothing changes shows there is no write loop.
+    pub status_writes_total: IntCounterVec,
+    /// `agenthooks_operator_status_write_conflicts_total{kind}`: status patches answered
+    /// `409 Conflict` (each read again and recomputed, unless it was the last retry).
+    pub status_write_conflicts_total: IntCounterVec,
     /// `agenthooks_operator_leader`: 1 while this replica holds the Lease.
     pub leader: IntGauge,
     /// `agenthooks_operator_snapshot_polls_total{result}`: long polls by answer,
@@ -62,15 +70,9 @@ pub struct Metrics {
     /// `agenthooks_operator_breaker_trip_publish_seconds`: from receiving a trip or a close
     /// to the publish of the snapshot carrying it (the status write comes after).
     pub breaker_trip_publish_seconds: Histogram,
-    /// `agenthooks_operator_execution_status_writes_total`: `status.executions` patches
-    /// that succeeded (a bench divides by hooks and seconds: at most one per hook per
-    /// write interval).
-    pub execution_status_writes_total: IntCounter,
-    /// `agenthooks_operator_execution_status_conflicts_total`: `status.executions` patches
-    /// refused with 409 (stale resourceVersion) and retried from a fresh read.
-    pub execution_status_conflicts_total: IntCounter,
     /// `agenthooks_operator_execution_status_write_errors_total`: batches of one hook whose
-    /// write failed (kept and retried in the next batch, up to a bound).
+    /// `status.executions` write failed (kept and retried in the next batch, up to a
+    /// bound; the writes themselves are in `agenthooks_operator_status_writes_total`).
     pub execution_status_write_errors_total: IntCounter,
     /// `agenthooks_operator_execution_counts_dropped_total{reason}`: reported runs
     /// (allow+block+error+timeout) acknowledged without being written: `unknown_hook` (no
@@ -112,10 +114,26 @@ impl Metrics {
             "agenthooks_operator_live_dispatchers",
             "Dispatchers polling now or within the dispatcher TTL.",
         )?;
-        let status_writes_total = IntCounter::new(
-            "agenthooks_operator_status_writes_total",
-            "AgentHook status applies sent to the API server.",
+        let status_writes_total = IntCounterVec::new(
+            Opts::new(
+                "agenthooks_operator_status_writes_total",
+                "AgentHook and TenantHookBudget status writes by kind and outcome (written, unchanged, gone, conflict, failed, not_leader).",
+            ),
+            &["kind", "outcome"],
         )?;
+        let status_write_conflicts_total = IntCounterVec::new(
+            Opts::new(
+                "agenthooks_operator_status_write_conflicts_total",
+                "Status patches answered 409 Conflict, by kind (each read again and recomputed).",
+            ),
+            &["kind"],
+        )?;
+        for kind in crate::status::writer::WriteKind::ALL {
+            status_write_conflicts_total.with_label_values(&[kind.label()]);
+            for outcome in crate::status::writer::OUTCOMES {
+                status_writes_total.with_label_values(&[kind.label(), outcome]);
+            }
+        }
         let leader = IntGauge::new(
             "agenthooks_operator_leader",
             "1 while this replica holds the leader Lease.",
@@ -133,6 +151,7 @@ impl Metrics {
         registry.register(Box::new(snapshot_hooks.clone()))?;
         registry.register(Box::new(live_dispatchers.clone()))?;
         registry.register(Box::new(status_writes_total.clone()))?;
+        registry.register(Box::new(status_write_conflicts_total.clone()))?;
         registry.register(Box::new(leader.clone()))?;
         let watch_errors_total = IntCounterVec::new(
             Opts::new(
@@ -186,14 +205,6 @@ impl Metrics {
                 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
             ]),
         )?;
-        let execution_status_writes_total = IntCounter::new(
-            "agenthooks_operator_execution_status_writes_total",
-            "AgentHook status.executions patches written.",
-        )?;
-        let execution_status_conflicts_total = IntCounter::new(
-            "agenthooks_operator_execution_status_conflicts_total",
-            "status.executions patches refused with 409 and retried from a fresh read.",
-        )?;
         let execution_status_write_errors_total = IntCounter::new(
             "agenthooks_operator_execution_status_write_errors_total",
             "Failed status.executions writes of one hook's batch (kept for the next batch).",
@@ -237,8 +248,6 @@ impl Metrics {
         registry.register(Box::new(breaker_closes_total.clone()))?;
         registry.register(Box::new(breaker_resets_total.clone()))?;
         registry.register(Box::new(breaker_trip_publish_seconds.clone()))?;
-        registry.register(Box::new(execution_status_writes_total.clone()))?;
-        registry.register(Box::new(execution_status_conflicts_total.clone()))?;
         registry.register(Box::new(execution_status_write_errors_total.clone()))?;
         registry.register(Box::new(snapshot_polls_total.clone()))?;
         registry.register(Box::new(watch_errors_total.clone()))?;
@@ -251,6 +260,7 @@ impl Metrics {
             snapshot_hooks,
             live_dispatchers,
             status_writes_total,
+            status_write_conflicts_total,
             leader,
             snapshot_polls_total,
             watch_errors_total,
@@ -260,8 +270,6 @@ impl Metrics {
             breaker_closes_total,
             breaker_resets_total,
             breaker_trip_publish_seconds,
-            execution_status_writes_total,
-            execution_status_conflicts_total,
             execution_status_write_errors_total,
             execution_counts_dropped_total,
         })
@@ -296,8 +304,11 @@ mod tests {
             "agenthooks_operator_watch_healthy{resource=\"agenthooks\"} 1",
             "agenthooks_operator_breaker_trips_total{result=\"recorded\"} 0",
             "agenthooks_operator_breaker_resets_total 0",
-            "agenthooks_operator_execution_status_writes_total 0",
-            "agenthooks_operator_execution_status_conflicts_total 0",
+            "agenthooks_operator_status_writes_total{kind=\"executions\",outcome=\"written\"} 0",
+            "agenthooks_operator_status_writes_total{kind=\"conditions\",outcome=\"unchanged\"} 0",
+            "agenthooks_operator_status_writes_total{kind=\"budget_settle\",outcome=\"not_leader\"} 0",
+            "agenthooks_operator_status_write_conflicts_total{kind=\"breaker_trip\"} 0",
+            "agenthooks_operator_execution_status_write_errors_total 0",
             "agenthooks_operator_breaker_trip_publish_seconds_count 0",
             "agenthooks_operator_breaker_trips_total{result=\"refused\"} 0",
             "agenthooks_operator_breaker_trips_total{result=\"too_many\"} 0",

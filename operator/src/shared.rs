@@ -12,6 +12,7 @@ use crate::index::Index;
 use crate::metrics::Metrics;
 use crate::ready::DispatcherTracker;
 use crate::snapshot_builder::{self, Published};
+use crate::status::writer::StatusWriter;
 use crate::validation_cache::ValidationCache;
 use crate::watch_health::{WatchHealth, WatchStatus, Watched};
 
@@ -149,6 +150,12 @@ impl Shared {
     /// Current leader / synced state.
     pub fn serving(&self) -> Serving {
         *self.serving.borrow()
+    }
+
+    /// The status writer of this replica ([`crate::status::writer`]): it sends a patch
+    /// only while [`Serving::leader`], and counts in [`Metrics`].
+    pub fn status_writer(&self) -> StatusWriter {
+        StatusWriter::new(&self.metrics, self.serving.subscribe())
     }
 
     /// Records leadership (and drops `synced` when leadership is lost).

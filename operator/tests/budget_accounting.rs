@@ -18,6 +18,11 @@ use budget_support::*;
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(20);
+/// Settle writes sent, and the 409s they met (the operator's status write metrics).
+const SETTLE_WRITES: &str =
+    "agenthooks_operator_status_writes_total{kind=\"budget_settle\",outcome=\"written\"}";
+const SETTLE_CONFLICTS: &str =
+    "agenthooks_operator_status_write_conflicts_total{kind=\"budget_settle\"}";
 
 async fn ready_budget(
     tokens: i64,
@@ -154,7 +159,7 @@ async fn a_conflicting_write_is_retried_from_a_fresh_read_and_used_stays_exact()
         (StatusCode::OK, Some(100)),
         "{v}"
     );
-    let conflicts = r.metric("agenthooks_budget_status_conflicts_total");
+    let conflicts = r.metric(SETTLE_CONFLICTS);
 
     // another writer (an old leader, an administrator) adds 400 after our last write: our
     // writer's next write is based on the object it wrote, so it meets 409
@@ -185,7 +190,7 @@ async fn a_conflicting_write_is_retried_from_a_fresh_read_and_used_stays_exact()
         "the retry added to the fresh 500, not to the stale 100: {v}"
     );
     assert!(
-        r.metric("agenthooks_budget_status_conflicts_total") >= conflicts + 1.0,
+        r.metric(SETTLE_CONFLICTS) >= conflicts + 1.0,
         "the conflict was met and retried"
     );
     let v = get(cp, &ns, "b").await;
@@ -250,10 +255,7 @@ async fn concurrent_settles_through_two_writers_sum_exactly() {
         Some(expected),
         "no lost update"
     );
-    let writes: f64 = replicas
-        .iter()
-        .map(|r| r.metric("agenthooks_budget_status_writes_total{cause=\"settle\"}"))
-        .sum();
+    let writes: f64 = replicas.iter().map(|r| r.metric(SETTLE_WRITES)).sum();
     assert!(
         writes < 200.0,
         "settles were written in groups: {writes} writes for 200 settles"
@@ -262,7 +264,7 @@ async fn concurrent_settles_through_two_writers_sum_exactly() {
         "200 settles: {writes} writes, {} conflicts retried",
         replicas
             .iter()
-            .map(|r| r.metric("agenthooks_budget_status_conflicts_total"))
+            .map(|r| r.metric(SETTLE_CONFLICTS))
             .sum::<f64>()
     );
     if let Ok(replicas) = std::sync::Arc::try_unwrap(replicas) {

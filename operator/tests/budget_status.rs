@@ -303,7 +303,9 @@ async fn a_budget_left_alone_is_not_rewritten() {
     r.reserve_until("d1", &tenant, 1, |v| v["granted"] == true)
         .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let writes = r.metric("agenthooks_budget_status_writes_total{cause=\"reconcile\"}");
+    let writes = r.metric(
+        "agenthooks_operator_status_writes_total{kind=\"budget_reconcile\",outcome=\"written\"}",
+    );
     let rv = get(cp, &ns, "b").await["metadata"]["resourceVersion"].clone();
 
     // changes that wake the routing pass and the watches, none of them the budget's status
@@ -323,7 +325,9 @@ async fn a_budget_left_alone_is_not_rewritten() {
         v["status"]
     );
     assert_eq!(
-        r.metric("agenthooks_budget_status_writes_total{cause=\"reconcile\"}"),
+        r.metric(
+            "agenthooks_operator_status_writes_total{kind=\"budget_reconcile\",outcome=\"written\"}"
+        ),
         writes
     );
     r.stop().await;

@@ -32,7 +32,10 @@ use agenthooks_e2e::stack::{
     operator_service_account_kubeconfig, seal_key_path, sync_auth_header, tails,
 };
 use agenthooks_e2e::{ControlPlane, unique_name, wait_for};
+use agenthooks_operator::metrics::Metrics;
 use agenthooks_operator::report::executions::{self, Counts, ExecWrite};
+use agenthooks_operator::shared::Serving;
+use agenthooks_operator::status::writer::StatusWriter;
 use kube::api::{Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, ResourceExt};
@@ -40,8 +43,18 @@ use serde_json::{Value, json};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// Per-request limit of the direct status writes of these tests.
+/// Per-request limit of the direct status patches of these tests.
 const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The status writer of the direct writes: it leads (no operator runs them), with the
+/// operator's retry policy.
+fn status_writer() -> StatusWriter {
+    let (_leader, rx) = tokio::sync::watch::channel(Serving {
+        leader: true,
+        synced: true,
+    });
+    StatusWriter::new(&Metrics::new().unwrap(), rx)
+}
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
@@ -197,29 +210,36 @@ async fn conflict_between_read_and_write() {
     // allows and 1 error with a newer last run: our patch carries a stale resourceVersion.
     let other = api.clone();
     let mut reads = Vec::new();
-    let result = executions::write_with(&api, "counted", &uid, &ours, TIMEOUT, |attempt, body| {
-        reads.push(attempt);
-        let other = other.clone();
-        async move {
-            if attempt == 1 {
-                let body = json!({"status": {"executions": {
+    let result = executions::write_with(
+        &status_writer(),
+        &api,
+        "counted",
+        &uid,
+        &ours,
+        |attempt, body| {
+            reads.push(attempt);
+            let other = other.clone();
+            async move {
+                if attempt == 1 {
+                    let body = json!({"status": {"executions": {
                     "allow": 100, "block": 0, "error": 1, "timeout": 0,
                     "lastExecutionTime": "2025-03-01T10:00:09Z", "lastDecision": "error"}}});
-                other
-                    .patch_status(
-                        "counted",
-                        &PatchParams {
-                            field_manager: Some("someone-else".into()),
-                            ..Default::default()
-                        },
-                        &Patch::Merge(&body),
-                    )
-                    .await
-                    .unwrap();
+                    other
+                        .patch_status(
+                            "counted",
+                            &PatchParams {
+                                field_manager: Some("someone-else".into()),
+                                ..Default::default()
+                            },
+                            &Patch::Merge(&body),
+                        )
+                        .await
+                        .unwrap();
+                }
+                executions::send_patch(&other, "counted", &body, TIMEOUT).await
             }
-            executions::send_patch(&other, "counted", &body, TIMEOUT).await
-        }
-    })
+        },
+    )
     .await
     .unwrap();
     assert_eq!(reads, [1, 2], "one conflict, then a fresh read");
@@ -259,23 +279,30 @@ async fn conflict_between_read_and_write() {
     // A hook re-created under the same name between read and write gets nothing.
     let recreate = api.clone();
     let yaml = hook_yaml(&ns, "counted", "");
-    let result = executions::write_with(&api, "counted", &uid, &ours, TIMEOUT, |attempt, body| {
-        let recreate = recreate.clone();
-        let yaml = yaml.clone();
-        async move {
-            if attempt == 1 {
-                recreate
-                    .delete("counted", &Default::default())
-                    .await
-                    .unwrap();
-                let cp = ControlPlane::shared();
-                tokio::task::spawn_blocking(move || cp.apply_yaml(&yaml))
-                    .await
-                    .unwrap();
+    let result = executions::write_with(
+        &status_writer(),
+        &api,
+        "counted",
+        &uid,
+        &ours,
+        |attempt, body| {
+            let recreate = recreate.clone();
+            let yaml = yaml.clone();
+            async move {
+                if attempt == 1 {
+                    recreate
+                        .delete("counted", &Default::default())
+                        .await
+                        .unwrap();
+                    let cp = ControlPlane::shared();
+                    tokio::task::spawn_blocking(move || cp.apply_yaml(&yaml))
+                        .await
+                        .unwrap();
+                }
+                executions::send_patch(&recreate, "counted", &body, TIMEOUT).await
             }
-            executions::send_patch(&recreate, "counted", &body, TIMEOUT).await
-        }
-    })
+        },
+    )
     .await
     .unwrap();
     assert_eq!(result, ExecWrite::Gone);
@@ -340,18 +367,25 @@ async fn lost_answers() {
 
     // 1. The patch landed, its answer was lost: not sent again.
     let mut sent = Vec::new();
-    let result = executions::write_with(&api, "lost", &uid, &ours, TIMEOUT, |attempt, body| {
-        sent.push(attempt);
-        let api = api.clone();
-        async move {
-            executions::send_patch(&api, "lost", &body, TIMEOUT).await?;
-            if attempt == 1 {
-                Err(no_answer())
-            } else {
-                Ok(())
+    let result = executions::write_with(
+        &status_writer(),
+        &api,
+        "lost",
+        &uid,
+        &ours,
+        |attempt, body| {
+            sent.push(attempt);
+            let api = api.clone();
+            async move {
+                executions::send_patch(&api, "lost", &body, TIMEOUT).await?;
+                if attempt == 1 {
+                    Err(no_answer())
+                } else {
+                    Ok(())
+                }
             }
-        }
-    })
+        },
+    )
     .await
     .unwrap();
     assert_eq!(sent, [1], "found out that it landed; nothing sent again");
@@ -363,16 +397,23 @@ async fn lost_answers() {
 
     // 2. It did not land, and the hook did not change: sent again, counted once.
     let mut sent = Vec::new();
-    executions::write_with(&api, "lost", &uid, &ours, TIMEOUT, |attempt, body| {
-        sent.push(attempt);
-        let api = api.clone();
-        async move {
-            if attempt == 1 {
-                return Err(no_answer());
+    executions::write_with(
+        &status_writer(),
+        &api,
+        "lost",
+        &uid,
+        &ours,
+        |attempt, body| {
+            sent.push(attempt);
+            let api = api.clone();
+            async move {
+                if attempt == 1 {
+                    return Err(no_answer());
+                }
+                executions::send_patch(&api, "lost", &body, TIMEOUT).await
             }
-            executions::send_patch(&api, "lost", &body, TIMEOUT).await
-        }
-    })
+        },
+    )
     .await
     .unwrap();
     assert_eq!(sent, [1, 2]);
@@ -381,20 +422,27 @@ async fn lost_answers() {
     // 3. It did not land, and someone else wrote meanwhile: retried from the fresh read.
     let other = api.clone();
     let params = other_writer.clone();
-    executions::write_with(&api, "lost", &uid, &ours, TIMEOUT, |attempt, body| {
-        let api = other.clone();
-        let params = params.clone();
-        async move {
-            if attempt == 1 {
-                let add = json!({"status": {"executions": {"allow": 100, "block": 2}}});
-                api.patch_status("lost", &params, &Patch::Merge(&add))
-                    .await
-                    .unwrap();
-                return Err(no_answer());
+    executions::write_with(
+        &status_writer(),
+        &api,
+        "lost",
+        &uid,
+        &ours,
+        |attempt, body| {
+            let api = other.clone();
+            let params = params.clone();
+            async move {
+                if attempt == 1 {
+                    let add = json!({"status": {"executions": {"allow": 100, "block": 2}}});
+                    api.patch_status("lost", &params, &Patch::Merge(&add))
+                        .await
+                        .unwrap();
+                    return Err(no_answer());
+                }
+                executions::send_patch(&api, "lost", &body, TIMEOUT).await
             }
-            executions::send_patch(&api, "lost", &body, TIMEOUT).await
-        }
-    })
+        },
+    )
     .await
     .unwrap();
     assert_eq!(
@@ -407,27 +455,34 @@ async fn lost_answers() {
     //    and the write finds its first patch in the hook's history.
     let mut first: Option<serde_json::Value> = None;
     let mut sent = Vec::new();
-    let result = executions::write_with(&api, "lost", &uid, &ours, TIMEOUT, |attempt, body| {
-        sent.push(attempt);
-        let api = api.clone();
-        let late = if attempt == 1 {
-            first = Some(body.clone());
-            None
-        } else {
-            first.take()
-        };
-        async move {
-            if attempt == 1 {
-                return Err(no_answer());
+    let result = executions::write_with(
+        &status_writer(),
+        &api,
+        "lost",
+        &uid,
+        &ours,
+        |attempt, body| {
+            sent.push(attempt);
+            let api = api.clone();
+            let late = if attempt == 1 {
+                first = Some(body.clone());
+                None
+            } else {
+                first.take()
+            };
+            async move {
+                if attempt == 1 {
+                    return Err(no_answer());
+                }
+                if let Some(late) = late {
+                    executions::send_patch(&api, "lost", &late, TIMEOUT)
+                        .await
+                        .unwrap();
+                }
+                executions::send_patch(&api, "lost", &body, TIMEOUT).await
             }
-            if let Some(late) = late {
-                executions::send_patch(&api, "lost", &late, TIMEOUT)
-                    .await
-                    .unwrap();
-            }
-            executions::send_patch(&api, "lost", &body, TIMEOUT).await
-        }
-    })
+        },
+    )
     .await
     .unwrap();
     assert_eq!(
@@ -444,29 +499,36 @@ async fn lost_answers() {
     // 5. Someone else's write follows the landed lost patch: still recognised as ours.
     let other = api.clone();
     let params = other_writer.clone();
-    let result = executions::write_with(&api, "lost", &uid, &ours, TIMEOUT, |attempt, body| {
-        let api = other.clone();
-        let params = params.clone();
-        async move {
-            executions::send_patch(&api, "lost", &body, TIMEOUT).await?;
-            if attempt == 1 {
-                let cur = api
-                    .get("lost")
-                    .await
-                    .unwrap()
-                    .status
-                    .unwrap()
-                    .executions
-                    .unwrap();
-                let add = json!({"status": {"executions": {"allow": cur.allow + 10}}});
-                api.patch_status("lost", &params, &Patch::Merge(&add))
-                    .await
-                    .unwrap();
-                return Err(no_answer());
+    let result = executions::write_with(
+        &status_writer(),
+        &api,
+        "lost",
+        &uid,
+        &ours,
+        |attempt, body| {
+            let api = other.clone();
+            let params = params.clone();
+            async move {
+                executions::send_patch(&api, "lost", &body, TIMEOUT).await?;
+                if attempt == 1 {
+                    let cur = api
+                        .get("lost")
+                        .await
+                        .unwrap()
+                        .status
+                        .unwrap()
+                        .executions
+                        .unwrap();
+                    let add = json!({"status": {"executions": {"allow": cur.allow + 10}}});
+                    api.patch_status("lost", &params, &Patch::Merge(&add))
+                        .await
+                        .unwrap();
+                    return Err(no_answer());
+                }
+                Ok(())
             }
-            Ok(())
-        }
-    })
+        },
+    )
     .await
     .unwrap();
     assert!(
@@ -915,8 +977,8 @@ fn executions_from_concurrent_reporters_sum_exactly() {
     let writes = || {
         metric(
             &http_get(&format!("{admin}/metrics")).1,
-            "agenthooks_operator_execution_status_writes_total",
-            "",
+            "agenthooks_operator_status_writes_total",
+            "kind=\"executions\",outcome=\"written\"",
         )
     };
     let writes_before = writes();
@@ -1138,8 +1200,8 @@ fn refused_writes_are_dropped_made_up_hooks_cost_nothing_and_future_times_are_cl
     let writes = || {
         metric(
             &metrics(),
-            "agenthooks_operator_execution_status_writes_total",
-            "",
+            "agenthooks_operator_status_writes_total",
+            "kind=\"executions\",outcome=\"written\"",
         )
     };
     let writes_before = writes();

@@ -1,18 +1,23 @@
 //! The standalone budget ledger: the `TenantHookBudget` documents of `--hooks`, kept in
 //! memory (CONTRACT §5.5; DESIGN "TenantHookBudget").
 //!
-//! Same rules as the operator's: a reservation is granted iff the budget's remaining
-//! tokens in the current UTC month (crds `budget::status_at`), minus the reservations in
-//! flight, cover it; a settle charges the real cost (possibly more than was held) and
-//! frees the hold; `remaining` never shows below 0; a new UTC month starts at `used` 0
-//! with the configured total. Nothing is persisted: a restart starts every budget at
-//! `used` 0. One `std::sync::Mutex`, held for a few instructions, never across an await.
+//! The operator's rules, from the same functions (crds `rules::ledger`; the tests run
+//! crds' case table through this ledger): a reservation is granted iff the budget's
+//! tokens in the current UTC month, minus what is used and the reservations in flight,
+//! cover it; a settle charges the real cost, at most what the reservation held (the
+//! reservation is the call's bound: the excess is logged, not charged), and frees the
+//! hold; `remaining` never shows below 0; a new UTC month starts at `used` 0 with the
+//! configured total (crds `budget::status_at`). A settle of an id this ledger does not
+//! hold (settled before: it has no previous leader) is answered `duplicate` and charges
+//! nothing. Nothing is persisted: a restart starts every budget at `used` 0. One
+//! `std::sync::Mutex`, held for a few instructions, never across an await.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use agenthooks_crds::budget::status_at;
 use agenthooks_crds::report::SettleResponse;
+use agenthooks_crds::rules::ledger::{self as rule, Admission};
 use agenthooks_crds::{TenantHookBudgetSpec, TenantHookBudgetStatus};
 use chrono::{DateTime, Utc};
 
@@ -121,7 +126,9 @@ impl LocalLedger {
         Some((e.status.clone(), e.reserved))
     }
 
-    /// Holds `tokens` (> 0, checked by the caller) of `tenant`'s budget.
+    /// Holds `tokens` (1 to crds' `MAX_CALL_TOKENS`, checked by the caller) of `tenant`'s
+    /// budget, when what its month has left after the reservations in flight covers it
+    /// (crds `rules::ledger::admit`).
     pub fn reserve(&self, tenant: &str, tokens: i64) -> Result<Grant, BudgetRefusal> {
         let now = (self.clock)();
         let mut entries = self.lock();
@@ -131,27 +138,32 @@ impl LocalLedger {
             });
         };
         e.roll(now);
-        let available = e.status.remaining - e.reserved;
+        let available = rule::available(e.budget.spec.monthly_tokens, e.status.used, 0, e.reserved);
         let budget = Some(format!("{}/{}", e.budget.namespace, e.budget.name));
-        if available < tokens {
-            return Err(BudgetRefusal::Exhausted {
-                tokens,
-                remaining: available.max(0),
-                budget,
-            });
-        }
+        let remaining = match rule::admit(tokens, available) {
+            Admission::Granted { remaining } => remaining,
+            Admission::Exhausted { remaining } => {
+                return Err(BudgetRefusal::Exhausted {
+                    tokens,
+                    remaining,
+                    budget,
+                });
+            }
+        };
         let id = uuid::Uuid::new_v4().to_string();
         e.reserved += tokens;
         e.reservations.insert(id.clone(), tokens);
         Ok(Grant {
             reservation_id: id,
-            remaining: available - tokens,
+            remaining,
             budget,
         })
     }
 
-    /// Charges `tokens` (>= 0, checked by the caller) for reservation `id` and frees its
-    /// hold. A reservation settled before answers `duplicate: true` and changes nothing.
+    /// Charges `tokens` (>= 0, checked by the caller) for reservation `id`, at most what
+    /// it held (crds `rules::ledger::charge`: the excess is logged, not charged), and
+    /// frees its hold. A reservation settled before answers `duplicate: true` and changes
+    /// nothing.
     pub fn settle(
         &self,
         tenant: &str,
@@ -170,7 +182,18 @@ impl LocalLedger {
         let duplicate = match e.reservations.remove(id) {
             Some(held) => {
                 e.reserved -= held;
-                e.status.used = e.status.used.saturating_add(tokens);
+                let charge = rule::charge(tokens, Some(held));
+                if charge.is_capped() {
+                    tracing::info!(
+                        tenant,
+                        reservation_id = id,
+                        claimed = charge.claimed,
+                        counted = charge.counted,
+                        overage = charge.overage(),
+                        "a settle carried more tokens than its reservation held; the excess is not charged"
+                    );
+                }
+                e.status.used = e.status.used.saturating_add(charge.counted);
                 e.status = status_at(&e.budget.spec, Some(&e.status), now);
                 false
             }
@@ -253,7 +276,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn no_budget_is_not_found_and_overspend_never_shows_below_zero() {
+    fn no_budget_is_not_found_and_a_settle_counts_at_most_its_reservation() {
         let l = ledger(100);
         assert_eq!(
             l.reserve("globex", 1).unwrap_err(),
@@ -265,7 +288,14 @@ pub(crate) mod tests {
         let r = l.settle("acme", &g.reservation_id, 130).unwrap();
         assert_eq!(
             (r.used, r.remaining, r.state.as_str()),
-            (130, 0, "Exhausted")
+            (90, 10, "Warning"),
+            "a settle counts at most its reservation (the call's bound)"
+        );
+        let g = l.reserve("acme", 10).unwrap();
+        let r = l.settle("acme", &g.reservation_id, 10).unwrap();
+        assert_eq!(
+            (r.used, r.remaining, r.state.as_str()),
+            (100, 0, "Exhausted")
         );
         assert_eq!(
             l.reserve("acme", 1).unwrap_err(),
@@ -275,6 +305,7 @@ pub(crate) mod tests {
                 budget: Some("tenant-acme/monthly".into())
             }
         );
+
         assert!(matches!(
             l.settle("globex", "x", 1),
             Err(SettleError::UnknownTenant { .. })
@@ -410,5 +441,76 @@ pub(crate) mod tests {
             budgets.reserve("acme", 0, None).await.unwrap_err().reason(),
             "InvalidTokens"
         );
+        let above = agenthooks_crds::rules::ledger::MAX_CALL_TOKENS + 1;
+        assert_eq!(
+            budgets.reserve("acme", above, None).await.unwrap_err(),
+            BudgetRefusal::InvalidTokens { tokens: above },
+            "more than one call may hold, as the operator refuses it"
+        );
+    }
+
+    /// crds' case table (CONTRACT §5.5: one corpus every ledger answers alike) through this
+    /// ledger, by the dispatcher's own front door ([`Budgets::reserve`],
+    /// [`crate::budget::Reservation::settle`]), on a clock the steps move.
+    #[tokio::test]
+    async fn the_shared_budget_cases_give_the_same_answers_here() {
+        use agenthooks_crds::rules::ledger::cases::{CASES, Reserved, Step};
+        let at = |t: &str| {
+            DateTime::parse_from_rfc3339(t)
+                .unwrap()
+                .with_timezone(&Utc)
+                .timestamp()
+        };
+        for case in CASES {
+            let now = Arc::new(AtomicI64::new(at(case.start)));
+            let clock: Clock = {
+                let now = Arc::clone(&now);
+                Arc::new(move || Utc.timestamp_opt(now.load(Ordering::SeqCst), 0).unwrap())
+            };
+            let mut b = budget("acme", 0);
+            b.spec.monthly_tokens = case.total;
+            let l = LocalLedger::with_clock(vec![b], clock).unwrap();
+            // the status the case starts from (this ledger persists nothing of its own)
+            l.lock().get_mut("acme").unwrap().status = TenantHookBudgetStatus {
+                period: Some(case.recorded_period.into()),
+                used: case.used,
+                ..Default::default()
+            };
+            let budgets = Budgets::local(l, None);
+            let mut grants = Vec::new();
+            for (i, step) in case.steps.iter().enumerate() {
+                let what = format!("{}: step {i}", case.name);
+                match *step {
+                    Step::At(t) => now.store(at(t), Ordering::SeqCst),
+                    Step::Reserve { tokens, expect } => {
+                        let got = match budgets.reserve("acme", tokens, None).await {
+                            Ok(r) => {
+                                let remaining = r.remaining();
+                                grants.push(Some(r));
+                                Reserved::Granted { remaining }
+                            }
+                            Err(BudgetRefusal::Exhausted { remaining, .. }) => {
+                                Reserved::Exhausted { remaining }
+                            }
+                            Err(e) => panic!("{what}: {e}"),
+                        };
+                        assert_eq!(got, expect, "{what}");
+                    }
+                    Step::Settle {
+                        grant,
+                        tokens,
+                        expect,
+                    } => {
+                        let r = grants[grant].take().expect("settled once");
+                        let r = r.settle(tokens).await.unwrap();
+                        assert_eq!(
+                            (r.used, r.remaining, r.state.as_str(), r.duplicate),
+                            (expect.used, expect.remaining, expect.state.as_str(), false),
+                            "{what}"
+                        );
+                    }
+                }
+            }
+        }
     }
 }

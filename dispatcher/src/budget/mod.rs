@@ -17,10 +17,11 @@
 //!   (standalone mode), same rules.
 //! - unconfigured: every reserve is refused `BudgetUnavailable` (tests, `Engine::new`).
 //!
-//! Rule of both backends: a reservation is granted iff what remains of the budget in
-//! its UTC month, minus the reservations in flight, covers it; so overspend past zero is
-//! bounded by what settles above its reservation, and concurrent callers never admit
-//! more than the budget holds.
+//! Rule of both backends (crds `rules::ledger`, one set of functions for the operator's
+//! ledger and [`local`]): a reservation of 1 to `MAX_CALL_TOKENS` (1,048,576) tokens is
+//! granted iff what remains of the budget in its UTC month, minus the reservations in
+//! flight, covers it, and a settle counts at most what its reservation held; so
+//! concurrent callers never admit more than the budget holds, and never spend more.
 //!
 //! A [`Reservation`] dropped without settle or release is released in the background.
 
@@ -33,12 +34,14 @@ use std::sync::Arc;
 use agenthooks_crds::report::{
     REASON_BUDGET_EXHAUSTED, REASON_BUDGET_NOT_FOUND, REASON_BUDGET_UNAVAILABLE, SettleResponse,
 };
+use agenthooks_crds::rules::ledger::{MAX_CALL_TOKENS, check_reserve, check_settle};
 
 use crate::metrics::Metrics;
 use local::LocalLedger;
 use remote::RemoteBudgets;
 
-/// Refusal reason of a reserve with `tokens <= 0` (a caller bug; fails closed).
+/// Refusal reason of a reserve of `tokens` outside 1 to `MAX_CALL_TOKENS` (crds
+/// `rules::ledger::check_reserve`; a caller bug; fails closed).
 pub const REASON_INVALID_TOKENS: &str = "InvalidTokens";
 
 /// Why a reservation was refused. The caller fails closed: a prompt hook of a blocking
@@ -58,8 +61,8 @@ pub enum BudgetRefusal {
     /// The budget could not be reached or read: no operator answered, or no backend.
     #[error("BudgetUnavailable: {detail}")]
     Unavailable { detail: String },
-    /// `tokens` was not above 0.
-    #[error("InvalidTokens: a reservation holds more than 0 tokens, not {tokens}")]
+    /// `tokens` was not 1 to `MAX_CALL_TOKENS` (crds `rules::ledger`).
+    #[error("InvalidTokens: a reservation holds 1 to {MAX_CALL_TOKENS} tokens, not {tokens}")]
     InvalidTokens { tokens: i64 },
 }
 
@@ -173,7 +176,7 @@ impl Budgets {
         }
     }
 
-    /// Holds `tokens` (> 0) of `tenant`'s budget for one call; `hook` (`namespace/name`)
+    /// Holds `tokens` (1 to `MAX_CALL_TOKENS`) of `tenant`'s budget for one call; `hook` (`namespace/name`)
     /// is for the operator's logs. Errors: [`BudgetRefusal`]; the caller fails closed.
     pub async fn reserve(
         &self,
@@ -181,7 +184,7 @@ impl Budgets {
         tokens: i64,
         hook: Option<&str>,
     ) -> Result<Reservation, BudgetRefusal> {
-        let result = if tokens <= 0 {
+        let result = if check_reserve(tokens).is_err() {
             Err(BudgetRefusal::InvalidTokens { tokens })
         } else {
             match &*self.backend {
@@ -229,7 +232,7 @@ impl Budgets {
         reservation_id: &str,
         tokens: i64,
     ) -> Result<SettleResponse, SettleError> {
-        let result = if tokens < 0 {
+        let result = if check_settle(tokens).is_err() {
             Err(SettleError::InvalidTokens { tokens })
         } else {
             match &*self.backend {
@@ -294,7 +297,8 @@ impl Reservation {
         self.grant.budget.as_deref()
     }
 
-    /// Charges `actual` tokens (>= 0; may exceed what was held) and frees the hold.
+    /// Charges `actual` tokens (>= 0; counted at most up to what was held, the call's
+    /// bound, by both backends) and frees the hold.
     /// Remote: retried with backoff, same reservation id, until acknowledged or the
     /// settle deadline. Errors: [`SettleError`].
     pub async fn settle(mut self, actual: i64) -> Result<SettleResponse, SettleError> {

@@ -7,28 +7,12 @@ pub enum BudgetError {
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
 
-    /// A status write met 409 Conflict (or no answer) on every attempt, each one
-    /// computed from a fresh read.
-    #[error("status write of {key} failed after {attempts} attempts (last: {last})")]
-    Conflict {
-        /// `namespace/name` of the budget.
-        key: String,
-        /// Attempts made.
-        attempts: u32,
-        /// The last failure.
-        last: String,
-    },
-
-    /// An API call did not answer in time; its outcome is unknown.
-    #[error("{what} of {key} timed out after {seconds} s")]
-    Timeout {
-        /// `get` or `patch`.
-        what: &'static str,
-        /// `namespace/name` of the budget.
-        key: String,
-        /// The limit.
-        seconds: u64,
-    },
+    /// A status write failed ([`crate::status::writer`]): still 409 Conflict after every
+    /// retry ([`crate::Error::StatusConflict`]), not sent because this replica does not
+    /// lead ([`crate::Error::NotLeader`]), or an API failure or timeout
+    /// ([`crate::Error::Kube`]).
+    #[error("status write: {0}")]
+    Status(#[from] crate::Error),
 
     /// A budget object from the API server lacks a field every persisted object has.
     #[error("TenantHookBudget object without metadata.{0}")]
@@ -45,8 +29,10 @@ impl BudgetError {
         match self {
             BudgetError::Kube(kube::Error::Api(s)) if s.code == 403 => "forbidden",
             BudgetError::Kube(_) => "kube",
-            BudgetError::Conflict { .. } => "conflict",
-            BudgetError::Timeout { .. } => "timeout",
+            BudgetError::Status(crate::Error::Kube(e)) if crate::report::api::is_timeout(e) => {
+                "timeout"
+            }
+            BudgetError::Status(e) => e.metric_label(),
             BudgetError::MissingField(_) => "missing_field",
             BudgetError::StoreGone => "shutdown",
         }

@@ -17,6 +17,10 @@
 //! against what is available (`unpersisted`) until they are written, however long the
 //! write takes: a failing status write never frees them.
 //!
+//! The admission, cap, remaining and period rules are crds'
+//! [`agenthooks_crds::rules::ledger`], which the standalone dispatcher's ledger applies
+//! too (the tests run crds' case table through this ledger).
+//!
 //! Pure (no I/O, no clock of its own: every call takes `now`); the caller holds it in a
 //! `std::sync::Mutex` and never across an `.await`.
 
@@ -30,6 +34,7 @@ use agenthooks_crds::report::{
     REASON_BUDGET_EXHAUSTED, REASON_BUDGET_NOT_FOUND, REASON_BUDGET_UNAVAILABLE, ReserveRequest,
     SettleRequest, SettleResponse,
 };
+use agenthooks_crds::rules::ledger::{self as rule, Admission, Charge};
 use tokio::sync::oneshot;
 
 use super::resolution::BudgetKey;
@@ -44,12 +49,15 @@ pub const SETTLED_MEMORY: Duration = Duration::from_secs(15 * 60);
 pub const MAX_SETTLED_REMEMBERED: usize = 100_000;
 /// Most reservations in flight per budget; past it a reserve is answered 429.
 pub const MAX_RESERVATIONS: usize = 10_000;
-/// Most tokens one call may hold or count (2^20 = 1,048,576): a reserve asking for more
-/// is refused (400), and a settle of an id this leader does not know (reserved with a
-/// previous leader, or expired) counts at most this much. A settle of a known
+/// Which cap a settle met (crds' rule): the reservation, or [`MAX_CALL_TOKENS`] for an id
+/// this leader does not know.
+pub use agenthooks_crds::rules::ledger::Cap;
+/// Most tokens one call may hold or count (crds' rule, 2^20 = 1,048,576): a reserve asking
+/// for more is refused (400), and a settle of an id this leader does not know (reserved
+/// with a previous leader, or expired) counts at most this much. A settle of a known
 /// reservation counts at most what it reserved (CONTRACT §5.5: the reservation is the
 /// call's bound, prompt estimate + max output tokens).
-pub const MAX_CALL_TOKENS: i64 = 1 << 20;
+pub use agenthooks_crds::rules::ledger::MAX_CALL_TOKENS;
 
 /// A budget as observed from the API server (watch) or as written by us.
 #[derive(Debug, Clone)]
@@ -205,16 +213,12 @@ impl Book {
     }
 
     fn used_in(&self, period: &str) -> i64 {
-        if self.period.as_deref() == Some(period) {
-            self.used.max(0)
-        } else {
-            0
-        }
+        rule::used_in(self.period.as_deref(), self.used, period)
     }
 
     fn view(&self, period: &str) -> View {
         let used = self.used_in(period);
-        let remaining = self.total.max(0).saturating_sub(used).max(0);
+        let remaining = rule::remaining(self.total, used);
         View {
             used,
             remaining,
@@ -224,10 +228,12 @@ impl Book {
 
     /// Tokens a new reservation may take (may be negative after an overspend).
     fn available(&self, period: &str) -> i64 {
-        self.total
-            .saturating_sub(self.used_in(period))
-            .saturating_sub(self.unpersisted)
-            .saturating_sub(self.reserved)
+        rule::available(
+            self.total,
+            self.used_in(period),
+            self.unpersisted,
+            self.reserved,
+        )
     }
 
     /// Who reserved or settled `id` in this budget (in flight, queued or settled).
@@ -328,42 +334,10 @@ pub enum SettleOutcome {
     Failed(String),
 }
 
-/// Which cap a settle met.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cap {
-    /// The tokens of the reservation settled.
-    Reservation,
-    /// [`MAX_CALL_TOKENS`] (an id this leader does not know).
-    Absolute,
-}
-
-impl Cap {
-    /// Label in `agenthooks_budget_settle_overage_tokens_total{cap}`.
-    pub fn label(self) -> &'static str {
-        match self {
-            Cap::Reservation => "reservation",
-            Cap::Absolute => "absolute",
-        }
-    }
-}
-
-/// A settle that claimed more than its cap: `counted` of `claimed` tokens counted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Capped {
-    /// The tokens the settle carried.
-    pub claimed: i64,
-    /// The tokens counted (the cap).
-    pub counted: i64,
-    /// Which cap.
-    pub cap: Cap,
-}
-
-impl Capped {
-    /// Tokens not counted.
-    pub fn overage(&self) -> i64 {
-        self.claimed - self.counted
-    }
-}
+/// A settle that claimed more than its cap ([`agenthooks_crds::rules::ledger::charge`]):
+/// `counted` of `claimed` tokens counted; the overage goes to
+/// `agenthooks_budget_settle_overage_tokens_total{cap}`.
+pub type Capped = Charge;
 
 /// What to do with a settle.
 #[derive(Debug)]
@@ -582,13 +556,16 @@ impl Ledger {
                 budget: Some(key.clone()),
             };
         }
-        if available < req.tokens {
-            return ReserveOutcome::Refused {
-                reason: REASON_BUDGET_EXHAUSTED,
-                remaining: available.max(0),
-                budget: Some(key.clone()),
-            };
-        }
+        let remaining = match rule::admit(req.tokens, available) {
+            Admission::Granted { remaining } => remaining,
+            Admission::Exhausted { remaining } => {
+                return ReserveOutcome::Refused {
+                    reason: REASON_BUDGET_EXHAUSTED,
+                    remaining,
+                    budget: Some(key.clone()),
+                };
+            }
+        };
         if book.reservations.len() >= MAX_RESERVATIONS {
             return ReserveOutcome::TooMany {
                 budget: key.clone(),
@@ -608,7 +585,7 @@ impl Ledger {
         book.reserved += req.tokens;
         ReserveOutcome::Granted {
             reservation_id: id,
-            remaining: (available - req.tokens).max(0),
+            remaining,
             budget: key.clone(),
         }
     }
@@ -689,16 +666,9 @@ impl Ledger {
             }
             return SettleStep::Done(SettleOutcome::Persisted(book.view(period).answer(false)));
         }
-        let (cap, kind) = match &reservation {
-            Some(r) => (r.tokens, Cap::Reservation),
-            None => (MAX_CALL_TOKENS, Cap::Absolute),
-        };
-        let tokens = req.tokens.min(cap);
-        let capped = (req.tokens > cap).then_some(Capped {
-            claimed: req.tokens,
-            counted: tokens,
-            cap: kind,
-        });
+        let charge = rule::charge(req.tokens, reservation.as_ref().map(|r| r.tokens));
+        let tokens = charge.counted;
+        let capped = charge.is_capped().then_some(charge);
         book.pending.insert(
             id.clone(),
             Pending {
@@ -787,7 +757,7 @@ impl Ledger {
     ) -> Vec<Delivery> {
         let outcome = match &result {
             Ok(written) => {
-                let remaining = written.total.max(0).saturating_sub(written.used).max(0);
+                let remaining = rule::remaining(written.total, written.used);
                 SettleOutcome::Persisted(SettleResponse {
                     used: written.used,
                     remaining,
@@ -1628,5 +1598,108 @@ pub(crate) mod tests {
         assert!(newer(Some("x"), None));
         assert!(!newer(None, Some("1")));
         assert!(newer(Some("b"), Some("a")));
+    }
+
+    /// crds' case table (CONTRACT §5.5: one corpus every ledger answers alike) through this
+    /// ledger: reserves and settles as the routes make them, each settle's group written
+    /// at once as the writer writes it ([`super::super::status::with_spend`] on the batch's
+    /// base, a new resource version) and answered from what was written.
+    #[test]
+    fn the_shared_budget_cases_give_the_same_answers_here() {
+        use super::super::status::with_spend;
+        use agenthooks_crds::budget::period_of;
+        use agenthooks_crds::rules::ledger::cases::{CASES, Reserved, Step};
+        let at = |t: &str| {
+            chrono::DateTime::parse_from_rfc3339(t)
+                .unwrap()
+                .with_timezone(&chrono::Utc)
+        };
+        for case in CASES {
+            let mut now = at(case.start);
+            let mut l = Ledger::new();
+            l.sync(vec![observed(
+                "acme",
+                case.total,
+                case.used,
+                case.recorded_period,
+                10,
+            )]);
+            let mut grants: Vec<String> = Vec::new();
+            let mut rv = 10;
+            for (i, step) in case.steps.iter().enumerate() {
+                let what = format!("{}: step {i}", case.name);
+                let period = period_of(now);
+                match *step {
+                    Step::At(t) => now = at(t),
+                    Step::Reserve { tokens, expect } => {
+                        let got = match l.reserve(
+                            &ReserveRequest {
+                                dispatcher: "d1".into(),
+                                tenant: "acme".into(),
+                                tokens,
+                                hook: None,
+                            },
+                            Instant::now(),
+                            &period,
+                        ) {
+                            ReserveOutcome::Granted {
+                                reservation_id,
+                                remaining,
+                                ..
+                            } => {
+                                grants.push(reservation_id);
+                                Reserved::Granted { remaining }
+                            }
+                            ReserveOutcome::Refused {
+                                reason: REASON_BUDGET_EXHAUSTED,
+                                remaining,
+                                ..
+                            } => Reserved::Exhausted { remaining },
+                            other => panic!("{what}: {other:?}"),
+                        };
+                        assert_eq!(got, expect, "{what}");
+                    }
+                    Step::Settle {
+                        grant,
+                        tokens,
+                        expect,
+                    } => {
+                        let req = settle_req(&grants[grant], tokens);
+                        let answer = match l.settle(&req, Instant::now(), &period) {
+                            SettleStep::Done(o) => o,
+                            SettleStep::Wait {
+                                mut answer,
+                                spawn_writer,
+                                ..
+                            } => {
+                                let key = spawn_writer.expect("one writer per group");
+                                let batch = l.take_batch(&key, l.session(), None).unwrap();
+                                let mut b = (*batch.base).clone();
+                                b.status = Some(with_spend(&b, batch.tokens, now));
+                                rv += 1;
+                                b.metadata.resource_version = Some(rv.to_string());
+                                let written = Observed::of(Arc::new(b), "acme").unwrap();
+                                for (tx, o) in l.finish_batch(batch, Ok(&written), Instant::now()) {
+                                    tx.send(o).unwrap();
+                                }
+                                assert!(
+                                    l.take_batch(&key, l.session(), None).is_none(),
+                                    "the writer stops"
+                                );
+                                answer.try_recv().unwrap()
+                            }
+                        };
+                        let SettleOutcome::Persisted(r) = answer else {
+                            panic!("{what}: {answer:?}")
+                        };
+                        assert_eq!(
+                            (r.used, r.remaining, r.state.as_str()),
+                            (expect.used, expect.remaining, expect.state.as_str()),
+                            "{what}"
+                        );
+                    }
+                }
+            }
+        }
     }
 }

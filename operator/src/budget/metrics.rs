@@ -1,5 +1,8 @@
 //! Prometheus metrics of the budgets (CONTRACT §8.2 "budget remaining"), registered on
-//! the operator's registry next to [`crate::metrics::Metrics`].
+//! the operator's registry next to [`crate::metrics::Metrics`]. The budgets' status
+//! writes are counted with every other status write, in
+//! `agenthooks_operator_status_writes_total{kind="budget_settle"|"budget_reconcile"}` and
+//! `agenthooks_operator_status_write_conflicts_total` ([`crate::status::writer`]).
 
 use prometheus::{IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry};
 
@@ -40,12 +43,6 @@ pub struct BudgetMetrics {
     /// `agenthooks_budget_reservations_expired_total`: reservations released by their TTL
     /// (a dispatcher that reserved and never settled).
     pub reservations_expired_total: IntCounter,
-    /// `agenthooks_budget_status_writes_total{cause}`: budget status writes, `settle`
-    /// (one per group of settles) or `reconcile`.
-    pub status_writes_total: IntCounterVec,
-    /// `agenthooks_budget_status_conflicts_total`: status writes that met 409 Conflict
-    /// (each retried from a fresh read).
-    pub status_conflicts_total: IntCounter,
     /// `agenthooks_budget_reconcile_errors_total{reason}`: failed budget reconciles.
     pub reconcile_errors_total: IntCounterVec,
 }
@@ -80,16 +77,6 @@ impl BudgetMetrics {
         )?;
         for c in ["reservation", "absolute"] {
             settle_overage_tokens_total.with_label_values(&[c]);
-        }
-        let status_writes_total = IntCounterVec::new(
-            Opts::new(
-                "agenthooks_budget_status_writes_total",
-                "TenantHookBudget status writes by cause (settle, reconcile).",
-            ),
-            &["cause"],
-        )?;
-        for c in ["settle", "reconcile"] {
-            status_writes_total.with_label_values(&[c]);
         }
         Ok(BudgetMetrics {
             state: IntGaugeVec::new(
@@ -131,11 +118,6 @@ impl BudgetMetrics {
                 "agenthooks_budget_reservations_expired_total",
                 "Budget reservations released by their TTL without a settle.",
             )?,
-            status_writes_total,
-            status_conflicts_total: IntCounter::new(
-                "agenthooks_budget_status_conflicts_total",
-                "TenantHookBudget status writes that met 409 Conflict and were retried from a fresh read.",
-            )?,
             reconcile_errors_total: IntCounterVec::new(
                 Opts::new(
                     "agenthooks_budget_reconcile_errors_total",
@@ -159,8 +141,6 @@ impl BudgetMetrics {
         registry.register(Box::new(self.settle_overage_tokens_total.clone()))?;
         registry.register(Box::new(self.settle_write_failures_total.clone()))?;
         registry.register(Box::new(self.reservations_expired_total.clone()))?;
-        registry.register(Box::new(self.status_writes_total.clone()))?;
-        registry.register(Box::new(self.status_conflicts_total.clone()))?;
         registry.register(Box::new(self.reconcile_errors_total.clone()))?;
         Ok(())
     }
@@ -252,8 +232,6 @@ mod tests {
             "agenthooks_budget_settles_total{result=\"mismatch\"} 0",
             "agenthooks_budget_reservations_total{result=\"granted\"} 1",
             "agenthooks_budget_settles_total{result=\"written\"} 0",
-            "agenthooks_budget_status_writes_total{cause=\"settle\"} 0",
-            "agenthooks_budget_status_conflicts_total 0",
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }

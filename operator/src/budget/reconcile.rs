@@ -1,7 +1,8 @@
 //! The TenantHookBudget reconciler: writes the status a budget should show
 //! ([`super::status::desired`]: `observedGeneration`, period, used, remaining, state,
 //! `Accepted`) when it differs from the recorded one — never otherwise, so a budget left
-//! alone is never rewritten — through the optimistic-concurrency write of
+//! alone is never rewritten (the status writer skips a status that would change in
+//! nothing but timestamps) — through the optimistic-concurrency write of
 //! [`super::commit`] (its `used` is never overwritten with a stale value), publishes
 //! Events on transitions, and requeues at the start of the next UTC month so a new
 //! period begins even without any spend.
@@ -22,6 +23,7 @@ use super::resolution::BudgetKey;
 use super::session::SessionCtx;
 use super::status::{desired, transitions};
 use crate::shared::lock;
+use crate::status::writer::WriteKind;
 
 /// Longest requeue of a reconciled budget (a safety net against a clock that jumped;
 /// a reconcile that changes nothing writes nothing).
@@ -64,7 +66,9 @@ pub fn error_policy(
         "budget reconcile failed; requeueing"
     );
     match error {
-        BudgetError::Conflict { .. } => Action::requeue(Duration::from_secs(1)),
+        BudgetError::Status(crate::Error::StatusConflict { .. }) => {
+            Action::requeue(Duration::from_secs(1))
+        }
         BudgetError::StoreGone => Action::await_change(),
         _ => Action::requeue(Duration::from_secs(5)),
     }
@@ -88,24 +92,18 @@ async fn reconcile_budget(
     };
     let api: Api<TenantHookBudget> = Api::namespaced(ctx.budgets.client.clone(), &ns);
     let committed = commit(
+        &ctx.budgets.shared.status_writer(),
+        WriteKind::BudgetReconcile,
         &api,
         &key,
         Some(budget.clone()),
-        &ctx.budgets.metrics,
         // a reconcile computes its status afresh each time: nothing to carry over
         &mut None,
-        |b| {
-            let d = desired(b, &verdict, Utc::now(), &crate::status::now());
-            (b.status.as_ref() != Some(&d)).then_some(d)
-        },
+        // written only when it differs from the recorded one in more than timestamps
+        |b| Some(desired(b, &verdict, Utc::now(), &crate::status::now())),
     )
     .await?;
     if let Committed::Written { before, after } = committed {
-        ctx.budgets
-            .metrics
-            .status_writes_total
-            .with_label_values(&["reconcile"])
-            .inc();
         let status = after.status.clone().unwrap_or_default();
         tracing::info!(budget = %key, period = ?status.period, used = status.used, remaining = status.remaining, state = ?status.state, tenant = ?verdict.tenant(), "budget status written");
         if let Some(tenant) = verdict.tenant()

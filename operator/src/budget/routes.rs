@@ -5,7 +5,7 @@
 //! - `413 {"error"}` for a body over [`MAX_BODY_BYTES`];
 //! - `400 {"error", "field"}` for a body that is not the request's JSON or a bad field
 //!   (`dispatcher`, `tenant`, `reservationId`: 1–253 characters without control
-//!   characters; `tokens` 1 to [`MAX_CALL_TOKENS`] on reserve, >= 0 on settle);
+//!   characters; `tokens` 1 to [`MAX_CALL_TOKENS`](super::ledger::MAX_CALL_TOKENS) on reserve, >= 0 on settle);
 //! - `503 {"error", "leader", "synced"}` on a replica that is not the synced leader or
 //!   has not installed the budgets yet (the dispatcher tries its next operator URL).
 //!
@@ -17,7 +17,7 @@
 //!
 //! Settle: `200` [`agenthooks_crds::report::SettleResponse`] once the tokens are in
 //! `status.used` (or at once for a duplicate or a release); tokens above the
-//! reservation (or above [`MAX_CALL_TOKENS`] for an unknown id) are not counted, but
+//! reservation (or above [`MAX_CALL_TOKENS`](super::ledger::MAX_CALL_TOKENS) for an unknown id) are not counted, but
 //! logged and added to `agenthooks_budget_settle_overage_tokens_total`;
 //! `409 {"error"}` when the reservation was made by another dispatcher or for another
 //! tenant (nothing counted; final); `404 {"error", "reason": "BudgetNotFound"}` when the
@@ -35,6 +35,9 @@ use agenthooks_crds::report::{
     REASON_BUDGET_EXHAUSTED, REASON_BUDGET_NOT_FOUND, ReserveRequest, ReserveResponse,
     SettleRequest,
 };
+use agenthooks_crds::rules::ledger::{
+    check_reserve as check_reserve_tokens, check_settle as check_settle_tokens,
+};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -45,7 +48,7 @@ use axum::routing::post;
 use serde::de::DeserializeOwned;
 
 use super::Budgets;
-use super::ledger::{MAX_CALL_TOKENS, MAX_RESERVATIONS, ReserveOutcome, SettleOutcome, SettleStep};
+use super::ledger::{MAX_RESERVATIONS, ReserveOutcome, SettleOutcome, SettleStep};
 use super::writer;
 use crate::shared::{Serving, lock};
 
@@ -163,35 +166,14 @@ fn check_reserve(req: &ReserveRequest) -> Result<(), Answer> {
     if let Some(h) = &req.hook {
         check_name("hook", h, MAX_HOOK_LEN)?;
     }
-    if req.tokens <= 0 {
-        return Err(bad_request(
-            "tokens",
-            format!("tokens: must be greater than 0 (got {})", req.tokens),
-        ));
-    }
-    if req.tokens > MAX_CALL_TOKENS {
-        return Err(bad_request(
-            "tokens",
-            format!(
-                "tokens: at most {MAX_CALL_TOKENS} per call (got {})",
-                req.tokens
-            ),
-        ));
-    }
-    Ok(())
+    check_reserve_tokens(req.tokens).map_err(|e| bad_request("tokens", format!("tokens: {e}")))
 }
 
 fn check_settle(req: &SettleRequest) -> Result<(), Answer> {
     check_name("dispatcher", &req.dispatcher, MAX_NAME_LEN)?;
     check_name("tenant", &req.tenant, MAX_NAME_LEN)?;
     check_name("reservationId", &req.reservation_id, MAX_NAME_LEN)?;
-    if req.tokens < 0 {
-        return Err(bad_request(
-            "tokens",
-            format!("tokens: must be 0 or more (got {})", req.tokens),
-        ));
-    }
-    Ok(())
+    check_settle_tokens(req.tokens).map_err(|e| bad_request("tokens", format!("tokens: {e}")))
 }
 
 async fn reserve(

@@ -73,12 +73,7 @@ pub fn with_spend(
 ) -> TenantHookBudgetStatus {
     let mut s = status_at(&budget.spec, budget.status.as_ref(), now);
     s.used = s.used.saturating_add(tokens);
-    s.remaining = budget
-        .spec
-        .monthly_tokens
-        .max(0)
-        .saturating_sub(s.used)
-        .max(0);
+    s.remaining = agenthooks_crds::rules::ledger::remaining(budget.spec.monthly_tokens, s.used);
     s.state = Some(
         BudgetState::of(budget.spec.monthly_tokens, s.remaining)
             .as_str()

@@ -28,6 +28,7 @@ use super::ledger::{Batch, BatchFailure, Observed};
 use super::resolution::BudgetKey;
 use super::status::{transitions, with_spend};
 use crate::shared::lock;
+use crate::status::writer::WriteKind;
 
 /// The written object before and after a batch (for the Events of its transitions).
 type Change = Option<(Arc<TenantHookBudget>, Arc<TenantHookBudget>)>;
@@ -87,27 +88,24 @@ async fn write(
     batch: &Batch,
 ) -> (Result<Observed, BatchFailure>, Change) {
     let settings = &budgets.settings;
+    let status_writer = budgets.shared.status_writer();
     let mut base = Some(batch.base.clone());
     let mut unconfirmed: Option<Unconfirmed> = None;
     let mut pause = settings.write_retry_first;
     let mut failures = 0u32;
     loop {
         let committed = commit(
+            &status_writer,
+            WriteKind::BudgetSettle,
             api,
             &batch.key,
             base.take(),
-            &budgets.metrics,
             &mut unconfirmed,
             |b| Some(with_spend(b, batch.tokens, chrono::Utc::now())),
         )
         .await;
         let failure = match committed {
             Ok(Committed::Written { before, after }) => {
-                budgets
-                    .metrics
-                    .status_writes_total
-                    .with_label_values(&["settle"])
-                    .inc();
                 if failures > 0 {
                     tracing::info!(budget = %batch.key, tokens = batch.tokens, failures, "settles written after failed attempts");
                 }
@@ -116,7 +114,7 @@ async fn write(
                     None => "the API server answered a budget without metadata".to_string(),
                 }
             }
-            // `with_spend` always returns a status, so this is never reached
+            // nothing to add (a batch of 0 tokens): the budget as it is answers the settles
             Ok(Committed::Unchanged(b)) => match Observed::of(b, &batch.tenant) {
                 Some(o) => return (Ok(o), None),
                 None => "budget without metadata".to_string(),

@@ -381,9 +381,8 @@ async fn reconcile_hook(hook: &AgentHook, ctx: &Context) -> Result<Outcome, Erro
     if breaker_needs_reset(hook.status.as_ref(), generation, reset_token.as_deref()) {
         reset_breaker(ctx, &api, hook, &key).await?;
     }
-    match status::write(&api, hook, &desired).await? {
+    match status::write(&shared.status_writer(), &api, hook, &desired).await? {
         WriteOutcome::Written(patch) => {
-            shared.metrics.status_writes_total.inc();
             tracing::debug!(hook = %key, generation, transitioned = ?patch.transitioned, "status written");
             if patch.transitioned.contains(&ACCEPTED) {
                 publish_accepted_event(ctx, hook, &verdict).await;
@@ -412,7 +411,7 @@ async fn reset_breaker(
     key: &HookKey,
 ) -> Result<(), Error> {
     use crate::report::breaker::{self, ResetOutcome};
-    match breaker::reset(api, hook).await? {
+    match breaker::reset(&ctx.shared.status_writer(), api, hook).await? {
         ResetOutcome::Closed { message } => {
             ctx.shared.metrics.breaker_resets_total.inc();
             tracing::info!(

@@ -23,7 +23,8 @@ use kube::core::Status;
 
 use crate::error::Error;
 
-/// Limit of each status read or patch of the report path.
+/// Limit of each API call of a status write (the status writer's
+/// [`crate::status::writer::RetryPolicy::DEFAULT`]).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A call that did not answer in time (carried as [`kube::Error::Service`]).

@@ -17,23 +17,25 @@
 //!   written `Closed` with no tenant open (the last trip's details kept),
 //!   `CircuitOpen=False` (reason [`REASON_RESET`]).
 //!
-//! All are read-modify-writes with the read `metadata.resourceVersion` as precondition,
-//! so trips, closes and resets racing on the same hook never undo each other: the loser
-//! meets `409 Conflict`, reads again and decides again. Each read and patch is bounded by
-//! [`REQUEST_TIMEOUT`]. Nothing here writes `spec`.
+//! All are read-modify-writes of the status writer ([`crate::status::writer`], kinds
+//! `breaker_trip`, `breaker_close`, `breaker_reset`) with the read
+//! `metadata.resourceVersion` as precondition, so trips, closes and resets racing on the
+//! same hook never undo each other: the loser meets `409 Conflict`, reads again and
+//! decides again, within the writer's one retry policy; each read and patch is bounded by
+//! its request timeout, and nothing is sent unless this replica leads. Nothing here
+//! writes `spec`.
 
 use agenthooks_crds::agenthook::{BreakerStatus, TenantBreakerStatus};
 use agenthooks_crds::report::{CloseReport, TripReport};
 use agenthooks_crds::rules::breaker::HALF_OPEN_AFTER_MS;
 use agenthooks_crds::{AgentHook, AgentHookStatus, RESET_BREAKER_ANNOTATION};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 
-use super::api::{REQUEST_TIMEOUT, bounded};
 use super::executions::format_time;
 use crate::error::Error;
 use crate::index::MAX_OPEN_TENANTS;
+use crate::status::writer::{Outcome, Plan, StatusWriter, WriteKind};
 use crate::status::{
     BREAKER_CLOSED, BREAKER_OPEN, CIRCUIT_OPEN, CondStatus, DesiredCondition, breaker_needs_reset,
     find_condition, merge_condition, now, status_time_ms,
@@ -53,8 +55,6 @@ pub const EVENT_REASON_OPEN: &str = "CircuitOpen";
 pub const EVENT_REASON_CLOSED: &str = "CircuitClosed";
 /// A reported reason longer than this is cut (at a character boundary).
 pub const MAX_REASON_BYTES: usize = 1024;
-/// Patches tried when they keep meeting `409 Conflict`.
-pub const MAX_WRITE_ATTEMPTS: u32 = 6;
 /// Open tenants named in the `CircuitOpen` message (the rest are counted).
 pub const MAX_TENANTS_NAMED: usize = 5;
 
@@ -264,22 +264,13 @@ fn condition(
     )
 }
 
-/// The server-side-apply body of the breaker manager, with `resourceVersion` as
-/// precondition.
-pub fn apply_body(
-    name: &str,
-    resource_version: &str,
-    breaker: &BreakerStatus,
-    circuit_open: &Condition,
-) -> serde_json::Value {
+/// The breaker manager's part of `status`: `breaker` and the `CircuitOpen` condition
+/// (the apply adds `apiVersion`, `kind` and the `resourceVersion` precondition:
+/// [`crate::status::writer::body`]).
+pub fn status_body(breaker: &BreakerStatus, circuit_open: &Condition) -> serde_json::Value {
     serde_json::json!({
-        "apiVersion": format!("{}/{}", agenthooks_crds::GROUP, agenthooks_crds::VERSION),
-        "kind": "AgentHook",
-        "metadata": {"name": name, "resourceVersion": resource_version},
-        "status": {
-            "breaker": breaker,
-            "conditions": [circuit_open],
-        }
+        "breaker": breaker,
+        "conditions": [circuit_open],
     })
 }
 
@@ -343,78 +334,47 @@ fn annotation(hook: &AgentHook) -> Option<&str> {
         .map(String::as_str)
 }
 
-fn params(attempt: u32) -> PatchParams {
-    let p = PatchParams::apply(FIELD_MANAGER);
-    // These fields are ours by contract: after a conflict (another manager held them,
-    // e.g. an admin's edit), take them over.
-    if attempt > 1 { p.force() } else { p }
+/// The write of `breaker` and `desired` (its `CircuitOpen`) on `hook` at `generation`,
+/// answering `then`: `lastTransitionTime` kept unless the condition's status changes.
+fn write_plan<T>(
+    hook: &AgentHook,
+    generation: i64,
+    breaker: &BreakerStatus,
+    desired: &DesiredCondition,
+    then: T,
+) -> Plan<T> {
+    Plan::Write {
+        status: status_body(breaker, &condition(hook, desired, generation, &now())),
+        answer: then,
+    }
 }
 
-/// What a read-modify-write decided for the hook it read.
-enum Plan<T> {
-    /// Nothing to write: answer `T`.
-    Done(T),
-    /// Apply this breaker and condition, then answer `T`.
-    Write(Box<(BreakerStatus, DesiredCondition)>, T),
-}
-
-/// Reads hook `namespace/name`; when it has `uid`, asks `plan` (hook, generation,
-/// annotation) what to do and applies it with the read `resourceVersion`; on `409` reads
-/// again (up to [`MAX_WRITE_ATTEMPTS`] patches). `gone` when the hook is absent or has
+/// Writes hook `namespace/name` pinned to `uid` through `w` as `kind`: `plan` (hook,
+/// generation, annotation) decides from each read; `gone` when the hook is absent or has
 /// another uid.
-async fn read_modify_write<T>(
+async fn read_modify_write<T: Clone + Send>(
+    w: &StatusWriter,
+    kind: WriteKind,
     api: &Api<AgentHook>,
-    namespace: &str,
     name: &str,
     uid: &str,
     gone: impl Fn() -> T,
-    mut plan: impl FnMut(&AgentHook, i64, Option<&str>) -> Plan<T>,
+    mut plan: impl FnMut(&AgentHook, i64, Option<&str>) -> Plan<T> + Send,
 ) -> Result<T, Error> {
-    let mut attempt = 1;
-    loop {
-        let read = bounded(
-            REQUEST_TIMEOUT,
-            || format!("get agenthook {namespace}/{name}"),
-            api.get_opt(name),
-        );
-        let Some(hook) = read.await? else {
-            return Ok(gone());
-        };
-        if hook.uid().as_deref() != Some(uid) {
-            return Ok(gone());
-        }
-        let generation = hook.metadata.generation.unwrap_or(0);
-        let (breaker, desired, then) = match plan(&hook, generation, annotation(&hook)) {
-            Plan::Done(t) => return Ok(t),
-            Plan::Write(w, t) => (w.0, w.1, t),
-        };
-        let cond = condition(&hook, &desired, generation, &now());
-        let rv = hook.resource_version().unwrap_or_default();
-        let body = apply_body(name, &rv, &breaker, &cond);
-        let (pp, patch) = (params(attempt), Patch::Apply(&body));
-        let sent = bounded(
-            REQUEST_TIMEOUT,
-            || format!("patch agenthook {namespace}/{name}/status"),
-            api.patch_status(name, &pp, &patch),
-        );
-        match sent.await {
-            Ok(_) => return Ok(then),
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(gone()),
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                let key = format!("{namespace}/{name}");
-                tracing::debug!(hook = %key, attempt, message = %s.message, "breaker write conflicted; reading again");
-                if attempt >= MAX_WRITE_ATTEMPTS {
-                    return Err(Error::StatusConflict {
-                        key,
-                        attempts: attempt,
-                        source: kube::Error::Api(s),
-                    });
-                }
-                attempt += 1;
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
+    let target = w.object(api, name).with_uid(uid);
+    let outcome = w
+        .write(kind, &target, None, &mut None, |hook: &AgentHook| {
+            plan(
+                hook,
+                hook.metadata.generation.unwrap_or(0),
+                annotation(hook),
+            )
+        })
+        .await?;
+    Ok(match outcome {
+        Outcome::Written { answer, .. } | Outcome::Unchanged { answer, .. } => answer,
+        Outcome::Gone => gone(),
+    })
 }
 
 fn tripped_condition(b: &BreakerStatus) -> DesiredCondition {
@@ -432,37 +392,42 @@ fn tripped_condition(b: &BreakerStatus) -> DesiredCondition {
 /// when it is already open from this trip or later, or [`MAX_OPEN_TENANTS`] others are),
 /// `state: Open` with the newest trip's fields, `CircuitOpen=True` ([`REASON_TRIPPED`]).
 ///
-/// Errors: [`Error::StatusConflict`] when every attempt met 409; [`Error::Kube`] for any
-/// other API failure or a call that did not answer within [`REQUEST_TIMEOUT`]
-/// ([`super::api::TimedOut`]).
+/// Errors: [`Error::StatusConflict`] when every attempt met 409; [`Error::NotLeader`]
+/// when this replica no longer leads; [`Error::Kube`] for any other API failure or a call
+/// that did not answer within the writer's request timeout ([`super::api::TimedOut`]).
 pub async fn record_trip(
+    w: &StatusWriter,
     api: &Api<AgentHook>,
     dispatcher: &str,
     trip: &TripReport,
 ) -> Result<TripWrite, Error> {
     let entry = tenant_entry(trip, dispatcher);
     read_modify_write(
+        w,
+        WriteKind::BreakerTrip,
         api,
-        &trip.namespace,
         &trip.name,
         &trip.uid,
         || TripWrite::Gone,
         |hook, generation, ann| {
             if generation != trip.generation || ann != trip.reset_token.as_deref() {
-                return Plan::Done(TripWrite::Stale);
+                return Plan::Skip(TripWrite::Stale);
             }
             let status = hook.status.as_ref();
             let open = match add_tenant(recorded_open(status, generation, ann), entry.clone()) {
                 Added::Changed(open) => open,
-                Added::AlreadyOpen => return Plan::Done(TripWrite::AlreadyOpen),
-                Added::TooMany => return Plan::Done(TripWrite::TooMany),
+                Added::AlreadyOpen => return Plan::Skip(TripWrite::AlreadyOpen),
+                Added::TooMany => return Plan::Skip(TripWrite::TooMany),
             };
             let last = status.and_then(|s| s.breaker.as_ref());
             let breaker = breaker_status(open, last, generation, ann);
             let desired = tripped_condition(&breaker);
             let note = trip_note(&entry);
-            Plan::Write(
-                Box::new((breaker, desired)),
+            write_plan(
+                hook,
+                generation,
+                &breaker,
+                &desired,
                 TripWrite::Recorded {
                     entry: entry.clone(),
                     note,
@@ -481,28 +446,30 @@ pub async fn record_trip(
 ///
 /// Errors: as [`record_trip`].
 pub async fn record_close(
+    w: &StatusWriter,
     api: &Api<AgentHook>,
     dispatcher: &str,
     close: &CloseReport,
 ) -> Result<CloseWrite, Error> {
     let opened_at = status_time_ms(&close.opened_at);
     read_modify_write(
+        w,
+        WriteKind::BreakerClose,
         api,
-        &close.namespace,
         &close.name,
         &close.uid,
         || CloseWrite::Gone,
         |hook, generation, ann| {
             if generation != close.generation || ann != close.reset_token.as_deref() {
-                return Plan::Done(CloseWrite::Stale);
+                return Plan::Skip(CloseWrite::Stale);
             }
             let status = hook.status.as_ref();
             let mut open = recorded_open(status, generation, ann);
             let Some(i) = open.iter().position(|t| t.tenant == close.tenant) else {
-                return Plan::Done(CloseWrite::NotOpen);
+                return Plan::Skip(CloseWrite::NotOpen);
             };
             if status_time_ms(&open[i].tripped_at) > opened_at {
-                return Plan::Done(CloseWrite::Newer);
+                return Plan::Skip(CloseWrite::Newer);
             }
             open.remove(i);
             let left = open.len();
@@ -519,8 +486,11 @@ pub async fn record_close(
                 tripped_condition(&breaker)
             };
             let note = close_note(close, dispatcher, left);
-            Plan::Write(
-                Box::new((breaker, desired)),
+            write_plan(
+                hook,
+                generation,
+                &breaker,
+                &desired,
                 CloseWrite::Recorded { left, note },
             )
         },
@@ -530,72 +500,63 @@ pub async fn record_close(
 
 /// Writes the breaker of `hook` closed when its status shows it open but it no longer
 /// applies ([`breaker_needs_reset`]): `Closed` with no tenant open (the last trip's
-/// details kept) and
-/// `CircuitOpen=False` (reason [`REASON_RESET`]), with `hook`'s `resourceVersion` as
-/// precondition; on `409` reads the hook again and decides again (up to
-/// [`MAX_WRITE_ATTEMPTS`] patches).
+/// details kept) and `CircuitOpen=False` (reason [`REASON_RESET`]), through `w`
+/// ([`WriteKind::BreakerReset`]), planned first from `hook` as cached with its
+/// `resourceVersion` as precondition; on `409` the hook is read again and the reset
+/// decided again.
 ///
-/// Errors: [`Error::StatusConflict`] when every attempt met 409; [`Error::Kube`] for any
-/// other API failure or a call that did not answer within [`REQUEST_TIMEOUT`]
-/// ([`super::api::TimedOut`]).
-pub async fn reset(api: &Api<AgentHook>, hook: &AgentHook) -> Result<ResetOutcome, Error> {
+/// Errors: [`Error::StatusConflict`] when every attempt met 409; [`Error::NotLeader`]
+/// when this replica no longer leads; [`Error::Kube`] for any other API failure or a call
+/// that did not answer within the writer's request timeout ([`super::api::TimedOut`]).
+pub async fn reset(
+    w: &StatusWriter,
+    api: &Api<AgentHook>,
+    hook: &AgentHook,
+) -> Result<ResetOutcome, Error> {
     let name = hook.name_any();
-    let mut current = hook.clone();
-    let mut attempt = 1;
-    loop {
-        let generation = current.metadata.generation.unwrap_or(0);
-        let ann = annotation(&current);
-        let status = current.status.as_ref();
-        if !breaker_needs_reset(status, generation, ann) {
-            return Ok(ResetOutcome::Unchanged);
-        }
-        let tripped = status.and_then(|s| s.breaker.as_ref());
-        let message = reset_message(tripped, generation, ann);
-        let mut breaker = tripped.cloned().unwrap_or_default();
-        breaker.state = Some(BREAKER_CLOSED.to_string());
-        breaker.open.clear();
-        let desired = DesiredCondition {
-            type_: CIRCUIT_OPEN,
-            status: CondStatus::False,
-            reason: REASON_RESET.to_string(),
-            message: message.clone(),
-        };
-        let cond = condition(&current, &desired, generation, &now());
-        let rv = current.resource_version().unwrap_or_default();
-        let body = apply_body(&name, &rv, &breaker, &cond);
-        let (pp, patch) = (params(attempt), Patch::Apply(&body));
-        let sent = bounded(
-            REQUEST_TIMEOUT,
-            || format!("patch agenthook {name}/status"),
-            api.patch_status(&name, &pp, &patch),
-        );
-        match sent.await {
-            Ok(_) => return Ok(ResetOutcome::Closed { message }),
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(ResetOutcome::Gone),
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                let key = format!("{}/{name}", hook.namespace().unwrap_or_default());
-                tracing::debug!(hook = %key, attempt, message = %s.message, "breaker reset conflicted; reading again");
-                if attempt >= MAX_WRITE_ATTEMPTS {
-                    return Err(Error::StatusConflict {
-                        key,
-                        attempts: attempt,
-                        source: kube::Error::Api(s),
-                    });
-                }
-                attempt += 1;
-                let read = bounded(
-                    REQUEST_TIMEOUT,
-                    || format!("get agenthook {name}"),
-                    api.get_opt(&name),
-                );
-                match read.await? {
-                    Some(fresh) if fresh.uid() == hook.uid() => current = fresh,
-                    _ => return Ok(ResetOutcome::Gone),
-                }
-            }
-            Err(e) => return Err(e.into()),
-        }
+    let uid = hook.uid();
+    let mut target = w.object(api, &name);
+    if let Some(uid) = uid.as_deref() {
+        target = target.with_uid(uid);
     }
+    let outcome = w
+        .write(
+            WriteKind::BreakerReset,
+            &target,
+            Some(hook.clone()),
+            &mut None,
+            |current: &AgentHook| {
+                let generation = current.metadata.generation.unwrap_or(0);
+                let ann = annotation(current);
+                let status = current.status.as_ref();
+                if !breaker_needs_reset(status, generation, ann) {
+                    return Plan::Skip(ResetOutcome::Unchanged);
+                }
+                let tripped = status.and_then(|s| s.breaker.as_ref());
+                let message = reset_message(tripped, generation, ann);
+                let mut breaker = tripped.cloned().unwrap_or_default();
+                breaker.state = Some(BREAKER_CLOSED.to_string());
+                breaker.open.clear();
+                let desired = DesiredCondition {
+                    type_: CIRCUIT_OPEN,
+                    status: CondStatus::False,
+                    reason: REASON_RESET.to_string(),
+                    message: message.clone(),
+                };
+                write_plan(
+                    current,
+                    generation,
+                    &breaker,
+                    &desired,
+                    ResetOutcome::Closed { message },
+                )
+            },
+        )
+        .await?;
+    Ok(match outcome {
+        Outcome::Written { answer, .. } | Outcome::Unchanged { answer, .. } => answer,
+        Outcome::Gone => ResetOutcome::Gone,
+    })
 }
 
 #[cfg(test)]
@@ -764,6 +725,14 @@ mod tests {
             Some("a"),
         );
         let cond = merge_condition(None, &tripped_condition(&b), 3, &now());
+        let apply_body = |name: &str, rv: &str, b: &BreakerStatus, cond: &Condition| {
+            crate::status::writer::body::<AgentHook>(
+                WriteKind::BreakerTrip,
+                name,
+                Some(rv),
+                status_body(b, cond),
+            )
+        };
         let body = apply_body("h", "42", &b, &cond);
         assert_eq!(body["apiVersion"], "agenthooks.io/v1alpha1");
         assert_eq!(body["kind"], "AgentHook");

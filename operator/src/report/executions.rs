@@ -6,56 +6,44 @@
 //! ([`super::times`]); a recorded time in the future (written before clamping existed)
 //! loses to any reported one, so it cannot pin `lastDecision`.
 //!
-//! The write reads the hook, adds the counts to what it holds, and sends a JSON merge
-//! patch of `status.executions` carrying the `metadata.resourceVersion` it read, by field
-//! manager [`FIELD_MANAGER`]; each read and patch is bounded by a timeout
-//! ([`super::api::REQUEST_TIMEOUT`]). A concurrent writer (another operator replica during
-//! a failover, an admin, the reconcile or the breaker manager of this one) makes it fail
-//! with `409 Conflict`; it then reads again and adds the same counts to the fresh value,
-//! so no count is lost or counted twice.
+//! The write ([`write()`]) is a read-modify-write of the status writer
+//! ([`crate::status::writer`], kind `executions`): it reads the hook, adds the counts to
+//! what it holds, and sends a JSON merge patch of `status.executions` carrying the
+//! `metadata.resourceVersion` it read, by field manager [`FIELD_MANAGER`]. A concurrent
+//! writer (another operator replica during a failover, an admin, the reconcile or the
+//! breaker manager of this one) makes it fail with `409 Conflict`; it then reads again
+//! and adds the same counts to the fresh value, so no count is lost or counted twice.
 //!
-//! A patch without answer (timeout, transport error, `5xx`: [`super::api::may_have_landed`])
-//! may have been applied all the same — possibly only after the hook was read again. Its
-//! precondition lets it land only as the version right after the one it was based on, so
-//! the write finds out exactly: it reads the hook again and
-//! - if the hook is still at that version, nothing landed yet: the same patch (same
-//!   precondition) is sent again, and at most one of the two can land;
-//! - otherwise it watches the hook from that version ([`landed`]): the first change after
-//!   it is ours exactly when it shows the counts we sent; then the write is done,
-//!   else it is retried from the fresh read.
-//!
-//! The counts are therefore never added twice by one [`write()`], whatever answers are
-//! lost. What remains (documented, not closed): (1) if the API server's watch history no
-//! longer reaches back to that version (`410 Gone`, minutes later), the fresh status is
-//! compared with what was sent instead, which can be wrong if someone else wrote since;
-//! (2) if, after an unanswered patch, every further read of the same write fails too
-//! ([`MAX_WRITE_ATTEMPTS`] reads with growing pauses, each bounded by the request
-//! timeout), or the API server still holds the patch unapplied when the write has used
-//! its [`MAX_WRITE_ATTEMPTS`] patches and applies it only later, the write gives up with
-//! the outcome unknown: the counts go back to the batch (or to the dispatcher via a
-//! `504`) and are written again, doubled if the lost patch did land.
+//! A patch without answer (timeout, transport error, `5xx`) may have been applied all the
+//! same; the writer's in-doubt rule finds out exactly (the hook's first change after the
+//! version the patch was based on is ours exactly when it shows the counts sent), so the
+//! counts are never added twice by one [`write()`], whatever answers are lost. What
+//! remains (documented, not closed): if the API server's watch history no longer reaches
+//! back to that version (`410 Gone`, minutes later), the fresh status is compared with
+//! what was sent instead, which can be wrong if someone else wrote since; and if the
+//! outcome is still unknown when the writer's retries are used up, the write fails: the
+//! counts go back to the batch (or to the dispatcher via a `504`) and are written again,
+//! doubled if the lost patch did land.
 
 use std::future::Future;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use agenthooks_crds::AgentHook;
 use agenthooks_crds::agenthook::ExecutionsStatus;
 use agenthooks_crds::report::ExecutionDelta;
 use chrono::{DateTime, SecondsFormat, Utc};
-use futures::StreamExt;
-use kube::api::{Patch, PatchParams, WatchEvent, WatchParams};
-use kube::{Api, ResourceExt};
+use kube::Api;
+use kube::api::{Patch, PatchParams};
 
-use super::api::{REQUEST_TIMEOUT, bounded, may_have_landed};
+use super::api::bounded;
 use super::times;
 use crate::error::Error;
+use crate::shared::lock;
+use crate::status::writer::{ObjectApi, Outcome, Plan, StatusTarget, StatusWriter, WriteKind};
 
 /// Field manager of the `status.executions` patches.
 pub const FIELD_MANAGER: &str = "agenthooks-operator-executions";
-
-/// How many times one hook's write is tried when it keeps meeting `409 Conflict` or no
-/// answer (and how many reads it makes at most to find out an unanswered patch's fate).
-pub const MAX_WRITE_ATTEMPTS: u32 = 8;
 
 /// The decisions a hook run can end in (CONTRACT §7.1), as `lastDecision` spells them.
 pub const DECISIONS: [&str; 4] = ["allow", "block", "error", "timeout"];
@@ -208,7 +196,7 @@ pub fn merge(
 #[derive(Debug, Clone, PartialEq)]
 pub enum ExecWrite {
     /// Written; `executions` is what the hook's status now holds, after `attempts`
-    /// patches (`attempts - 1` met 409 or got no answer).
+    /// patches (`attempts - 1` met 409 or got no answer; 0: nothing to change).
     Written {
         /// The written `status.executions`.
         executions: ExecutionsStatus,
@@ -219,30 +207,9 @@ pub enum ExecWrite {
     Gone,
 }
 
-/// A patch sent without answer: the version it was based on and what it wrote.
-#[derive(Debug, Clone, PartialEq)]
-pub struct InDoubt {
-    /// `metadata.resourceVersion` of its precondition.
-    pub based_on: String,
-    /// The `status.executions` it carried.
-    pub sent: ExecutionsStatus,
-}
-
-/// Whether `hook`'s `status.executions` shows `sent` (the counts equal, and the last run
-/// equal where `sent` names one).
-pub fn shows(hook: &AgentHook, sent: &ExecutionsStatus) -> bool {
-    let Some(got) = hook.status.as_ref().and_then(|s| s.executions.as_ref()) else {
-        return false;
-    };
-    (got.allow, got.block, got.error, got.timeout)
-        == (sent.allow, sent.block, sent.error, sent.timeout)
-        && (sent.last_execution_time.is_none()
-            || got.last_execution_time == sent.last_execution_time)
-        && (sent.last_decision.is_none() || got.last_decision == sent.last_decision)
-}
-
 /// Sends one `status.executions` merge patch (field manager [`FIELD_MANAGER`]) of hook
-/// `name`, bounded by `timeout` ([`bounded`]).
+/// `name`, bounded by `timeout` ([`bounded`]): the patch [`write()`] sends, for tests that
+/// wrap it ([`write_with`]).
 ///
 /// Errors: the API answer, or [`super::api::TimedOut`] as [`kube::Error::Service`].
 pub async fn send_patch(
@@ -264,201 +231,134 @@ pub async fn send_patch(
     .map(|_| ())
 }
 
-/// Adds `add` to `status.executions` of hook `name` (uid `uid`) in `api`'s namespace:
-/// [`write_with`] with [`REQUEST_TIMEOUT`] and [`send_patch`].
+/// Adds `add` to `status.executions` of hook `name` (uid `uid`) in `api`'s namespace,
+/// through `w` (module documentation).
 ///
-/// Errors: as [`write_with`].
+/// Errors: [`Error::StatusConflict`] when every attempt met 409; [`Error::NotLeader`]
+/// when this replica no longer leads; [`Error::MissingField`] for a hook without
+/// `resourceVersion`; [`Error::Kube`] for any other API failure (a permanent refusal
+/// such as `403`/`422`: [`super::api::refusal`]), a timeout, or a patch whose outcome
+/// stayed unknown.
 pub async fn write(
+    w: &StatusWriter,
     api: &Api<AgentHook>,
     name: &str,
     uid: &str,
     add: &Counts,
 ) -> Result<ExecWrite, Error> {
-    write_with(api, name, uid, add, REQUEST_TIMEOUT, |_, body| {
-        let api = api.clone();
-        let name = name.to_string();
-        async move { send_patch(&api, &name, &body, REQUEST_TIMEOUT).await }
-    })
-    .await
+    write_to(w, &w.object(api, name).with_uid(uid), add).await
 }
 
-/// Adds `add` to `status.executions` of hook `name` (uid `uid`) in `api`'s namespace:
-/// read (bounded by `timeout`), [`merge`], then the merge patch with the read
-/// `resourceVersion`, sent by `send(attempt, body)` (attempt 1, 2, ...; production:
-/// [`send_patch`]; tests wrap it to change the hook meanwhile or to lose an answer). On
-/// `409 Conflict` it reads again and retries; on no answer it finds out whether the patch
-/// landed (module documentation); up to [`MAX_WRITE_ATTEMPTS`] patches.
+/// [`write()`] with each merge patch sent by `send(attempt, body)` (attempt 1, 2, ...)
+/// instead of the writer's own call: tests wrap [`send_patch`] to change the hook
+/// meanwhile or to lose an answer.
 ///
-/// Errors: [`Error::StatusConflict`] when every attempt met 409; [`Error::MissingField`]
-/// for a hook without `resourceVersion`; [`Error::Kube`] for any other API failure
-/// (a permanent refusal such as `403`/`422`: [`super::api::refusal`]), a timeout, or a
-/// patch whose outcome stayed unknown.
+/// Errors: as [`write()`].
 pub async fn write_with<S, SFut>(
+    w: &StatusWriter,
     api: &Api<AgentHook>,
     name: &str,
     uid: &str,
     add: &Counts,
-    timeout: Duration,
-    mut send: S,
+    send: S,
 ) -> Result<ExecWrite, Error>
 where
-    S: FnMut(u32, serde_json::Value) -> SFut,
-    SFut: Future<Output = Result<(), kube::Error>>,
+    S: FnMut(u32, serde_json::Value) -> SFut + Send,
+    SFut: Future<Output = Result<(), kube::Error>> + Send,
 {
-    let mut attempt: u32 = 1;
-    let mut doubt: Option<InDoubt> = None;
-    let mut failed_reads: u32 = 0;
-    let mut last_error: Option<kube::Error> = None;
-    loop {
-        let read = bounded(
-            timeout,
-            || format!("get agenthook {name}"),
-            api.get_opt(name),
-        )
-        .await;
-        let hook = match read {
-            Ok(Some(h)) => h,
-            Ok(None) => return Ok(ExecWrite::Gone),
-            Err(e) if doubt.is_some() && failed_reads + 1 < MAX_WRITE_ATTEMPTS => {
-                // A patch's fate is unknown: keep reading before giving up.
-                failed_reads += 1;
-                tracing::debug!(hook = %name, error = %e, "reading the hook after an unanswered patch failed; reading again");
-                tokio::time::sleep(Duration::from_millis(100 * u64::from(failed_reads))).await;
-                continue;
-            }
-            Err(e) => {
-                if doubt.is_some() {
-                    tracing::warn!(hook = %name, error = %e, "the outcome of a status.executions patch stays unknown; its counts may be written again");
+    let target = Sending {
+        object: w.object(api, name).with_uid(uid),
+        send: Mutex::new(send),
+    };
+    write_to(w, &target, add).await
+}
+
+async fn write_to(
+    w: &StatusWriter,
+    target: &impl StatusTarget<AgentHook>,
+    add: &Counts,
+) -> Result<ExecWrite, Error> {
+    let outcome = w
+        .write(
+            WriteKind::Executions,
+            target,
+            None,
+            &mut None,
+            |hook: &AgentHook| {
+                let executions = merge(
+                    hook.status.as_ref().and_then(|s| s.executions.as_ref()),
+                    add,
+                    Utc::now(),
+                );
+                Plan::Write {
+                    status: serde_json::json!({ "executions": executions }),
+                    answer: executions,
                 }
-                return Err(e.into());
-            }
-        };
-        if hook.uid().as_deref() != Some(uid) {
-            return Ok(ExecWrite::Gone);
-        }
-        let key = format!("{}/{name}", hook.namespace().unwrap_or_default());
-        let rv = hook.resource_version().ok_or(Error::MissingField {
-            kind: "AgentHook",
-            field: "resourceVersion",
-        })?;
-        if let Some(d) = &doubt
-            && d.based_on != rv
-        {
-            if landed(api, name, uid, d, &hook, timeout).await {
-                tracing::info!(hook = %key, "a status.executions patch without answer had landed");
-                return Ok(ExecWrite::Written {
-                    executions: d.sent.clone(),
-                    attempts: attempt - 1,
-                });
-            }
-            doubt = None;
-        }
-        if attempt > MAX_WRITE_ATTEMPTS
-            && let Some(e) = last_error.take()
-        {
-            return Err(give_up(key, attempt - 1, e));
-        }
-        let executions = merge(
-            hook.status.as_ref().and_then(|s| s.executions.as_ref()),
-            add,
-            Utc::now(),
-        );
-        let body = serde_json::json!({
-            "metadata": {"resourceVersion": rv},
-            "status": {"executions": executions},
-        });
-        match send(attempt, body).await {
-            Ok(()) => {
-                return Ok(ExecWrite::Written {
-                    executions,
-                    attempts: attempt,
-                });
-            }
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(ExecWrite::Gone),
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                tracing::debug!(hook = %key, attempt, message = %s.message, "status.executions write conflicted; reading again");
-                last_error = Some(kube::Error::Api(s));
-            }
-            Err(e) if may_have_landed(&e) => {
-                tracing::warn!(hook = %key, attempt, error = %e, "status.executions patch without answer; finding out whether it landed");
-                doubt = Some(InDoubt {
-                    based_on: rv,
-                    sent: executions,
-                });
-                last_error = Some(e);
-            }
-            Err(e) => return Err(e.into()),
-        }
-        if attempt >= MAX_WRITE_ATTEMPTS
-            && doubt.is_none()
-            && let Some(e) = last_error.take()
-        {
-            return Err(give_up(key, attempt, e));
-        }
-        attempt += 1;
-    }
-}
-
-/// The error of a write that gave up after `attempts` patches, the last failing with `e`.
-fn give_up(key: String, attempts: u32, e: kube::Error) -> Error {
-    match e {
-        kube::Error::Api(s) if s.code == 409 => Error::StatusConflict {
-            key,
-            attempts,
-            source: kube::Error::Api(s),
+            },
+        )
+        .await?;
+    Ok(match outcome {
+        Outcome::Written {
+            answer, patches, ..
+        } => ExecWrite::Written {
+            executions: answer,
+            attempts: patches,
         },
-        e => Error::Kube(e),
-    }
+        Outcome::Unchanged { answer, .. } => ExecWrite::Written {
+            executions: answer,
+            attempts: 0,
+        },
+        Outcome::Gone => ExecWrite::Gone,
+    })
 }
 
-/// Whether the patch in `doubt` landed, given that the hook (`fresh`) has moved past the
-/// version it was based on: the hook's first change after that version (a watch from it,
-/// bounded by `timeout`) is ours exactly when it shows what we sent. When the history
-/// cannot be read (e.g. `410 Gone`), falls back to whether `fresh` shows it (logged).
-pub async fn landed(
-    api: &Api<AgentHook>,
-    name: &str,
-    uid: &str,
-    doubt: &InDoubt,
-    fresh: &AgentHook,
-    timeout: Duration,
-) -> bool {
-    let seconds = u32::try_from(timeout.as_secs().max(1)).unwrap_or(u32::MAX);
-    let params = WatchParams::default()
-        .fields(&format!("metadata.name={name}"))
-        .timeout(seconds);
-    let first_change = first_change(api, &params, &doubt.based_on);
-    match bounded(timeout, || format!("watch agenthook {name}"), first_change).await {
-        Ok(Some(next)) => next.uid().as_deref() == Some(uid) && shows(&next, &doubt.sent),
-        Ok(None) => false,
-        Err(e) => {
-            let guess = shows(fresh, &doubt.sent);
-            tracing::warn!(hook = %name, error = %e, landed = guess, "the hook's history after an unanswered patch could not be read; judged from its current status");
-            guess
-        }
-    }
+/// A hook whose status patches go through a test's `send` (reads and history as the API
+/// server's).
+struct Sending<'a, S> {
+    object: ObjectApi<'a, AgentHook>,
+    send: Mutex<S>,
 }
 
-/// The first change of the object(s) `params` selects after `version`: `Some(object)` when
-/// modified, `None` when deleted or re-created.
-async fn first_change(
-    api: &Api<AgentHook>,
-    params: &WatchParams,
-    version: &str,
-) -> Result<Option<AgentHook>, kube::Error> {
-    let events = api.watch(params, version).await?;
-    let mut events = std::pin::pin!(events);
-    while let Some(event) = events.next().await {
-        match event? {
-            WatchEvent::Modified(h) => return Ok(Some(h)),
-            WatchEvent::Added(_) | WatchEvent::Deleted(_) => return Ok(None),
-            WatchEvent::Bookmark(_) => {}
-            WatchEvent::Error(s) => return Err(kube::Error::Api(s)),
-        }
+impl<S, SFut> StatusTarget<AgentHook> for Sending<'_, S>
+where
+    S: FnMut(u32, serde_json::Value) -> SFut + Send,
+    SFut: Future<Output = Result<(), kube::Error>> + Send,
+{
+    fn key(&self) -> String {
+        self.object.key()
     }
-    Err(kube::Error::Service(
-        "the watch ended without an event".into(),
-    ))
+
+    fn name(&self) -> &str {
+        self.object.name()
+    }
+
+    fn read(&self) -> impl Future<Output = Result<Option<AgentHook>, kube::Error>> + Send {
+        self.object.read()
+    }
+
+    fn patch(
+        &self,
+        attempt: u32,
+        _params: PatchParams,
+        patch: Patch<serde_json::Value>,
+    ) -> impl Future<Output = Result<Option<AgentHook>, kube::Error>> + Send {
+        let body = match patch {
+            Patch::Merge(b) | Patch::Apply(b) => b,
+            _ => serde_json::Value::Null,
+        };
+        let sent = {
+            let mut send = lock(&self.send);
+            (*send)(attempt, body)
+        };
+        async move { sent.await.map(|()| None) }
+    }
+
+    fn first_change_after(
+        &self,
+        version: &str,
+    ) -> impl Future<Output = Result<Option<AgentHook>, kube::Error>> + Send {
+        self.object.first_change_after(version)
+    }
 }
 
 #[cfg(test)]
@@ -699,36 +599,5 @@ mod tests {
             Some("9999-12-31T23:59:59Z"),
             "nothing newer reported: left as recorded"
         );
-    }
-
-    #[test]
-    fn what_status_shows_is_compared_on_the_fields_sent() {
-        let sent = ExecutionsStatus {
-            allow: 3,
-            block: 1,
-            last_execution_time: Some("2025-03-01T10:00:01Z".into()),
-            last_decision: Some("allow".into()),
-            ..Default::default()
-        };
-        let mut hook = AgentHook::new(
-            "h",
-            serde_json::from_value(serde_json::json!({
-                "event": "pre_tool_use",
-                "handler": {"type": "http", "http": {"url": "https://x.example/h"}}
-            }))
-            .unwrap(),
-        );
-        assert!(!shows(&hook, &sent), "no status");
-        hook.status = Some(agenthooks_crds::agenthook::AgentHookStatus {
-            executions: Some(sent.clone()),
-            ..Default::default()
-        });
-        assert!(shows(&hook, &sent));
-        let mut fewer = sent.clone();
-        fewer.last_decision = None;
-        assert!(shows(&hook, &fewer), "a field not sent is not compared");
-        let mut more = sent.clone();
-        more.allow = 4;
-        assert!(!shows(&hook, &more));
     }
 }

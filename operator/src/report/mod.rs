@@ -136,10 +136,11 @@
 //!   API call (`agenthooks_operator_execution_counts_dropped_total{reason="unknown_hook"}`).
 //!   The others are merged per hook and written in batches at most once per hook per
 //!   [`ReportConfig::write_interval`] (default 1 s), by read-modify-write with a
-//!   `resourceVersion` precondition (field manager `agenthooks-operator-executions`; a
-//!   409 is read again and retried; each read and patch bounded by
-//!   [`api::REQUEST_TIMEOUT`]), then every report whose counts were in the batch is
-//!   acknowledged (`agenthooks_operator_execution_status_writes_total`). A write the API
+//!   `resourceVersion` precondition (field manager `agenthooks-operator-executions`,
+//!   through the status writer [`crate::status::writer`]: a 409 is read again and
+//!   retried, each read and patch bounded, nothing sent unless this replica leads), then
+//!   every report whose counts were in the batch is acknowledged
+//!   (`agenthooks_operator_status_writes_total{kind="executions",outcome="written"}`). A write the API
 //!   server refuses permanently drops that hook's counts (logged as an error with the
 //!   hook and the API error, counted with `reason="forbidden"|"invalid"|"refused"`) and
 //!   the report is acknowledged: resending it could never succeed.
@@ -243,10 +244,12 @@ pub fn start_with(
 ) -> Router {
     let writer = ExecutionWriter::new(config.write_interval);
     let write_client = client.clone();
+    let status_writer = shared.status_writer();
     tokio::spawn(writer.clone().run(
         move |hook: writer::HookRef, counts: executions::Counts| {
             let api: Api<AgentHook> = Api::namespaced(write_client.clone(), &hook.namespace);
-            async move { executions::write(&api, &hook.name, &hook.uid, &counts).await }
+            let w = status_writer.clone();
+            async move { executions::write(&w, &api, &hook.name, &hook.uid, &counts).await }
         },
         shared.serving.subscribe(),
         shared.metrics.clone(),
@@ -545,10 +548,11 @@ async fn apply(
         .map(|(hook, counts)| (hook.uid.clone(), core.writer.submit(hook, counts)))
         .collect();
     // 3. Breaker status, Events.
+    let status_writer = core.shared.status_writer();
     for trip in to_write {
         let api: Api<AgentHook> = Api::namespaced(core.client.clone(), &trip.namespace);
         let hook = format!("{}/{}", trip.namespace, trip.name);
-        match breaker::record_trip(&api, &report.dispatcher, trip).await {
+        match breaker::record_trip(&status_writer, &api, &report.dispatcher, trip).await {
             Ok(TripWrite::Recorded { entry, note }) => {
                 progress.trips += 1;
                 trips_count("recorded");
@@ -594,7 +598,7 @@ async fn apply(
     for close in closes_to_write {
         let api: Api<AgentHook> = Api::namespaced(core.client.clone(), &close.namespace);
         let hook = format!("{}/{}", close.namespace, close.name);
-        match breaker::record_close(&api, &report.dispatcher, close).await {
+        match breaker::record_close(&status_writer, &api, &report.dispatcher, close).await {
             Ok(CloseWrite::Recorded { left, note }) => {
                 closes_count("recorded");
                 tracing::info!(

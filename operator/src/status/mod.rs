@@ -15,17 +15,20 @@
 //! rule [`breaker_open`]. [`plan`] decides whether anything changes at all; a hook left
 //! alone is never rewritten. `lastTransitionTime` moves only when a condition's status
 //! changes.
+//!
+//! Every status write of the operator, of every manager above and of the budgets, goes
+//! through one helper, [`writer`]: one retry policy, one lease gate, one set of metrics.
 
-use std::time::Duration;
+pub mod writer;
 
 use agenthooks_crds::snapshot::OpenBreaker;
 use agenthooks_crds::{AgentHook, AgentHookStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 
 use crate::error::Error;
 use crate::index::Verdict;
+use writer::{Outcome, Plan, StatusWriter, WriteKind};
 
 /// Condition type set by validation (ours).
 pub const ACCEPTED: &str = "Accepted";
@@ -39,9 +42,6 @@ pub const BREAKER_OPEN: &str = "Open";
 /// `status.breaker.state` once no tenant's breaker is open (a probe answered, or a spec or
 /// annotation change reset it).
 pub const BREAKER_CLOSED: &str = "Closed";
-
-/// How many times a status write meeting 409 Conflict is tried in all.
-pub const MAX_WRITE_ATTEMPTS: u32 = 4;
 
 /// `True`, `False` or `Unknown`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,15 +162,12 @@ pub struct StatusPatch {
 }
 
 impl StatusPatch {
-    /// The server-side-apply body: `apiVersion`, `kind` and our part of `status`.
-    pub fn apply_body(&self) -> serde_json::Value {
+    /// Our part of `status` (the apply adds `apiVersion` and `kind`:
+    /// [`writer::body`] of [`WriteKind::Conditions`]).
+    pub fn status_body(&self) -> serde_json::Value {
         serde_json::json!({
-            "apiVersion": format!("{}/{}", agenthooks_crds::GROUP, agenthooks_crds::VERSION),
-            "kind": "AgentHook",
-            "status": {
-                "observedGeneration": self.observed_generation,
-                "conditions": self.conditions,
-            }
+            "observedGeneration": self.observed_generation,
+            "conditions": self.conditions,
         })
     }
 }
@@ -278,63 +275,51 @@ pub enum WriteOutcome {
     Gone,
 }
 
-/// Writes the desired conditions of `hook` if they change anything.
+/// Writes the desired conditions of `hook` if they change anything, through `w`
+/// ([`WriteKind::Conditions`]: an apply of the reconcile's own fields, planned first
+/// from `hook` as cached, with no request when [`plan`] finds nothing to change; a
+/// conflict is read again, re-planned and the apply forced, as every status write).
 ///
-/// The first apply is not forced, so a conflict with another manager is seen and logged;
-/// on 409 the hook's status is read again, the patch re-planned, and the apply retried
-/// with `force` (these fields are the operator's by contract), up to
-/// [`MAX_WRITE_ATTEMPTS`] attempts in all with a growing pause.
-///
-/// Errors: [`Error::StatusConflict`] when every attempt met 409; [`Error::Kube`] for any
-/// other API failure.
+/// Errors: [`Error::StatusConflict`] when every attempt met 409, [`Error::NotLeader`]
+/// when a write was due on a replica that does not lead, [`Error::Kube`] for any other
+/// API failure.
 pub async fn write(
+    w: &StatusWriter,
     api: &Api<AgentHook>,
     hook: &AgentHook,
     desired: &[DesiredCondition],
 ) -> Result<WriteOutcome, Error> {
     let name = hook.name_any();
+    let uid = hook.uid();
     let generation = hook.metadata.generation.unwrap_or(0);
-    let mut current = hook.status.clone();
-    let mut attempt = 1;
-    loop {
-        let Some(patch) = plan(current.as_ref(), generation, desired, &now()) else {
-            return Ok(WriteOutcome::Unchanged);
-        };
-        let mut params = PatchParams::apply(crate::FIELD_MANAGER);
-        if attempt > 1 {
-            params = params.force();
-        }
-        match api
-            .patch_status(&name, &params, &Patch::Apply(patch.apply_body()))
-            .await
-        {
-            Ok(_) => return Ok(WriteOutcome::Written(patch)),
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(WriteOutcome::Gone),
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                tracing::warn!(
-                    hook = %format!("{}/{}", hook.namespace().unwrap_or_default(), name),
-                    attempt,
-                    message = %s.message,
-                    "status write conflicted; re-reading and retrying with force"
-                );
-                if attempt >= MAX_WRITE_ATTEMPTS {
-                    return Err(Error::StatusConflict {
-                        key: format!("{}/{}", hook.namespace().unwrap_or_default(), name),
-                        attempts: attempt,
-                        source: kube::Error::Api(s),
-                    });
-                }
-                tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt))).await;
-                attempt += 1;
-                match api.get_status(&name).await {
-                    Ok(fresh) => current = fresh.status,
-                    Err(kube::Error::Api(s)) if s.code == 404 => return Ok(WriteOutcome::Gone),
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            Err(e) => return Err(e.into()),
-        }
+    let mut target = w.object(api, &name);
+    if let Some(uid) = uid.as_deref() {
+        target = target.with_uid(uid);
     }
+    let outcome = w
+        .write(
+            WriteKind::Conditions,
+            &target,
+            Some(hook.clone()),
+            &mut None,
+            |h: &AgentHook| match plan(h.status.as_ref(), generation, desired, &now()) {
+                None => Plan::Skip(None),
+                Some(p) => Plan::Write {
+                    status: p.status_body(),
+                    answer: Some(p),
+                },
+            },
+        )
+        .await?;
+    Ok(match outcome {
+        Outcome::Written {
+            answer: Some(p), ..
+        } => WriteOutcome::Written(p),
+        Outcome::Written { answer: None, .. } | Outcome::Unchanged { .. } => {
+            WriteOutcome::Unchanged
+        }
+        Outcome::Gone => WriteOutcome::Gone,
+    })
 }
 
 #[cfg(test)]
@@ -458,7 +443,7 @@ mod tests {
         )
         .unwrap();
         assert!(p.conditions.iter().all(|c| c.type_ != CIRCUIT_OPEN));
-        let body = p.apply_body();
+        let body = writer::body::<AgentHook>(WriteKind::Conditions, "h", None, p.status_body());
         assert_eq!(body["apiVersion"], "agenthooks.io/v1alpha1");
         assert_eq!(body["kind"], "AgentHook");
         assert_eq!(body["status"]["observedGeneration"], 1);
