@@ -2,5 +2,7 @@
 //! disagree on them.
 //!
 //! - [`breaker`]: the circuit breaker's trip, open, half-open and close rule (CONTRACT §6).
+//! - [`hook_secret`]: which Secrets a hook's header may read (CONTRACT §9.6).
 
 pub mod breaker;
+pub mod hook_secret;
