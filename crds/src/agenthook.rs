@@ -208,19 +208,27 @@ pub struct HttpHeader {
     pub value_from: Option<HeaderValueSource>,
 }
 
-/// Where a header value comes from.
+/// Where a header value comes from: a Secret whose owner opted in to hook use.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HeaderValueSource {
     pub secret_key_ref: SecretKeyRef,
 }
 
-/// A key of a Secret in the hook's namespace.
+/// A key of a Secret in the hook's namespace. The Secret must carry the label
+/// `agenthooks.io/hook-secret: "true"`, its owner's opt-in (CONTRACT §9.6): permission to
+/// create an AgentHook is not permission to read the namespace's Secrets. Without it the
+/// hook is `Accepted=False` with reason `SecretNotOptedIn`, naming the Secret; labelling the
+/// Secret accepts the hook, removing the label refuses it again (the value is no longer
+/// sent). The value is sealed into the snapshots the dispatchers receive; one trailing line
+/// break is dropped.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct SecretKeyRef {
+    /// Name of the Secret (in the hook's namespace).
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
+    /// Key inside the Secret's `data`.
     #[schemars(length(min = 1, max = 253))]
     pub key: String,
 }

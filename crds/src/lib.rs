@@ -37,6 +37,10 @@ pub const VERSION: &str = "v1alpha1";
 pub const TENANT_LABEL: &str = "agenthooks.io/tenant";
 /// Annotation whose change closes a tripped breaker (CONTRACT §6.3).
 pub const RESET_BREAKER_ANNOTATION: &str = "agenthooks.io/reset-breaker";
+/// Secret label by which its owner lets hooks of its namespace send its values as header
+/// values (`valueFrom.secretKeyRef`); only the value `"true"` opts in (CONTRACT §9.6,
+/// [`rules::hook_secret`]).
+pub const HOOK_SECRET_LABEL: &str = "agenthooks.io/hook-secret";
 /// Default master namespace (operator flag `--master-namespace`).
 pub const DEFAULT_MASTER_NAMESPACE: &str = "agenthooks-system";
 

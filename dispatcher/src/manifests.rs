@@ -3,7 +3,10 @@
 //! Reads the same YAML `kubectl apply` takes: a file, a multi-document file, or a
 //! directory of `*.yaml`/`*.yml`/`*.json` files (sorted by name). Documents of kind
 //! `AgentHook` become hooks; `Namespace` documents give namespaces their tenant label;
-//! `Secret` documents (`data` or `stringData`) feed `valueFrom.secretKeyRef` headers;
+//! `Secret` documents (`data` or `stringData`) feed `valueFrom.secretKeyRef` headers when
+//! they carry the opt-in label `agenthooks.io/hook-secret: "true"`, as in a cluster
+//! (CONTRACT §9.6; the same rule, [`agenthooks_crds::rules::hook_secret`], so a hooks
+//! directory that loads here is accepted by the operator too);
 //! `TenantHookBudget` documents become the standalone budget ledger
 //! ([`crate::budget::local`]). Any other kind, a duplicate hook or budget, or a hook or
 //! budget that fails validation refuses the whole load: a dispatcher never starts
@@ -14,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use agenthooks_crds::TenantHookBudgetSpec;
 use agenthooks_crds::agenthook::AgentHookSpec;
+use agenthooks_crds::rules::hook_secret::{self, SecretAccess};
 use agenthooks_crds::sealed::SealKey;
 use agenthooks_crds::tenancy::namespace_tenant;
 use agenthooks_crds::{Edition, GROUP, VERSION};
@@ -167,7 +171,9 @@ pub fn load_all(
     let mut budgets: Vec<PendingBudget> = Vec::new();
     let mut hooks: Vec<PendingHook> = Vec::new();
     let mut namespaces: HashMap<String, BTreeMap<String, String>> = HashMap::new();
-    let mut secrets: HashMap<(String, String), BTreeMap<String, Vec<u8>>> = HashMap::new();
+    // (namespace, name) → (labels, values)
+    type SecretValues = (Option<BTreeMap<String, String>>, BTreeMap<String, Vec<u8>>);
+    let mut secrets: HashMap<(String, String), SecretValues> = HashMap::new();
     for file in &files {
         let text = std::fs::read_to_string(file).map_err(|error| LoadError::Io {
             path: file.clone(),
@@ -273,7 +279,7 @@ pub fn load_all(
                         values.insert(k, v.into_bytes());
                     }
                     let ns = head.metadata.namespace.unwrap_or_else(|| "default".into());
-                    secrets.insert((ns, head.metadata.name), values);
+                    secrets.insert((ns, head.metadata.name), (head.metadata.labels, values));
                 }
                 other => {
                     return Err(derr(format!(
@@ -310,18 +316,45 @@ pub fn load_all(
                     (Some(v), _) => v.clone().into_bytes(),
                     (None, Some(from)) => {
                         let r = &from.secret_key_ref;
-                        secrets
-                            .get(&(h.namespace.clone(), r.name.clone()))
-                            .and_then(|s| s.get(&r.key))
-                            .cloned()
-                            .ok_or_else(|| LoadError::Document {
-                                path: h.path.clone(),
-                                doc: h.doc,
-                                message: format!(
+                        let herr = |message: String| LoadError::Document {
+                            path: h.path.clone(),
+                            doc: h.doc,
+                            message,
+                        };
+                        let found = secrets.get(&(h.namespace.clone(), r.name.clone()));
+                        match hook_secret::access(
+                            found.is_some(),
+                            found.and_then(|(labels, _)| labels.as_ref()),
+                        ) {
+                            SecretAccess::OptedIn => found
+                                .and_then(|(_, values)| values.get(&r.key))
+                                .cloned()
+                                .ok_or_else(|| {
+                                    herr(format!(
+                                        "spec.handler.http.headers: Secret {}/{} key {:?} not found in the hooks files",
+                                        h.namespace, r.name, r.key
+                                    ))
+                                })?,
+                            SecretAccess::NotOptedIn => {
+                                return Err(herr(format!(
+                                    "{} (add it to the Secret document's metadata.labels)",
+                                    hook_secret::not_opted_in_message(
+                                        &format!(
+                                            "spec.handler.http.headers[name={}].valueFrom.secretKeyRef",
+                                            header.name
+                                        ),
+                                        &h.namespace,
+                                        &r.name
+                                    )
+                                )));
+                            }
+                            SecretAccess::Missing => {
+                                return Err(herr(format!(
                                     "spec.handler.http.headers: Secret {}/{} key {:?} not found in the hooks files",
                                     h.namespace, r.name, r.key
-                                ),
-                            })?
+                                )));
+                            }
+                        }
                     }
                     (None, None) => Vec::new(), // refused by validation below
                 };

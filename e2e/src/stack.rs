@@ -547,6 +547,8 @@ pub struct HookEndpoint {
     answer: Arc<Mutex<(u16, String)>>,
     /// Requests answered so far.
     pub hits: Arc<AtomicUsize>,
+    /// The header lines of the last request answered: (name in lower case, value).
+    last_headers: Arc<Mutex<Vec<(String, String)>>>,
 }
 
 impl HookEndpoint {
@@ -560,6 +562,17 @@ impl HookEndpoint {
     pub fn hits(&self) -> usize {
         self.hits.load(Ordering::SeqCst)
     }
+
+    /// The value of header `name` (any case) in the last request answered, if it had one.
+    pub fn last_header(&self, name: &str) -> Option<String> {
+        let name = name.to_ascii_lowercase();
+        self.last_headers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.clone())
+    }
 }
 
 /// Like [`hook_server`], but answering with HTTP `status` and `body` until
@@ -570,16 +583,23 @@ pub fn switchable_hook_server(status: u16, body: Value) -> (String, HookEndpoint
     let endpoint = HookEndpoint {
         answer: Arc::new(Mutex::new((status, body.to_string()))),
         hits: Arc::new(AtomicUsize::new(0)),
+        last_headers: Arc::new(Mutex::new(Vec::new())),
     };
-    let (answer, counter) = (endpoint.answer.clone(), endpoint.hits.clone());
+    let (answer, counter, last_headers) = (
+        endpoint.answer.clone(),
+        endpoint.hits.clone(),
+        endpoint.last_headers.clone(),
+    );
     std::thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(mut conn) = conn else { continue };
-            let (answer, counter) = (answer.clone(), counter.clone());
+            let (answer, counter, last_headers) =
+                (answer.clone(), counter.clone(), last_headers.clone());
             std::thread::spawn(move || {
                 let mut reader = BufReader::new(conn.try_clone().unwrap());
                 loop {
                     let mut len = 0usize;
+                    let mut headers = Vec::new();
                     let mut line = String::new();
                     if reader.read_line(&mut line).unwrap_or(0) == 0 {
                         return;
@@ -592,6 +612,9 @@ pub fn switchable_hook_server(status: u16, body: Value) -> (String, HookEndpoint
                         if line == "\r\n" {
                             break;
                         }
+                        if let Some((n, v)) = line.split_once(':') {
+                            headers.push((n.trim().to_ascii_lowercase(), v.trim().to_string()));
+                        }
                         if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
                             len = v.trim().parse().unwrap_or(0);
                         }
@@ -601,6 +624,7 @@ pub fn switchable_hook_server(status: u16, body: Value) -> (String, HookEndpoint
                         return;
                     }
                     let (status, body) = answer.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                    *last_headers.lock().unwrap_or_else(|p| p.into_inner()) = headers;
                     counter.fetch_add(1, Ordering::SeqCst);
                     let phrase = match status {
                         200 => "OK",

@@ -1417,6 +1417,79 @@ const CANNOT_WORK: &[(&[&str], &str, Refused)] = &[
         "'/imagePullSecrets/0/name'",
         Refused::Schema,
     ),
+    // NetworkPolicies: malformed peers and ports, no caller, no DNS or API server, a
+    // feature left unreachable
+    (&["networkPolicy.enabld=true"], "enabld", Refused::Schema),
+    (
+        &["networkPolicy.dispatch.namespaces={Agents}"],
+        "'/networkPolicy/dispatch/namespaces/0'",
+        Refused::Schema,
+    ),
+    (
+        &[
+            "networkPolicy.dispatch.namespaceSelector.matchExpressions[0].key=a,networkPolicy.dispatch.namespaceSelector.matchExpressions[0].operator=Equals",
+        ],
+        "'/networkPolicy/dispatch/namespaceSelector/matchExpressions/0/operator'",
+        Refused::Schema,
+    ),
+    (
+        &[
+            "networkPolicy.dispatch.extraFrom[0].ipBlock.cidr=10.0.0.0/8,networkPolicy.dispatch.extraFrom[0].podSelector.matchLabels.a=b",
+        ],
+        "'/networkPolicy/dispatch/extraFrom/0/podSelector': false schema",
+        Refused::Schema,
+    ),
+    (
+        &["networkPolicy.dispatch.extraFrom[0].ipBlock.cidr=10.0.0.0/33"],
+        "'/networkPolicy/dispatch/extraFrom/0/ipBlock/cidr'",
+        Refused::Schema,
+    ),
+    (
+        &["networkPolicy.dispatcherEgress[0].ports[0].port=70000"],
+        "'/networkPolicy/dispatcherEgress/0/ports/0/port'",
+        Refused::Schema,
+    ),
+    (
+        &["networkPolicy.dispatcherEgress[0].ports[0].protocol=ICMP"],
+        "'/networkPolicy/dispatcherEgress/0/ports/0/protocol'",
+        Refused::Schema,
+    ),
+    (
+        &["networkPolicy.dns.to=null"],
+        "at '/networkPolicy/dns': missing property 'to'",
+        Refused::Schema,
+    ),
+    (
+        &["networkPolicy.apiServer.ports=null"],
+        "at '/networkPolicy/apiServer': missing property 'ports'",
+        Refused::Schema,
+    ),
+    (
+        &["networkPolicy.enabled=true"],
+        "networkPolicy.dispatch: names no caller, so no agent could reach the dispatchers",
+        Refused::Template,
+    ),
+    (
+        &[
+            "networkPolicy.enabled=true,networkPolicy.dispatch.allNamespaces=true,networkPolicy.dispatch.namespaces={agents}",
+        ],
+        "networkPolicy.dispatch.allNamespaces: true admits every namespace",
+        Refused::Template,
+    ),
+    (
+        &[
+            "networkPolicy.enabled=true,networkPolicy.dispatch.allNamespaces=true,dispatcher.audit.backend=postgres,dispatcher.audit.databaseUrlSecret.name=db",
+        ],
+        "networkPolicy.dispatcherEgress: empty while dispatcher.audit.backend is postgres",
+        Refused::Template,
+    ),
+    (
+        &[
+            "networkPolicy.enabled=true,networkPolicy.dispatch.namespaces={agents},dispatcher.prompt.apiKeySecret=keys,dispatcher.prompt.providers[0].name=a,dispatcher.prompt.providers[0].kind=openai,dispatcher.prompt.providers[0].baseUrl=https://x,dispatcher.prompt.providers[0].apiKeySecretKey=k",
+        ],
+        "networkPolicy.dispatcherEgress: empty while dispatcher.prompt.providers are set",
+        Refused::Template,
+    ),
 ];
 
 /// Issue 11, bad input: each value that cannot work fails `helm template` (what `helm
@@ -1535,6 +1608,13 @@ fn helm_values_that_cannot_work_fail_naming_the_value() {
         &["edition=standard,dispatcher.commandRunner.resources.requests.memory=1Gi"],
         &[
             "dispatcher.commandRunner.image.repository=registry.example.com:5000/tools,dispatcher.commandRunner.image.tag=v1",
+        ],
+        // a caller named any one way is enough; a feature's egress opens it
+        &["networkPolicy.enabled=true,networkPolicy.dispatch.allNamespaces=true"],
+        &["networkPolicy.enabled=true,networkPolicy.dispatch.extraFrom[0].ipBlock.cidr=10.0.0.0/8"],
+        &["networkPolicy.enabled=true,networkPolicy.dispatch.namespaceSelector.matchLabels.a=b"],
+        &[
+            "networkPolicy.enabled=true,networkPolicy.dispatch.namespaces={agents},dispatcher.audit.backend=postgres,dispatcher.audit.databaseUrlSecret.name=db,networkPolicy.dispatcherEgress[0].ports[0].port=5432",
         ],
     ] {
         let mut args = Vec::new();
@@ -1973,6 +2053,204 @@ fn helm_tenancy_binds_the_tenant_admins_named_and_the_policy_can_be_left_out() {
     }
 }
 
+/// The `namespaceSelector` peer admitting the namespaces `names` by name.
+fn namespaces_peer(names: &[&str]) -> Value {
+    json!({"namespaceSelector": {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": names}
+    ]}})
+}
+
+/// The egress rule for DNS with the default `networkPolicy.dns.to` (kube-dns of kube-system).
+fn default_dns_rule() -> Value {
+    json!({
+        "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+        "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}],
+    })
+}
+
+/// The chart's NetworkPolicies (docs/network-policies.md): none by default; turned on, one
+/// per component, each selecting exactly its Deployment's Pods, for ingress and egress.
+/// The operator: the sync port from the release's dispatcher Pods only, the metrics port
+/// from the monitoring namespaces; egress to DNS and the API server only. The dispatchers:
+/// port 8080 from the namespaces `networkPolicy.dispatch` names and the monitoring ones;
+/// egress to DNS and the operator's sync port, nothing else (the command runner shares the
+/// Pod's network) unless `networkPolicy.dispatcherEgress` adds it. The rendered chart passes
+/// a server-side dry run. (Whether a network plugin enforces them is not tested: the e2e
+/// node's bridge CNI does not.)
+#[test]
+fn helm_network_policies_select_each_component_and_its_ports() {
+    assert_eq!(count(&rendered(&[]), "NetworkPolicy"), 0, "off by default");
+
+    let sets = [
+        "--set",
+        "networkPolicy.enabled=true,networkPolicy.dispatch.namespaces={agents-a,agents-b}",
+        "--set-string",
+        "networkPolicy.dispatch.namespaceSelector.matchLabels.example\\.com/runs-agents=true",
+    ];
+    let items = rendered(&sets);
+    assert_eq!(count(&items, "NetworkPolicy"), 2);
+    let op_labels = json!({"app.kubernetes.io/name": "agenthooks",
+        "app.kubernetes.io/instance": "agenthooks", "app.kubernetes.io/component": "operator"});
+    let disp_labels = json!({"app.kubernetes.io/name": "agenthooks",
+        "app.kubernetes.io/instance": "agenthooks", "app.kubernetes.io/component": "dispatcher"});
+    for (policy, deployment, labels) in [
+        ("agenthooks-operator", "agenthooks-operator", &op_labels),
+        (
+            "agenthooks-dispatcher",
+            "agenthooks-dispatcher",
+            &disp_labels,
+        ),
+    ] {
+        let np = find(&items, "NetworkPolicy", policy);
+        assert_eq!(np["metadata"]["namespace"], "agenthooks-system");
+        assert_eq!(np["spec"]["podSelector"]["matchLabels"], *labels);
+        assert_eq!(
+            np["spec"]["podSelector"]["matchLabels"],
+            find(&items, "Deployment", deployment)["spec"]["selector"]["matchLabels"],
+            "{policy} selects its Deployment's Pods"
+        );
+        assert_eq!(np["spec"]["policyTypes"], json!(["Ingress", "Egress"]));
+    }
+    let monitoring = namespaces_peer(&["monitoring"]);
+
+    let op = &find(&items, "NetworkPolicy", "agenthooks-operator")["spec"];
+    assert_eq!(
+        op["ingress"],
+        json!([
+            {"from": [{"podSelector": {"matchLabels": disp_labels}}],
+             "ports": [{"port": 9090, "protocol": "TCP"}]},
+            {"from": [monitoring],
+             "ports": [{"port": 9091, "protocol": "TCP"}]},
+        ])
+    );
+    assert_eq!(
+        op["egress"],
+        json!([
+            default_dns_rule(),
+            {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}, {"ipBlock": {"cidr": "::/0"}}],
+             "ports": [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}]},
+        ])
+    );
+    // The ports the policies open are the ones the containers listen on.
+    let op_ports = &find(&items, "Deployment", "agenthooks-operator")["spec"]["template"]["spec"]["containers"]
+        [0]["ports"];
+    assert_eq!(
+        *op_ports,
+        json!([{"name": "sync", "containerPort": 9090, "protocol": "TCP"},
+               {"name": "metrics", "containerPort": 9091, "protocol": "TCP"}])
+    );
+
+    let disp = &find(&items, "NetworkPolicy", "agenthooks-dispatcher")["spec"];
+    assert_eq!(
+        disp["ingress"],
+        json!([{
+            "from": [
+                namespaces_peer(&["agents-a", "agents-b"]),
+                {"namespaceSelector": {"matchLabels": {"example.com/runs-agents": "true"}}},
+                monitoring,
+            ],
+            "ports": [{"port": 8080, "protocol": "TCP"}],
+        }])
+    );
+    assert_eq!(
+        disp["egress"],
+        json!([
+            default_dns_rule(),
+            {"to": [{"podSelector": {"matchLabels": op_labels}}],
+             "ports": [{"port": 9090, "protocol": "TCP"}]},
+            // callers by Kubernetes: TokenReview, SubjectAccessReview
+            {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}, {"ipBlock": {"cidr": "::/0"}}],
+             "ports": [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}]},
+        ]),
+        "the dispatcher Pod (and its command runner) reaches DNS, the operator and the API server, nothing else"
+    );
+    let disp_ports = &find(&items, "Deployment", "agenthooks-dispatcher")["spec"]["template"]["spec"]
+        ["containers"][0]["ports"];
+    assert_eq!(
+        *disp_ports,
+        json!([{"name": "http", "containerPort": 8080, "protocol": "TCP"}])
+    );
+    assert!(
+        !find(&items, "Deployment", "agenthooks-dispatcher")["spec"]["template"]["spec"]
+            ["initContainers"][0]
+            .to_string()
+            .contains("containerPort"),
+        "the command runner listens on no port"
+    );
+
+    // Every namespace and a client CIDR; no metrics namespace; the API server's own
+    // addresses; egress for the hooks' services, appended as given.
+    let wide = [
+        "--set",
+        "networkPolicy.enabled=true,networkPolicy.dispatch.allNamespaces=true",
+        "--set",
+        "networkPolicy.dispatch.extraFrom[0].ipBlock.cidr=10.20.0.0/16",
+        "--set-json",
+        "networkPolicy.metrics.namespaces=[]",
+        "--set",
+        "networkPolicy.apiServer.cidrs={10.0.0.0/24},networkPolicy.apiServer.ports={6443}",
+        "--set-json",
+        r#"networkPolicy.dispatcherEgress=[{"to":[{"ipBlock":{"cidr":"10.40.0.0/16"}}],"ports":[{"port":443,"protocol":"TCP"}]}]"#,
+        "--set-json",
+        r#"networkPolicy.dns.to=[{"ipBlock":{"cidr":"169.254.20.10/32"}}]"#,
+    ];
+    let items = rendered(&wide);
+    let op = &find(&items, "NetworkPolicy", "agenthooks-operator")["spec"];
+    assert_eq!(
+        op["ingress"].as_array().unwrap().len(),
+        1,
+        "no metrics rule without a monitoring namespace: {}",
+        op["ingress"]
+    );
+    let dns = json!({"to": [{"ipBlock": {"cidr": "169.254.20.10/32"}}],
+                     "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]});
+    assert_eq!(
+        op["egress"],
+        json!([dns, {"to": [{"ipBlock": {"cidr": "10.0.0.0/24"}}],
+                     "ports": [{"port": 6443, "protocol": "TCP"}]}])
+    );
+    let disp = &find(&items, "NetworkPolicy", "agenthooks-dispatcher")["spec"];
+    assert_eq!(
+        disp["ingress"],
+        json!([{"from": [{"namespaceSelector": {}}, {"ipBlock": {"cidr": "10.20.0.0/16"}}],
+                "ports": [{"port": 8080, "protocol": "TCP"}]}])
+    );
+    assert_eq!(
+        disp["egress"],
+        json!([
+            dns,
+            {"to": [{"podSelector": {"matchLabels": op_labels}}],
+             "ports": [{"port": 9090, "protocol": "TCP"}]},
+            {"to": [{"ipBlock": {"cidr": "10.0.0.0/24"}}],
+             "ports": [{"port": 6443, "protocol": "TCP"}]},
+            {"to": [{"ipBlock": {"cidr": "10.40.0.0/16"}}],
+             "ports": [{"port": 443, "protocol": "TCP"}]},
+        ])
+    );
+
+    // The API server takes both renders as they are (`kubectl apply --dry-run=server`).
+    let cp = cp();
+    let ns = unique_name("ah-helm-netpol");
+    cp.create_namespace(&ns, &[]);
+    for (what, args) in [
+        ("named namespaces", &sets[..]),
+        ("every namespace", &wide[..]),
+    ] {
+        let yaml = ok(helm_template(&ns, args), &format!("helm template ({what})"));
+        let items = server_dry_run(cp, &yaml, &format!("helm template ({what})"));
+        assert_eq!(count(&items, "NetworkPolicy"), 2, "{what}");
+        for np in items.iter().filter(|o| o["kind"] == "NetworkPolicy") {
+            assert_eq!(np["metadata"]["namespace"], ns.as_str(), "{what}");
+            assert_eq!(
+                np["spec"]["policyTypes"],
+                json!(["Ingress", "Egress"]),
+                "{what}"
+            );
+        }
+    }
+}
+
 /// `helm install` (against the real API server, no dry run) refuses values that cannot
 /// work before it creates anything: no release, no object in the namespace.
 #[test]
@@ -2073,6 +2351,8 @@ const EXAMPLE_NOTES: &[(&str, &[&str], &[&str])] = &[
             "refused at admission",
             "tenancy.admissionPolicy=false",
             "bound:",
+            "NetworkPolicies",
+            "networkPolicy",
         ],
     ),
     (
@@ -2106,6 +2386,13 @@ const EXAMPLE_NOTES: &[(&str, &[&str], &[&str])] = &[
             "prompt hooks: providers anthropic, openai; model aliases gpt-4o-mini, haiku (default haiku)",
         ],
         &["prompt hooks block"],
+    ),
+    (
+        "network-policy-values.yaml",
+        &[
+            "network     NetworkPolicies {full}-operator and {full}-dispatcher: in effect only where the cluster's network",
+        ],
+        &["networkPolicy.dispatcherEgress is empty"],
     ),
     (
         "tenant-command-hooks-values.yaml",

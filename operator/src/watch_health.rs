@@ -42,7 +42,7 @@ pub enum Watched {
     AgentHooks,
     /// `namespaces` (metadata only).
     Namespaces,
-    /// `secrets`, all namespaces (metadata only).
+    /// `secrets` opted in to hook use, all namespaces (metadata only).
     Secrets,
     /// `tenanthookbudgets.agenthooks.io`, all namespaces (the budget session's watch).
     TenantHookBudgets,

@@ -201,3 +201,32 @@ topologySpreadConstraints:
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+NetworkPolicy peers of the namespaces a value names: include with a dict holding
+`namespaces` (names, matched by the label kubernetes.io/metadata.name that the API server
+sets on every namespace) and `namespaceSelector` (a label selector; empty: none). A YAML
+list, possibly empty ([]), for fromYamlArray.
+*/}}
+{{- define "agenthooks.namespacePeers" -}}
+{{- $peers := list }}
+{{- with .namespaces }}
+{{- $peers = append $peers (dict "namespaceSelector" (dict "matchExpressions" (list (dict "key" "kubernetes.io/metadata.name" "operator" "In" "values" .)))) }}
+{{- end }}
+{{- with .namespaceSelector }}
+{{- $peers = append $peers (dict "namespaceSelector" .) }}
+{{- end }}
+{{- toYaml $peers }}
+{{- end }}
+
+{{/* The egress rule of a NetworkPolicy for DNS (networkPolicy.dns.to, port 53 UDP and TCP). */}}
+{{- define "agenthooks.dnsEgress" -}}
+# DNS: the operator's and hooks' host names
+- to:
+    {{- toYaml .Values.networkPolicy.dns.to | nindent 4 }}
+  ports:
+    - port: 53
+      protocol: UDP
+    - port: 53
+      protocol: TCP
+{{- end }}

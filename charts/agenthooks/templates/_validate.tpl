@@ -169,6 +169,26 @@ Requests above limits in one resources value: a list of messages. Include with
 {{- end }}
 {{- end }}
 
+{{- /* NetworkPolicies: someone may call the dispatchers; what a feature needs stays reachable */ -}}
+{{- $np := .Values.networkPolicy }}
+{{- if $np.enabled }}
+{{- $dp := $np.dispatch }}
+{{- if not (or $dp.namespaces $dp.namespaceSelector $dp.allNamespaces $dp.extraFrom) }}
+{{- $errs = printf "%s\n- networkPolicy.dispatch: names no caller, so no agent could reach the dispatchers (every call would fail, and agents treat that as block); name your agents' namespaces in networkPolicy.dispatch.namespaces or .namespaceSelector, or set networkPolicy.dispatch.allNamespaces=true" $errs }}
+{{- end }}
+{{- if and $dp.allNamespaces (or $dp.namespaces $dp.namespaceSelector) }}
+{{- $errs = printf "%s\n- networkPolicy.dispatch.allNamespaces: true admits every namespace, so networkPolicy.dispatch.namespaces and .namespaceSelector would restrict nothing; drop one or the other" $errs }}
+{{- end }}
+{{- if not $np.dispatcherEgress }}
+{{- if $providers }}
+{{- $errs = printf "%s\n- networkPolicy.dispatcherEgress: empty while dispatcher.prompt.providers are set: the dispatchers could not reach the providers and every prompt hook would block; add a rule for them (e.g. {to: [{ipBlock: {cidr: 0.0.0.0/0}}], ports: [{port: 443}]})" $errs }}
+{{- end }}
+{{- if eq $a.backend "postgres" }}
+{{- $errs = printf "%s\n- networkPolicy.dispatcherEgress: empty while dispatcher.audit.backend is postgres: the dispatchers could not reach the database and audit rows would only pile up in the spool; add a rule for it (e.g. {to: [{ipBlock: {cidr: 10.0.12.0/24}}], ports: [{port: 5432}]})" $errs }}
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{- /* Resources: requests within limits */ -}}
 {{- $errs = printf "%s%s" $errs (include "agenthooks.checkResources" (list "operator.resources" .Values.operator.resources)) }}
 {{- $errs = printf "%s%s" $errs (include "agenthooks.checkResources" (list "dispatcher.resources" $d.resources)) }}

@@ -187,7 +187,7 @@ fn secret_documents_feed_headers_sealed() {
         "http: {url: 'https://policy.example.com/hook'}",
         "http: {url: 'https://policy.example.com/hook', headers: [{name: Authorization, valueFrom: {secretKeyRef: {name: tok, key: token}}}, {name: X-Plain, value: p}]}",
     );
-    let secret = "apiVersion: v1\nkind: Secret\nmetadata: {name: tok, namespace: tenant-acme}\ndata: {token: QmVhcmVyIHQ=}\n---\n";
+    let secret = "apiVersion: v1\nkind: Secret\nmetadata: {name: tok, namespace: tenant-acme, labels: {agenthooks.io/hook-secret: \"true\"}}\ndata: {token: QmVhcmVyIHQ=}\n---\n";
     let p = write(dir.path(), "h.yaml", &format!("{secret}{hook}"));
     let key = SealKey::generate();
     let set = load(&p, "agenthooks-system", Edition::Lite, &key).unwrap();
@@ -206,6 +206,48 @@ fn secret_documents_feed_headers_sealed() {
             .unwrap_err()
             .to_string()
             .contains("Secret tenant-acme/tok key \"token\" not found")
+    );
+}
+
+/// CONTRACT §9.6 in standalone mode, as in a cluster: a Secret document without the opt-in
+/// label (or with another value) refuses the load, naming the Secret and the label; the
+/// same files load once the label is there.
+#[test]
+fn a_secret_document_without_the_opt_in_label_refuses_the_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let hook = HOOK.replace("NAME", "h").replace(
+        "http: {url: 'https://policy.example.com/hook'}",
+        "http: {url: 'https://policy.example.com/hook', headers: [{name: Authorization, valueFrom: {secretKeyRef: {name: tok, key: token}}}]}",
+    );
+    let key = SealKey::generate();
+    for labels in [
+        "",
+        ", labels: {app: x}",
+        ", labels: {agenthooks.io/hook-secret: \"false\"}",
+        ", labels: {agenthooks.io/hook-secret: \"True\"}",
+    ] {
+        let secret = format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: tok, namespace: tenant-acme{labels}}}\nstringData: {{token: t}}\n---\n"
+        );
+        let p = write(dir.path(), "h.yaml", &format!("{secret}{hook}"));
+        let err = load(&p, "agenthooks-system", Edition::Lite, &key)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            format!(
+                "{}: document 2: spec.handler.http.headers[name=Authorization].valueFrom.secretKeyRef: Secret tenant-acme/tok is not opted in to hook use; hooks may read a Secret only if its owner labels it agenthooks.io/hook-secret: \"true\" (add it to the Secret document's metadata.labels)",
+                p.display()
+            ),
+            "labels {labels:?}"
+        );
+    }
+    let secret = "apiVersion: v1\nkind: Secret\nmetadata: {name: tok, namespace: tenant-acme, labels: {agenthooks.io/hook-secret: \"true\"}}\nstringData: {token: t}\n---\n";
+    let p = write(dir.path(), "h.yaml", &format!("{secret}{hook}"));
+    let set = load(&p, "agenthooks-system", Edition::Lite, &key).unwrap();
+    assert_eq!(
+        crate::hookset::open_headers(set.get("tenant-acme/h").unwrap(), &key).unwrap(),
+        vec![("Authorization".into(), "t".into())]
     );
 }
 
@@ -364,7 +406,7 @@ fn unknown_fields_in_any_spec_block_are_refused() {
     let ok = http(
         "{url: 'https://p.example/h', headers: [{name: A, value: b}, {name: C, valueFrom: {secretKeyRef: {name: s, key: k}}}]}",
     );
-    let secret = "apiVersion: v1\nkind: Secret\nmetadata: {name: s, namespace: tenant-acme}\nstringData: {k: v}\n---\n";
+    let secret = "apiVersion: v1\nkind: Secret\nmetadata: {name: s, namespace: tenant-acme, labels: {agenthooks.io/hook-secret: \"true\"}}\nstringData: {k: v}\n---\n";
     let p = write(dir.path(), "ok.yaml", &format!("{secret}{ok}"));
     assert_eq!(load_lite(&p).unwrap().len(), 1);
 }

@@ -56,6 +56,16 @@ const VALUE_SETS: &[(&str, &[&str])] = &[
             "operator.podAnnotations.example\\.com/team=platform",
             "--set",
             "dispatcher.nodeSelector.kubernetes\\.io/os=linux",
+            // NetworkPolicies (stored, not enforced: the node's bridge CNI ignores them);
+            // the providers and the database need egress rules
+            "--set",
+            "networkPolicy.enabled=true",
+            "--set",
+            "networkPolicy.dispatch.namespaces={agents-a,agents-b}",
+            "--set",
+            "networkPolicy.dispatcherEgress[0].ports[0].port=443",
+            "--set",
+            "networkPolicy.dispatcherEgress[1].ports[0].port=5432",
         ],
     ),
     (
@@ -315,6 +325,11 @@ pub fn run(tier: &mut Tier) {
                 "standard: {kinds:?}"
             );
         }
+        assert_eq!(
+            kinds.iter().filter(|k| **k == "NetworkPolicy").count(),
+            if *name == "lite-full" { 2 } else { 0 },
+            "value set {name}: {kinds:?}"
+        );
         objects += items.len();
         let _ = node.kubectl(&["delete", "namespace", &ns, "--wait=false"]);
     }

@@ -10,8 +10,17 @@
 //!   ([`crate::tenants`]) held by the index; when the map changes the index wants a
 //!   publish (snapshots carry it) and the hooks of every namespace whose claim moved are
 //!   re-queued — one namespace's label can move another's claim.
-//! - Secrets (metadata only): a change or deletion re-queues the hooks of that
-//!   namespace whose headers read that Secret.
+//! - Secrets opted in to hook use (metadata only, label selector
+//!   `agenthooks.io/hook-secret=true`, CONTRACT §9.6): a change or deletion re-queues the
+//!   hooks of that namespace whose headers read that Secret. Adding the label is an
+//!   `ADDED` event and removing it a `DELETED` one (the API server reports an object
+//!   entering or leaving a selector so), so both re-queue the hooks at once. Other Secrets
+//!   never reach the operator through the watch (their metadata can hold their data: the
+//!   `last-applied-configuration` annotation of a client-side `kubectl apply`); the
+//!   reconcile reads the metadata of one it names to tell "not opted in" from "not found".
+//!   The cost: a Secret *created* without the label after its hook is still reported
+//!   `SecretNotFound` (whose message names the label) until the hook's next reconcile
+//!   ([`super::RESYNC`], or any change of the hook), not `SecretNotOptedIn`.
 //! - The ready pass re-queues hooks whose `Ready` should move.
 //!
 //! Every watch retries its own errors with backoff (a `410 Gone` starts it over), reports
@@ -28,6 +37,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use agenthooks_crds::AgentHook;
+use agenthooks_crds::rules::hook_secret::OPTED_IN_SELECTOR;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::PartialObjectMeta;
@@ -116,7 +126,7 @@ pub async fn run(shared: Arc<Shared>, client: Client, cancel: CancellationToken)
     let secret_shared = shared.clone();
     let secret_triggers = retried(watcher(
         Api::<PartialObjectMeta<Secret>>::all(client.clone()),
-        watch_config,
+        watch_config.labels(OPTED_IN_SELECTOR),
     ))
     .inspect(move |ev| secret_shared.observe_watch(Watched::Secrets, ev))
     .filter(observed_errors_stay_here)
