@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -111,18 +111,12 @@ impl Denied {
     }
 }
 
-/// Checks the request's `Authorization: Bearer <token>` against `token`.
+/// Checks the request's `Authorization: Bearer <token>` against `token`. The header is
+/// read by the one bearer parser of [`crate::identity::bearer`] (any malformed or oversized
+/// header is [`Denied::Missing`]).
 pub fn authorize(token: Option<&AdminToken>, headers: &HeaderMap) -> Result<(), Denied> {
     let token = token.ok_or(Denied::NotConfigured)?;
-    let presented = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            let (scheme, rest) = v.split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
-        })
-        .filter(|t| !t.is_empty())
-        .ok_or(Denied::Missing)?;
+    let presented = crate::identity::bearer(headers).map_err(|_| Denied::Missing)?;
     if token.matches(presented) {
         Ok(())
     } else {
@@ -133,7 +127,7 @@ pub fn authorize(token: Option<&AdminToken>, headers: &HeaderMap) -> Result<(), 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::http::HeaderValue;
+    use axum::http::{HeaderValue, header};
 
     const T: &str = "0123456789abcdef0123";
 
