@@ -60,14 +60,14 @@ struct CallerShape {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StaticCaller {
     pub name: Arc<str>,
-    /// The tenants it may act for (`"*"` alone: any).
-    pub tenants: Vec<String>,
+    /// The tenants it may act for (`"*"` alone: any), shared with every request's grant.
+    pub tenants: Arc<[String]>,
 }
 
 impl StaticCaller {
     /// Its grant for [`super::rule::choose_tenant`].
     pub fn grant(&self) -> Grant {
-        Grant::Tenants(self.tenants.clone())
+        Grant::Tenants(Arc::clone(&self.tenants))
     }
 }
 
@@ -143,7 +143,7 @@ impl CallersFile {
             }
             let caller = StaticCaller {
                 name: Arc::from(c.name.as_str()),
-                tenants: c.tenants,
+                tenants: c.tenants.into(),
             };
             if by_digest.insert(digest, caller).is_some() {
                 return Err((
@@ -198,7 +198,7 @@ mod tests {
         let f = file(&one("acme-runtime", &token_sha256(TOKEN), "[acme]")).unwrap();
         let c = f.find(TOKEN).unwrap();
         assert_eq!(&*c.name, "acme-runtime");
-        assert_eq!(c.grant(), Grant::Tenants(vec!["acme".into()]));
+        assert_eq!(c.grant(), Grant::Tenants(vec!["acme".to_string()].into()));
         assert!(f.find("other").is_none());
         assert!(
             f.find(&token_sha256(TOKEN)).is_none(),
@@ -207,7 +207,7 @@ mod tests {
         assert_eq!(f.len(), 1);
         // Upper-case hex is the same digest.
         let f = file(&one("a", &token_sha256(TOKEN).to_uppercase(), "[\"*\"]")).unwrap();
-        assert_eq!(f.find(TOKEN).unwrap().tenants, ["*"]);
+        assert_eq!(&f.find(TOKEN).unwrap().tenants[..], ["*"]);
     }
 
     #[test]

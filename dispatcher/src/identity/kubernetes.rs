@@ -155,8 +155,8 @@ pub struct KubeUser {
     pub uid: Option<String>,
     pub groups: Vec<String>,
     pub extra: std::collections::BTreeMap<String, Vec<String>>,
-    /// The namespace of a ServiceAccount user.
-    pub namespace: Option<String>,
+    /// The namespace of a ServiceAccount user (shared with every request's grant).
+    pub namespace: Option<Arc<str>>,
 }
 
 /// TokenReview and SubjectAccessReview through the API server, cached.
@@ -310,8 +310,8 @@ pub fn user_of(
     let namespace = name
         .strip_prefix(SERVICE_ACCOUNT_PREFIX)
         .and_then(|rest| rest.split_once(':'))
-        .map(|(ns, _)| ns.to_string())
-        .filter(|ns| !ns.is_empty());
+        .filter(|(ns, _)| !ns.is_empty())
+        .map(|(ns, _)| Arc::from(ns));
     Some(KubeUser {
         name: Arc::from(name.as_str()),
         uid: info.uid.clone(),

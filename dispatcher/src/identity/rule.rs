@@ -11,11 +11,14 @@ pub enum Grant {
     /// Any tenant; an absent `tenant_id` stays empty (`--allow-anonymous`: today's
     /// behaviour).
     Any,
-    /// The tenants a callers file lists (`["*"]`: any, but then `tenant_id` is needed).
-    Tenants(Vec<String>),
+    /// The tenants a callers file lists (`["*"]`: any, but then `tenant_id` is needed);
+    /// shared with the caller it was loaded for, so a request clones a pointer.
+    Tenants(std::sync::Arc<[String]>),
     /// A Kubernetes user: a ServiceAccount acts for its namespace's tenant (`namespace`),
     /// any user for a tenant whose namespace RBAC grants it.
-    Kubernetes { namespace: Option<String> },
+    Kubernetes {
+        namespace: Option<std::sync::Arc<str>>,
+    },
 }
 
 /// The outcome of [`choose_tenant`] when the caller is not refused outright.
@@ -96,7 +99,7 @@ pub fn choose_tenant(
         Grant::Tenants(list) => {
             let any = list.iter().any(|t| t == "*");
             if requested.is_empty() {
-                return match list.as_slice() {
+                return match &list[..] {
                     [only] if !any => Ok(TenantChoice::Granted(only.clone())),
                     _ => Err(Refusal::tenant_required(format!(
                         "required: caller {caller} may act for several tenants"
@@ -237,8 +240,13 @@ mod tests {
         let e = choose_tenant("c", &sa("team-x"), "", &tenants).unwrap_err();
         assert!(e.message.starts_with("tenant_id: "), "{e}");
         assert!(e.message.contains("TenantConflict"), "{e}");
-        let e = choose_tenant("ci", &Grant::Tenants(vec!["acme".into()]), "beta", &tenants)
-            .unwrap_err();
+        let e = choose_tenant(
+            "ci",
+            &Grant::Tenants(vec!["acme".to_string()].into()),
+            "beta",
+            &tenants,
+        )
+        .unwrap_err();
         assert_eq!(
             e.message,
             "tenant_id: caller ci may not act for tenant \"beta\""
