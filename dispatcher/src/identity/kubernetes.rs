@@ -203,17 +203,7 @@ impl KubeCallers {
             },
             ..Default::default()
         };
-        let api: Api<TokenReview> = Api::all(self.client.clone());
-        let answer =
-            tokio::time::timeout(REVIEW_TIMEOUT, api.create(&PostParams::default(), &review))
-                .await
-                .map_err(|_| {
-                    Refusal::unavailable("the API server did not review the token in time")
-                })?
-                .map_err(|e| {
-                    tracing::warn!(error = %e, "TokenReview failed");
-                    Refusal::unavailable(format!("the API server could not review the token: {e}"))
-                })?;
+        let answer = self.review(&review, "review the token").await?;
         let user = user_of(answer.status.as_ref(), &self.audience).map(Arc::new);
         let ttl = match &user {
             Some(_) => token_ttl(token, self.cache.token_ttl, chrono::Utc::now().timestamp()),
@@ -244,17 +234,7 @@ impl KubeCallers {
             },
             ..Default::default()
         };
-        let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
-        let answer =
-            tokio::time::timeout(REVIEW_TIMEOUT, api.create(&PostParams::default(), &review))
-                .await
-                .map_err(|_| {
-                    Refusal::unavailable("the API server did not answer the access review in time")
-                })?
-                .map_err(|e| {
-                    tracing::warn!(error = %e, "SubjectAccessReview failed");
-                    Refusal::unavailable(format!("the API server could not review access: {e}"))
-                })?;
+        let answer = self.review(&review, "review access").await?;
         let allowed = answer
             .status
             .is_some_and(|s| s.allowed && s.denied != Some(true));
@@ -265,6 +245,38 @@ impl KubeCallers {
         };
         self.access.insert(key, allowed, now, ttl);
         Ok(allowed)
+    }
+}
+
+impl KubeCallers {
+    /// Creates the review `object` (TokenReview, SubjectAccessReview: cluster-scoped,
+    /// answered in the response) within [`REVIEW_TIMEOUT`]; `what` names it in errors.
+    ///
+    /// Errors: 503 ("the API server could not {what}") when it does not answer in time or
+    /// fails.
+    async fn review<K>(&self, object: &K, what: &str) -> Result<K, Refusal>
+    where
+        K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
+            + Clone
+            + std::fmt::Debug
+            + serde::Serialize
+            + serde::de::DeserializeOwned,
+        K::DynamicType: Default,
+    {
+        let api: Api<K> = Api::all(self.client.clone());
+        match tokio::time::timeout(REVIEW_TIMEOUT, api.create(&PostParams::default(), object)).await
+        {
+            Err(_) => Err(Refusal::unavailable(format!(
+                "the API server did not {what} in time"
+            ))),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, kind = K::kind(&Default::default()).as_ref(), "review failed");
+                Err(Refusal::unavailable(format!(
+                    "the API server could not {what}: {e}"
+                )))
+            }
+            Ok(Ok(answer)) => Ok(answer),
+        }
     }
 }
 
