@@ -966,3 +966,41 @@ async fn standalone_history_and_dry_runs_take_the_admin_token_only() {
         }
     }
 }
+
+/// CONTRACT §9.1 and the fail-closed rule: when the API server cannot review a caller's
+/// token, a blocking event is answered 503 "treat as block" and no hook runs — a failure
+/// of identity never lets a call through, and never runs a hook for an unknown caller.
+#[tokio::test]
+async fn an_api_server_that_cannot_review_the_caller_answers_block_and_runs_nothing() {
+    crate::operator_urls::install_crypto_provider();
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let client =
+        kube::Client::try_from(kube::Config::new(format!("http://{dead}").parse().unwrap()))
+            .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    let state = AppState::new(Engine::new(
+        HttpCaller::new(vec![]),
+        Edition::Lite,
+        SealKey::generate(),
+    ));
+    state.set_authenticator(crate::identity::Authenticator::Kubernetes(Box::new(
+        crate::identity::KubeCallers::new(client, "agenthooks.io", Default::default()),
+    )));
+    state.set_hooks(hooks(&format!("touch {}; exit 0", ran.display())));
+    let base = serve_state(state).await;
+    let ev = json!({"event": "pre_tool_use", "tenant_id": "acme", "tool_name": "exec"});
+    for _ in 0..3 {
+        let (status, body, _) = post_as(&base, Some("Bearer some-token"), &ev).await;
+        assert_eq!(status, 503, "{body}");
+        assert!(
+            body["error"].as_str().unwrap().ends_with("treat as block"),
+            "{body}"
+        );
+        assert!(body.get("decision").is_none(), "never a decision: {body}");
+    }
+    assert!(!ran.exists(), "no hook ran for a caller nobody vouched for");
+}
