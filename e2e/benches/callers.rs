@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use agenthooks_e2e::stack::{
     DispatcherProc, OperatorProc, dispatcher_service_account_kubeconfig, install_crds, log_dir,
-    wait_or_panic,
+    service_account_token, wait_or_panic,
 };
 use agenthooks_e2e::{ControlPlane, unique_name};
 use serde_json::json;
@@ -114,20 +114,7 @@ async fn main() {
             .iter()
             .all(|d| d.served_generation(&key).is_some())
     });
-    let sa_token = || {
-        cp.kubectl_ok(&[
-            "create",
-            "token",
-            "runtime",
-            "-n",
-            &ns,
-            "--audience",
-            "agenthooks.io",
-            "--duration=1h",
-        ])
-        .trim()
-        .to_string()
-    };
+    let sa_token = || service_account_token(cp, &ns, "runtime", "agenthooks.io");
     let kube_token = sa_token();
     // A tool no hook matches: the decision path and authentication only.
     let body = json!({"event": "pre_tool_use", "tenant_id": tenant, "agent_id": "a1",

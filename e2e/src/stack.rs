@@ -462,6 +462,64 @@ pub fn dispatcher_service_account_kubeconfig(cp: &ControlPlane, ns: &str, dir: &
     )
 }
 
+/// A token of ServiceAccount `ns/sa` for `audience` (TokenRequest, 1 hour), as a projected
+/// token volume gives a Pod.
+pub fn service_account_token(cp: &ControlPlane, ns: &str, sa: &str, audience: &str) -> String {
+    cp.kubectl_ok(&[
+        "create",
+        "token",
+        sa,
+        "-n",
+        ns,
+        "--audience",
+        audience,
+        "--duration=1h",
+    ])
+    .trim()
+    .to_string()
+}
+
+/// An operator in `master` and one dispatcher `<prefix>-1` following it with
+/// `--kubernetes-callers`, running as a ServiceAccount with `config/rbac/dispatcher.yaml`'s
+/// RBAC, RBAC answers cached 2 s (allowed) and 1 s (denied), and `extra` flags.
+pub fn kubernetes_callers_stack(
+    cp: &ControlPlane,
+    prefix: &str,
+    master: &str,
+    extra: &[&str],
+    logs: &Path,
+) -> (OperatorProc, DispatcherProc) {
+    let operator = OperatorProc::start(
+        &cp.kubeconfig,
+        master,
+        &unique_name(&format!("{prefix}-lease")),
+        &format!("{prefix}-op"),
+        &[],
+        logs,
+    );
+    let kubeconfig = dispatcher_service_account_kubeconfig(cp, master, logs);
+    let flags = [
+        &[
+            "--kubernetes-callers",
+            "--caller-access-cache-seconds",
+            "2",
+            "--caller-denied-cache-seconds",
+            "1",
+        ][..],
+        extra,
+    ]
+    .concat();
+    let d = DispatcherProc::start_with_env(
+        &[&operator.sync],
+        &format!("{prefix}-1"),
+        master,
+        &flags,
+        &[("KUBECONFIG", kubeconfig.to_str().unwrap())],
+        logs,
+    );
+    (operator, d)
+}
+
 /// The ClusterRoles of `config/rbac/dispatcher.yaml` that platform teams bind.
 pub const ROLES_TO_BIND: [&str; 3] = [
     "agenthooks-dispatch",

@@ -9,28 +9,11 @@
 use std::time::Duration;
 
 use agenthooks_e2e::stack::{
-    DispatcherProc, OperatorProc, dispatcher_service_account_kubeconfig, http_post_with,
-    install_crds, log_dir, tails, wait_or_panic,
+    http_post_with, install_crds, kubernetes_callers_stack, log_dir, service_account_token, tails,
+    wait_or_panic,
 };
 use agenthooks_e2e::{ControlPlane, unique_name, wait_for};
 use serde_json::{Value, json};
-
-/// A projected-style token of ServiceAccount `ns/name` for `audience`, from the API
-/// server (TokenRequest).
-fn token(cp: &ControlPlane, ns: &str, name: &str, audience: &str) -> String {
-    cp.kubectl_ok(&[
-        "create",
-        "token",
-        name,
-        "-n",
-        ns,
-        "--audience",
-        audience,
-        "--duration=10m",
-    ])
-    .trim()
-    .to_string()
-}
 
 /// `POST /v1/dispatch` with `Authorization: Bearer token` (none for `None`).
 fn dispatch(url: &str, token: Option<&str>, event: &Value) -> (u16, Value) {
@@ -108,29 +91,7 @@ fn service_account_callers_act_for_their_tenant_and_rbac_grants_others() {
         "apiVersion: agenthooks.io/v1alpha1\nkind: AgentHook\nmetadata: {{name: guard, namespace: {acme_ns}}}\nspec:\n  event: pre_tool_use\n  matcher: '^exec$'\n  handler: {{type: command, command: {{command: 'echo acme says no >&2; exit 2'}}}}\n"
     ));
 
-    let operator = OperatorProc::start(
-        &cp.kubeconfig,
-        &master,
-        &unique_name("callers-lease"),
-        "callers-op",
-        &[],
-        &logs,
-    );
-    let kubeconfig = dispatcher_service_account_kubeconfig(cp, &master, &logs);
-    let d = DispatcherProc::start_with_env(
-        &[&operator.sync],
-        "callers-1",
-        &master,
-        &[
-            "--kubernetes-callers",
-            "--caller-access-cache-seconds",
-            "2",
-            "--caller-denied-cache-seconds",
-            "1",
-        ],
-        &[("KUBECONFIG", kubeconfig.to_str().unwrap())],
-        &logs,
-    );
+    let (operator, d) = kubernetes_callers_stack(cp, "callers", &master, &[], &logs);
     let procs = [&operator.proc, &d.proc];
     let guard = format!("{acme_ns}/guard");
     wait_or_panic(
@@ -149,7 +110,7 @@ fn service_account_callers_act_for_their_tenant_and_rbac_grants_others() {
     };
 
     // acme's runtime: its namespace's tenant, named or not; the guard runs.
-    let acme_token = token(cp, &acme_ns, "runtime", "agenthooks.io");
+    let acme_token = service_account_token(cp, &acme_ns, "runtime", "agenthooks.io");
     // The snapshot carries the namespaces' tenants a moment after the namespaces exist.
     wait_or_panic(
         Duration::from_secs(30),
@@ -168,7 +129,7 @@ fn service_account_callers_act_for_their_tenant_and_rbac_grants_others() {
     }
 
     // beta's runtime claiming acme: 403 naming tenant_id; its own tenant has no hooks.
-    let beta_token = token(cp, &beta_ns, "runtime", "agenthooks.io");
+    let beta_token = service_account_token(cp, &beta_ns, "runtime", "agenthooks.io");
     let (code, body) = dispatch(&d.url, Some(&beta_token), &exec(Some(&acme)));
     assert_eq!(
         (code, body["field"].as_str()),
@@ -183,7 +144,8 @@ fn service_account_callers_act_for_their_tenant_and_rbac_grants_others() {
     );
 
     // No credential, a token for another audience (the API's own), garbage: 401.
-    let api_token = token(cp, &acme_ns, "runtime", "https://kubernetes.default.svc");
+    let api_token =
+        service_account_token(cp, &acme_ns, "runtime", "https://kubernetes.default.svc");
     for t in [None, Some(api_token.as_str()), Some("not-a-token")] {
         let (code, body) = dispatch(&d.url, t, &exec(None));
         assert_eq!(code, 401, "{body}");
@@ -215,7 +177,7 @@ fn service_account_callers_act_for_their_tenant_and_rbac_grants_others() {
 
     // A platform runtime: its own tenant by default; acme only once RBAC grants it, and
     // no longer once the RoleBinding goes (within the 2 s access cache).
-    let platform_token = token(cp, &platform_ns, "runtime", "agenthooks.io");
+    let platform_token = service_account_token(cp, &platform_ns, "runtime", "agenthooks.io");
     let (code, body) = dispatch(&d.url, Some(&platform_token), &exec(Some(&acme)));
     assert_eq!(
         (code, body["field"].as_str()),

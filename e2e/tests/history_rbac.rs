@@ -17,27 +17,11 @@ use agenthooks_dispatcher::audit::row::{AuditRow, dedup_key};
 use agenthooks_dispatcher::audit::store::AuditStore;
 use agenthooks_dispatcher::handlers::Outcome;
 use agenthooks_e2e::stack::{
-    DispatcherProc, OperatorProc, bindable_role, dispatcher_service_account_kubeconfig,
-    http_get_with, http_post_with, install_crds, log_dir, tails, wait_or_panic,
+    bindable_role, http_get_with, http_post_with, install_crds, kubernetes_callers_stack, log_dir,
+    service_account_token, tails, wait_or_panic,
 };
 use agenthooks_e2e::{ControlPlane, unique_name, wait_for};
 use serde_json::{Value, json};
-
-/// A token of ServiceAccount `ns/runtime` for the audience `agenthooks.io`.
-fn runtime_token(cp: &ControlPlane, ns: &str) -> String {
-    cp.kubectl_ok(&[
-        "create",
-        "token",
-        "runtime",
-        "-n",
-        ns,
-        "--audience",
-        "agenthooks.io",
-        "--duration=10m",
-    ])
-    .trim()
-    .to_string()
-}
 
 /// The curl arguments sending `token` as a bearer token.
 fn auth(token: &str) -> String {
@@ -141,31 +125,7 @@ fn tenants_read_and_test_their_own_namespace_by_rbac() {
     });
     assert_eq!((ids_a.len(), ids_b.len()), (3, 2));
 
-    let operator = OperatorProc::start(
-        &cp.kubeconfig,
-        &master,
-        &unique_name("hist-lease"),
-        "hist-op",
-        &[],
-        &logs,
-    );
-    let kubeconfig = dispatcher_service_account_kubeconfig(cp, &master, &logs);
-    let d = DispatcherProc::start_with_env(
-        &[&operator.sync],
-        "hist-1",
-        &master,
-        &[
-            "--kubernetes-callers",
-            "--caller-access-cache-seconds",
-            "2",
-            "--caller-denied-cache-seconds",
-            "1",
-            "--audit-db",
-            &db,
-        ],
-        &[("KUBECONFIG", kubeconfig.to_str().unwrap())],
-        &logs,
-    );
+    let (operator, d) = kubernetes_callers_stack(cp, "hist", &master, &["--audit-db", &db], &logs);
     let procs = [&operator.proc, &d.proc];
     let guard_a = format!("{ns_a}/guard");
     wait_or_panic(
@@ -177,7 +137,7 @@ fn tenants_read_and_test_their_own_namespace_by_rbac() {
                 && d.served_generation(&format!("{ns_b}/guard")).is_some()
         },
     );
-    let token_a = runtime_token(cp, &ns_a);
+    let token_a = service_account_token(cp, &ns_a, "runtime", "agenthooks.io");
     let own = format!("/v1/executions?namespace={ns_a}");
 
     // No credential: 401 on every route; a token but no RoleBinding yet: 403 naming the
@@ -399,7 +359,7 @@ fn tenants_read_and_test_their_own_namespace_by_rbac() {
 
     // The cluster-wide list needs a ClusterRoleBinding: b's runtime, bound so, reads every
     // row of this test's database.
-    let token_b = runtime_token(cp, &ns_b);
+    let token_b = service_account_token(cp, &ns_b, "runtime", "agenthooks.io");
     let (code, _) = get(&d.url, "/v1/executions", Some(&token_b));
     assert_eq!(code, 403);
     let cluster_binding = unique_name("hist-reader-all");
