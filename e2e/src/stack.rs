@@ -43,6 +43,8 @@ pub fn install_crds(cp: &ControlPlane) {
 
 /// The audience of a dispatcher's token on the operator's sync port.
 pub const SYNC_AUDIENCE: &str = "agenthooks.io/sync";
+/// The audience of a caller's token on a dispatcher (not a dispatcher's on the operator).
+pub const CALLER_AUDIENCE: &str = "agenthooks.io";
 
 /// A dispatcher's identity on the operator's sync port (CONTRACT §9.4): a ServiceAccount
 /// in the operator's master namespace, bound (or not) to this run's copy of the
@@ -75,10 +77,10 @@ impl SyncIdentity {
         SyncIdentity::create(cp, ns, name, true, audience, false)
     }
 
-    /// As [`SyncIdentity::mint`], the token bound to a Pod object `ns/name` (created; no
-    /// node runs it): the API server names the Pod in the token's claims and in the
-    /// TokenReview's `authentication.kubernetes.io/pod-name` extra, so the identity is
-    /// `ns/name` of the Pod.
+    /// As [`SyncIdentity::mint`], the token bound to a Pod object `ns/<name>-pod` of the
+    /// ServiceAccount (created; no node runs it): the API server names the Pod in the
+    /// token's claims and in the TokenReview's `authentication.kubernetes.io/pod-name`
+    /// extra, so the identity is `ns/<name>-pod`, not the account's.
     pub fn pod_bound(cp: &ControlPlane, ns: &str, name: &str) -> SyncIdentity {
         SyncIdentity::create(cp, ns, name, true, SYNC_AUDIENCE, true)
     }
@@ -100,9 +102,10 @@ impl SyncIdentity {
                 "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: {name}-sync, namespace: {ns}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {role}}}\nsubjects: [{{kind: ServiceAccount, name: {name}, namespace: {ns}}}]\n"
             ));
         }
+        let pod_name = format!("{name}-pod");
         if pod {
             yaml.push_str(&format!(
-                "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{serviceAccountName: {name}, automountServiceAccountToken: false, containers: [{{name: d, image: agenthooks/dispatcher:test}}]}}\n"
+                "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {pod_name}, namespace: {ns}}}\nspec: {{serviceAccountName: {name}, automountServiceAccountToken: false, containers: [{{name: d, image: agenthooks/dispatcher:test}}]}}\n"
             ));
         }
         cp.apply_yaml(&yaml);
@@ -117,11 +120,16 @@ impl SyncIdentity {
             "--duration=1h",
         ];
         if pod {
-            args.extend(["--bound-object-kind", "Pod", "--bound-object-name", name]);
+            args.extend([
+                "--bound-object-kind",
+                "Pod",
+                "--bound-object-name",
+                &pod_name,
+            ]);
         }
         let token = cp.kubectl_ok(&args).trim().to_string();
         SyncIdentity {
-            id: format!("{ns}/{name}"),
+            id: format!("{ns}/{}", if pod { &pod_name } else { name }),
             token,
         }
     }
