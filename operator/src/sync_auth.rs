@@ -97,17 +97,56 @@ impl IntoResponse for ForeignDispatcher {
     /// `403 {"error": "dispatcher: this caller is X, not Y", "field": "dispatcher"}`.
     fn into_response(self) -> Response {
         tracing::warn!(caller = %self.caller, claimed = %self.claimed, "sync request refused: it names another dispatcher");
-        (
-            StatusCode::FORBIDDEN,
-            axum::Json(serde_json::json!({ "error": self.to_string(), "field": "dispatcher" })),
-        )
-            .into_response()
+        SyncRefusal::from(self).into_response()
     }
 }
 
+/// A sync request refused: `401` (with `WWW-Authenticate`), `403` or `503`, as
+/// `{"error", "field"?}`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct SyncRefusal {
+    /// The answer's status.
+    pub status: StatusCode,
+    /// The field at fault, if one is.
+    pub field: Option<&'static str>,
+    /// Why.
+    pub message: String,
+}
+
+impl From<ForeignDispatcher> for SyncRefusal {
+    fn from(e: ForeignDispatcher) -> SyncRefusal {
+        SyncRefusal {
+            status: StatusCode::FORBIDDEN,
+            field: Some("dispatcher"),
+            message: e.to_string(),
+        }
+    }
+}
+
+impl IntoResponse for SyncRefusal {
+    fn into_response(self) -> Response {
+        let mut body = serde_json::json!({ "error": self.message });
+        if let Some(f) = self.field {
+            body["field"] = serde_json::json!(f);
+        }
+        let mut resp = (self.status, axum::Json(body)).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            resp.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static(WWW_AUTHENTICATE),
+            );
+        }
+        resp
+    }
+}
+
+/// `WWW-Authenticate` of a `401` (realm [`REALM`]).
+const WWW_AUTHENTICATE: &str = "Bearer realm=\"agenthooks-sync\"";
+
 /// The 401 a handler gives when no [`SyncCaller`] is in the request (never behind
 /// [`protect`]; a router served without it refuses everything).
-pub fn no_caller() -> Response {
+pub fn no_caller() -> SyncRefusal {
     unauthenticated("no authenticated dispatcher")
 }
 
@@ -154,8 +193,8 @@ impl SyncAuth {
 
     /// The caller of a request with `headers`.
     ///
-    /// Errors: the answer refusing it (401, 403 or 503).
-    pub async fn caller(&self, headers: &HeaderMap) -> Result<SyncCaller, Response> {
+    /// Errors: the [`SyncRefusal`] (401, 403 or 503).
+    pub async fn caller(&self, headers: &HeaderMap) -> Result<SyncCaller, SyncRefusal> {
         let token = bearer(headers).map_err(unauthenticated)?;
         let user = self
             .reviewer
@@ -199,8 +238,8 @@ async fn require_dispatcher(
             next.run(req).await
         }
         Err(refused) => {
-            tracing::warn!(path = %req.uri().path(), status = refused.status().as_u16(), "sync request refused");
-            refused
+            tracing::warn!(path = %req.uri().path(), status = refused.status.as_u16(), reason = %refused, "sync request refused");
+            refused.into_response()
         }
     }
 }
@@ -226,34 +265,26 @@ fn bearer(headers: &HeaderMap) -> Result<&str, &'static str> {
     }
 }
 
-fn unauthenticated(why: &str) -> Response {
-    (
-        StatusCode::UNAUTHORIZED,
-        [(
-            header::WWW_AUTHENTICATE,
-            format!("Bearer realm=\"{REALM}\""),
-        )],
-        axum::Json(serde_json::json!({ "error": why })),
-    )
-        .into_response()
+fn refusal(status: StatusCode, why: impl Into<String>) -> SyncRefusal {
+    SyncRefusal {
+        status,
+        field: None,
+        message: why.into(),
+    }
 }
 
-fn forbidden(why: String) -> Response {
-    (
-        StatusCode::FORBIDDEN,
-        axum::Json(serde_json::json!({ "error": why })),
-    )
-        .into_response()
+fn unauthenticated(why: &str) -> SyncRefusal {
+    refusal(StatusCode::UNAUTHORIZED, why)
 }
 
-fn review_failed(e: &ReviewError) -> Response {
+fn forbidden(why: String) -> SyncRefusal {
+    refusal(StatusCode::FORBIDDEN, why)
+}
+
+fn review_failed(e: &ReviewError) -> SyncRefusal {
     match e {
         ReviewError::Unauthenticated { .. } => unauthenticated(&e.to_string()),
-        ReviewError::Unavailable(why) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            axum::Json(serde_json::json!({ "error": why })),
-        )
-            .into_response(),
+        ReviewError::Unavailable(why) => refusal(StatusCode::SERVICE_UNAVAILABLE, why.clone()),
     }
 }
 
@@ -370,6 +401,11 @@ mod tests {
 
     /// Without a token nothing reaches the API server: 401 with the realm; with one, an
     /// API server that cannot be asked is 503 (the dispatcher tries another operator).
+    #[test]
+    fn the_challenge_names_the_realm() {
+        assert_eq!(WWW_AUTHENTICATE, format!("Bearer realm=\"{REALM}\""));
+    }
+
     #[tokio::test]
     async fn no_token_is_401_and_an_unreachable_api_server_503() {
         let _ = rustls::crypto::ring::default_provider().install_default();

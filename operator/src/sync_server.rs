@@ -184,7 +184,7 @@ async fn get_snapshot(
     query: Result<Query<SnapshotQuery>, QueryRejection>,
 ) -> Response {
     let Some(Extension(caller)) = caller else {
-        return no_caller();
+        return no_caller().into_response();
     };
     let q = match query {
         Ok(Query(q)) => q,

@@ -249,6 +249,9 @@ mod tests;
 mod holder_tests {
     use super::*;
 
+    /// (holder, caller, tenant named, answer).
+    type Case<'a> = (Option<Holder<'a>>, &'a str, &'a str, Result<(), NotHolder>);
+
     #[test]
     fn only_the_holder_settles_and_for_its_tenant() {
         let held = |dispatcher, tenant| Some(Holder { dispatcher, tenant });
@@ -259,7 +262,7 @@ mod holder_tests {
             })
         };
         #[rustfmt::skip]
-        let cases: [(Option<Holder>, &str, &str, Result<(), NotHolder>); 7] = [
+        let cases: [Case; 7] = [
             // holder,                 caller,  tenant,  answer
             (held("ns/a", "acme"),     "ns/a",  "acme",  Ok(())),
             (held("ns/a", "acme"),     "ns/b",  "acme",  other("ns/a", "ns/b")),

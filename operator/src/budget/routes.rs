@@ -55,7 +55,7 @@ use super::Budgets;
 use super::ledger::{MAX_RESERVATIONS, ReserveOutcome, SettleOutcome, SettleStep};
 use super::writer;
 use crate::shared::{Serving, lock};
-use crate::sync_auth::{SyncCaller, no_caller};
+use crate::sync_auth::{SyncCaller, SyncRefusal, no_caller};
 
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -183,13 +183,14 @@ fn check_settle(req: &SettleRequest) -> Result<(), Answer> {
 
 /// The caller's own request, or the answer refusing it (401 without a caller, 403 when
 /// `dispatcher` names another).
-fn check_caller(caller: Option<Extension<SyncCaller>>, dispatcher: &str) -> Result<(), Response> {
+fn check_caller(
+    caller: Option<Extension<SyncCaller>>,
+    dispatcher: &str,
+) -> Result<(), SyncRefusal> {
     let Some(Extension(caller)) = caller else {
         return Err(no_caller());
     };
-    caller
-        .acts_for(dispatcher)
-        .map_err(IntoResponse::into_response)
+    caller.acts_for(dispatcher).map_err(SyncRefusal::from)
 }
 
 async fn reserve(
@@ -205,7 +206,7 @@ async fn reserve(
         return resp.into_response();
     }
     if let Err(refused) = check_caller(caller, &req.dispatcher) {
-        return refused;
+        return refused.into_response();
     }
     if let Err(resp) = check_serving(&budgets) {
         return resp.into_response();
@@ -295,7 +296,7 @@ async fn settle(
         return resp.into_response();
     }
     if let Err(refused) = check_caller(caller, &req.dispatcher) {
-        return refused;
+        return refused.into_response();
     }
     if let Err(resp) = check_serving(&budgets) {
         return resp.into_response();

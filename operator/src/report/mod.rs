@@ -313,7 +313,7 @@ async fn post_report(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let Some(Extension(caller)) = caller else {
-        return no_caller();
+        return no_caller().into_response();
     };
     let received = Instant::now();
     let received_at = chrono::Utc::now();
