@@ -361,7 +361,10 @@ fn argo_cd_health_of_hooks_and_budgets_whose_status_the_operator_wrote() {
         )
     );
     assert!(
-        message.contains("dispatcher argo-standard cannot load generation 1 of the hook"),
+        message.contains(&format!(
+            "dispatcher {} cannot load generation 1 of the hook",
+            standard.id
+        )),
         "{message}"
     );
 

@@ -2590,8 +2590,8 @@ fn helm_documented_examples_render_with_labels_resources_and_notes() {
 
 /// CONTRACT §9.4 in RBAC: the operator (ServiceAccount `op`) may review tokens and access
 /// (system:auth-delegator); the ClusterRole `agenthooks-sync` grants `create` on
-/// `agenthooks/sync`, bound to the dispatcher's ServiceAccount `disp` in the master
-/// namespace `master`.
+/// `agenthooks/sync`, bound to the dispatcher's ServiceAccount `disp` in namespace
+/// `master`, where the operator asks.
 fn check_sync_rbac(items: &[Value], op: &str, disp: &str, master: &str) {
     let b = find(items, "ClusterRoleBinding", &format!("{op}-auth-delegator"));
     assert_eq!(b["roleRef"]["name"], "system:auth-delegator", "{b}");
@@ -2603,6 +2603,25 @@ fn check_sync_rbac(items: &[Value], op: &str, disp: &str, master: &str) {
     );
     let rb = find(items, "RoleBinding", &format!("{disp}-sync"));
     assert_eq!(rb["metadata"]["namespace"], master, "{rb}");
+    // The operator asks RBAC where the binding is (the chart's release namespace).
+    let op_args = args_of(find(items, "Deployment", op));
+    let asked = op_args
+        .iter()
+        .find_map(|a| a.strip_prefix("--sync-rbac-namespace="))
+        .or_else(|| {
+            op_args
+                .iter()
+                .find_map(|a| a.strip_prefix("--master-namespace="))
+        })
+        .unwrap_or("agenthooks-system");
+    // (the Downward API's namespace is the Deployment's own)
+    let own = find(items, "Deployment", op)["metadata"]["namespace"].clone();
+    let asked = if asked == "$(POD_NAMESPACE)" {
+        own.as_str().unwrap_or("agenthooks-system")
+    } else {
+        asked
+    };
+    assert_eq!(asked, master, "{op_args:?}");
     assert_eq!(
         (rb["roleRef"]["kind"].clone(), rb["roleRef"]["name"].clone()),
         (

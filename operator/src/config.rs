@@ -58,6 +58,9 @@ pub struct SyncAuthConfig {
     /// The audience a dispatcher's token must be for (`--sync-audience`, default
     /// [`agenthooks_kube_review::SYNC_AUDIENCE`]).
     pub audience: String,
+    /// Where RBAC is asked (`--sync-rbac-namespace`): `create` `agenthooks/sync` in this
+    /// namespace; `None`: the master namespace.
+    pub namespace: Option<String>,
     /// How long TokenReview and SubjectAccessReview answers are kept
     /// (`--sync-token-cache-seconds`, `--sync-access-cache-seconds`,
     /// `--sync-denied-cache-seconds`).
@@ -69,6 +72,7 @@ impl Default for SyncAuthConfig {
     fn default() -> Self {
         SyncAuthConfig {
             audience: agenthooks_kube_review::SYNC_AUDIENCE.to_string(),
+            namespace: None,
             cache: Default::default(),
         }
     }

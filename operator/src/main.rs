@@ -48,6 +48,10 @@ struct Args {
     /// authorizes them).
     #[arg(long, default_value = agenthooks_kube_review::SYNC_AUDIENCE)]
     sync_audience: String,
+    /// Namespace where RBAC must let a dispatcher create agenthooks/sync (a RoleBinding of
+    /// the ClusterRole agenthooks-sync there); default: the master namespace.
+    #[arg(long)]
+    sync_rbac_namespace: Option<String>,
     /// Seconds a dispatcher's verified token is trusted without asking the API server
     /// again (never past the token's own expiry).
     #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(0..=3600))]
@@ -161,6 +165,7 @@ async fn main() -> anyhow::Result<()> {
         seal_key,
         sync_auth: agenthooks_operator::config::SyncAuthConfig {
             audience: args.sync_audience,
+            namespace: args.sync_rbac_namespace.filter(|n| !n.is_empty()),
             cache: agenthooks_kube_review::CacheConfig {
                 token_ttl: Duration::from_secs(args.sync_token_cache_seconds),
                 allowed_ttl: Duration::from_secs(args.sync_access_cache_seconds),

@@ -88,7 +88,12 @@ pub async fn run(
                         shared.config.sync_auth.audience.clone(),
                         shared.config.sync_auth.cache,
                     ),
-                    shared.config.master_namespace.clone(),
+                    shared
+                        .config
+                        .sync_auth
+                        .namespace
+                        .clone()
+                        .unwrap_or_else(|| shared.config.master_namespace.clone()),
                 )),
             ),
             cancel.clone(),

@@ -12,8 +12,8 @@
 //!    else `NAMESPACE/SERVICEACCOUNT`; a user that is not a ServiceAccount is no
 //!    dispatcher;
 //! 3. a SubjectAccessReview asks whether RBAC lets it `create` `agenthooks/sync` (group
-//!    `agenthooks.io`) in the operator's master namespace — the ClusterRole
-//!    [`SYNC_CLUSTER_ROLE`] bound by a RoleBinding there.
+//!    `agenthooks.io`) in the operator's master namespace (or `--sync-rbac-namespace`) —
+//!    the ClusterRole [`SYNC_CLUSTER_ROLE`] bound by a RoleBinding there.
 //!
 //! Both answers are cached as the dispatcher caches its callers'
 //! ([`agenthooks_kube_review::CacheConfig`]; `--sync-*-cache-seconds`). The identity goes
