@@ -95,10 +95,20 @@ start() { # name, args...
   nohup "$@" >"$DIR/logs/$name.log" 2>&1 </dev/null &
   echo "$name $!" >> "$APP_PIDS"
 }
+# Each dispatcher proves who it is on the sync port (docs/sync.md): a ServiceAccount of its
+# own bound to the ClusterRole agenthooks-sync, and its token for the audience
+# agenthooks.io/sync (its id on the operator: agenthooks-system/dispatcher-N).
+kubectl apply -f "$ROOT/config/rbac/dispatcher.yaml" >/dev/null
+for i in 1 2; do
+  kubectl -n agenthooks-system create serviceaccount "dispatcher-$i" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  kubectl -n agenthooks-system create rolebinding "dispatcher-$i-sync" --clusterrole agenthooks-sync \
+    --serviceaccount "agenthooks-system:dispatcher-$i" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  (umask 077; kubectl -n agenthooks-system create token "dispatcher-$i" --audience agenthooks.io/sync --duration 24h > "$DIR/dispatcher-$i.token")
+done
 start operator "$bin/agenthooks-operator" --sync-addr 127.0.0.1:9090 --metrics-addr 127.0.0.1:9091 --seal-key-file "$DIR/seal.key"
 for i in 1 2; do
   start "dispatcher-$i" "$bin/agenthooks-dispatcher" --operator-url http://127.0.0.1:9090 --listen "127.0.0.1:808$i" \
-    --dispatcher-id "dispatcher-$i" --seal-key-file "$DIR/seal.key" \
+    --operator-token-file "$DIR/dispatcher-$i.token" --seal-key-file "$DIR/seal.key" \
     --audit-db "sqlite://$DIR/audit-$i.db" --admin-token-file "$DIR/admin.token" \
     --http-allow-cidr 127.0.0.1/32 --allow-anonymous
 done

@@ -6,10 +6,8 @@
 //! operator and its dispatchers (a Secret mounted as a file: 64 hex characters or 32 raw
 //! bytes).
 //!
-//! The same key authenticates dispatchers to the operator's sync port: both derive a
-//! bearer token from it, `hex(HMAC-SHA256(key, "agenthooks.io/sync-auth/v1"))`
-//! ([`SealKey::sync_token`]), so whoever can call the sync port (read every tenant's
-//! hooks, report trips and counts, spend budgets) holds the key — an agent's pod does not.
+//! The key only seals: dispatchers prove who they are to the operator with their own
+//! ServiceAccount tokens (CONTRACT §9.4), never with anything derived from this key.
 
 use aes_gcm::aead::{Aead, AeadCore, KeyInit, OsRng};
 use aes_gcm::{Aes256Gcm, Nonce};
@@ -20,23 +18,6 @@ use base64::engine::general_purpose::STANDARD;
 #[derive(Clone)]
 pub struct SealKey {
     aead: Aes256Gcm,
-    /// [`SealKey::sync_token`], derived once.
-    sync_token: String,
-}
-
-/// Domain separation of the sync bearer token (HMAC message).
-const SYNC_AUTH_CONTEXT: &[u8] = b"agenthooks.io/sync-auth/v1";
-
-fn derive_sync_token(key: &[u8]) -> String {
-    use hmac::Mac;
-    let mut mac = <hmac::Hmac<sha2::Sha256> as Mac>::new_from_slice(key)
-        .expect("HMAC takes a key of any length");
-    mac.update(SYNC_AUTH_CONTEXT);
-    mac.finalize()
-        .into_bytes()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 impl std::fmt::Debug for SealKey {
@@ -79,7 +60,6 @@ impl SealKey {
         Ok(SealKey {
             aead: Aes256Gcm::new_from_slice(&bytes)
                 .map_err(|_| SealError::BadKeyLength(bytes.len()))?,
-            sync_token: derive_sync_token(&bytes),
         })
     }
 
@@ -88,21 +68,7 @@ impl SealKey {
         let key = Aes256Gcm::generate_key(OsRng);
         SealKey {
             aead: Aes256Gcm::new(&key),
-            sync_token: derive_sync_token(&key),
         }
-    }
-
-    /// The bearer token dispatchers send to the operator's sync port: 64 lowercase hex
-    /// characters, `hex(HMAC-SHA256(key, "agenthooks.io/sync-auth/v1"))`.
-    pub fn sync_token(&self) -> &str {
-        &self.sync_token
-    }
-
-    /// Whether `presented` is this key's sync token (constant-time comparison).
-    pub fn verify_sync_token(&self, presented: &str) -> bool {
-        use subtle::ConstantTimeEq;
-        presented.len() == self.sync_token.len()
-            && bool::from(presented.as_bytes().ct_eq(self.sync_token.as_bytes()))
     }
 
     /// Seals `plain` with a random nonce.
@@ -180,24 +146,6 @@ mod tests {
         *raw.last_mut().unwrap() ^= 1;
         assert_eq!(k.open(&STANDARD.encode(raw)), Err(SealError::Open));
         assert_eq!(k.open("!!"), Err(SealError::Malformed));
-    }
-
-    #[test]
-    fn sync_token_is_the_hmac_of_the_key_and_verifies_only_itself() {
-        let hex = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
-        let k = SealKey::from_bytes(hex.as_bytes()).unwrap();
-        // Known answer: python3 hmac.new(bytes.fromhex(hex), b"agenthooks.io/sync-auth/v1", sha256)
-        assert_eq!(
-            k.sync_token(),
-            "1ba2619df49d8cd4677ddbad389b3617b6e4265aa37d42ea0d70e2de5dc242f1"
-        );
-        assert!(k.verify_sync_token(k.sync_token()));
-        assert!(!k.verify_sync_token(&k.sync_token()[..63]));
-        assert!(!k.verify_sync_token(""));
-        let other = SealKey::generate();
-        assert_ne!(other.sync_token(), k.sync_token());
-        assert!(!k.verify_sync_token(other.sync_token()));
-        assert!(!k.sync_token().contains(hex), "the token is not the key");
     }
 
     #[test]

@@ -33,7 +33,6 @@ use axum::http::{HeaderMap, header};
 pub mod callers_file;
 pub mod kubernetes;
 pub mod rule;
-mod ttl_cache;
 
 pub use callers_file::CallersFile;
 pub use kubernetes::{Access, KubeCallers};

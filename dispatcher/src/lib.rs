@@ -17,6 +17,7 @@
 //! - [`sync`]: the long-poll client that follows the operator's snapshots.
 //! - [`metrics`]: Prometheus series (CONTRACT §8.2).
 //! - [`operator_urls`]: the operator URLs and the failover between them.
+//! - [`operator_token`]: the dispatcher's own token on the operator's sync port.
 //! - [`report`]: breaker trips and execution counts sent to the operator (issue 3).
 //! - [`budget`]: token budget accounting for handlers: reserve, settle (CONTRACT §5.5).
 //! - [`telemetry`]: a span per hook run, W3C trace context, OTLP/HTTP export (CONTRACT §8.1).
@@ -35,6 +36,7 @@ pub mod identity;
 pub mod manifests;
 pub mod metrics;
 pub mod observer;
+pub mod operator_token;
 pub mod operator_urls;
 pub mod report;
 pub mod runner;

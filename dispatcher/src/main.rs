@@ -27,6 +27,7 @@ use agenthooks_dispatcher::handlers::prompt::PromptEvaluator;
 use agenthooks_dispatcher::handlers::prompt::config::ProvidersConfig;
 use agenthooks_dispatcher::identity::Authenticator;
 use agenthooks_dispatcher::metrics::Metrics;
+use agenthooks_dispatcher::operator_token::OperatorToken;
 use agenthooks_dispatcher::operator_urls::OperatorUrls;
 use agenthooks_dispatcher::report::sender::{self, ReporterConfig};
 use agenthooks_dispatcher::runner::Engine;
@@ -95,9 +96,10 @@ struct BudgetLoadArgs {
     /// The operator's sync URL; repeat it or separate URLs by commas (tried in order).
     #[arg(long, required = true, value_delimiter = ',')]
     operator_url: Vec<String>,
-    /// Id reported to the operator.
+    /// Id reported to the operator (default: the identity in the token's claims, which
+    /// the operator requires).
     #[arg(long)]
-    dispatcher_id: String,
+    dispatcher_id: Option<String>,
     /// Tenant whose budget is charged.
     #[arg(long)]
     tenant: String,
@@ -116,9 +118,10 @@ struct BudgetLoadArgs {
     /// Milliseconds between a grant and its settle.
     #[arg(long, default_value_t = 0)]
     hold_ms: u64,
-    /// The seal key shared with the operator (authenticates the calls).
-    #[arg(long, env = "AGENTHOOKS_SEAL_KEY_FILE")]
-    seal_key_file: Option<PathBuf>,
+    /// This client's ServiceAccount token for the audience agenthooks.io/sync (sent on
+    /// every call; the operator verifies it with a TokenReview and RBAC).
+    #[arg(long, value_name = "PATH", env = "AGENTHOOKS_OPERATOR_TOKEN_FILE")]
+    operator_token_file: PathBuf,
 }
 
 #[derive(Args, Clone)]
@@ -184,7 +187,14 @@ struct ServeArgs {
     /// Key shared with the operator for sealed header values (32 bytes or 64 hex).
     #[arg(long)]
     seal_key_file: Option<PathBuf>,
-    /// Stable id reported to the operator (default: hostname-pid).
+    /// Synced mode: this dispatcher's projected ServiceAccount token for the audience
+    /// agenthooks.io/sync, sent on every call to the operator (which verifies it with a
+    /// TokenReview and RBAC create on agenthooks/sync). Read again at most every 30 s, as
+    /// the kubelet rotates it. Required in synced mode.
+    #[arg(long, value_name = "PATH", env = "AGENTHOOKS_OPERATOR_TOKEN_FILE")]
+    operator_token_file: Option<PathBuf>,
+    /// Id reported to the operator (default: the identity in the operator token's claims,
+    /// NAMESPACE/POD or NAMESPACE/SERVICEACCOUNT; the operator refuses any other).
     #[arg(long)]
     dispatcher_id: Option<String>,
     /// Standalone mode only: file holding the admin bearer token (at least 16 printable
@@ -423,15 +433,13 @@ async fn budget_load(args: BudgetLoadArgs) -> anyhow::Result<()> {
     if args.reserve <= 0 || args.settle < 0 {
         bail!("--reserve must be above 0 and --settle 0 or more");
     }
-    let mut urls = OperatorUrls::parse(&args.operator_url)?;
-    if let Some(p) = &args.seal_key_file {
-        urls = urls.with_key(&load_seal_key(p)?);
-    }
-    let urls = Arc::new(urls);
-    let budgets = Budgets::remote(
-        RemoteBudgets::new(urls, args.dispatcher_id, RemoteConfig::default()),
-        None,
-    );
+    let token = Arc::new(OperatorToken::load(&args.operator_token_file)?);
+    let id = match args.dispatcher_id {
+        Some(id) => id,
+        None => token.identity()?,
+    };
+    let urls = Arc::new(OperatorUrls::parse(&args.operator_url)?.with_token(token));
+    let budgets = Budgets::remote(RemoteBudgets::new(urls, id, RemoteConfig::default()), None);
     let plan = load::LoadPlan {
         tenant: args.tenant,
         calls: args.calls,
@@ -556,20 +564,22 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             state
         }
         (None, false) => {
-            let mut urls = OperatorUrls::parse(&args.operator_url)
+            let urls = OperatorUrls::parse(&args.operator_url)
                 .context("synced mode needs at least one operator URL")?;
-            if args.seal_key_file.is_some() {
-                urls = urls.with_key(&key);
-            } else {
-                tracing::warn!(
-                    "no --seal-key-file: calls to the operator carry no token (an operator with a seal key refuses them) and sealed headers cannot be opened"
+            let Some(path) = &args.operator_token_file else {
+                bail!(
+                    "synced mode needs --operator-token-file (env AGENTHOOKS_OPERATOR_TOKEN_FILE): this dispatcher's projected ServiceAccount token for the audience agenthooks.io/sync, which the operator verifies on every call (docs/sync.md)"
                 );
+            };
+            let token = Arc::new(OperatorToken::load(path)?);
+            if args.seal_key_file.is_none() {
+                tracing::warn!("no --seal-key-file: sealed header values cannot be opened");
             }
-            let urls = Arc::new(urls);
-            let id = args
-                .dispatcher_id
-                .clone()
-                .unwrap_or_else(|| format!("{}-{}", hostname(), std::process::id()));
+            let id = match &args.dispatcher_id {
+                Some(id) => id.clone(),
+                None => token.identity()?,
+            };
+            let urls = Arc::new(urls.with_token(token));
             engine.budgets = Budgets::remote(
                 RemoteBudgets::new(Arc::clone(&urls), id.clone(), RemoteConfig::default()),
                 Some(engine.metrics.clone()),
@@ -708,10 +718,4 @@ async fn shutdown_signal() {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
     }
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "dispatcher".into())
 }

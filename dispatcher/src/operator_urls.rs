@@ -14,10 +14,13 @@
 //! staying on a pooled connection to a standby that answers `503` forever.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use url::Url;
+
+use crate::operator_token::OperatorToken;
 
 /// Why `--operator-url` values were refused.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -34,9 +37,10 @@ pub struct OperatorUrls {
     urls: Vec<Url>,
     /// Index into `urls` of the URL that last answered (the first one tried).
     current: AtomicUsize,
-    /// `Authorization` value of every call: `Bearer <token>`, the token derived from the
-    /// seal key ([`agenthooks_crds::sealed::SealKey::sync_token`]); none without a key.
-    authorization: Option<reqwest::header::HeaderValue>,
+    /// The dispatcher's own token, sent as `Authorization: Bearer <token>` with every
+    /// call (`--operator-token-file`, [`crate::operator_token`]); none in tests that
+    /// talk to a stand-in operator.
+    token: Option<Arc<OperatorToken>>,
 }
 
 /// What one attempt against one URL came to.
@@ -91,24 +95,21 @@ impl OperatorUrls {
         Ok(OperatorUrls {
             urls,
             current: AtomicUsize::new(0),
-            authorization: None,
+            token: None,
         })
     }
 
-    /// Sends `Authorization: Bearer <key's sync token>` with every call (the operator's
-    /// sync port refuses calls without it when it has a seal key).
-    pub fn with_key(mut self, key: &agenthooks_crds::sealed::SealKey) -> OperatorUrls {
-        let mut v = reqwest::header::HeaderValue::from_str(&format!("Bearer {}", key.sync_token()))
-            .expect("a hex token is a valid header value");
-        v.set_sensitive(true);
-        self.authorization = Some(v);
+    /// Sends `Authorization: Bearer <token>` with every call, the token of `token` (the
+    /// operator's sync port refuses calls without a token it can verify).
+    pub fn with_token(mut self, token: Arc<OperatorToken>) -> OperatorUrls {
+        self.token = Some(token);
         self
     }
 
-    /// `req` with the `Authorization` header, when a key was given.
+    /// `req` with the `Authorization` header, when a token was given.
     pub fn authorize(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-        match &self.authorization {
-            Some(v) => req.header(reqwest::header::AUTHORIZATION, v.clone()),
+        match &self.token {
+            Some(t) => req.header(reqwest::header::AUTHORIZATION, t.header()),
             None => req,
         }
     }
@@ -318,8 +319,7 @@ pub fn fresh_client(connect_timeout: Duration) -> reqwest::Client {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn calls_carry_the_keys_sync_token_only_when_keyed() {
-        let key = agenthooks_crds::sealed::SealKey::generate();
+    fn calls_carry_the_token_file_s_token_only_when_given() {
         install_crypto_provider();
         let client = reqwest::Client::new();
         let plain = OperatorUrls::parse(&["http://op:9090"]).unwrap();
@@ -328,15 +328,19 @@ mod tests {
             .build()
             .unwrap();
         assert!(req.headers().get(reqwest::header::AUTHORIZATION).is_none());
-        let keyed = OperatorUrls::parse(&["http://op:9090"])
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "header.payload.sig\n").unwrap();
+        let token = Arc::new(OperatorToken::load(&path).unwrap());
+        let with = OperatorUrls::parse(&["http://op:9090"])
             .unwrap()
-            .with_key(&key);
-        let req = keyed
+            .with_token(token);
+        let req = with
             .authorize(client.get("http://op:9090/v1/snapshot"))
             .build()
             .unwrap();
         let v = req.headers().get(reqwest::header::AUTHORIZATION).unwrap();
-        assert_eq!(v.to_str().unwrap(), format!("Bearer {}", key.sync_token()));
+        assert_eq!(v.to_str().unwrap(), "Bearer header.payload.sig");
         assert!(v.is_sensitive(), "kept out of debug output");
     }
 

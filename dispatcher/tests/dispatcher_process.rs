@@ -306,6 +306,45 @@ fn serve_flags_are_checked_before_anything_runs() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be used with"));
+    // Synced mode without the dispatcher's own token for the operator: refused at start,
+    // naming the flag (CONTRACT §9.4: the seal key no longer authenticates anything).
+    let out = dispatcher_command()
+        .env_remove("AGENTHOOKS_OPERATOR_TOKEN_FILE")
+        .args([
+            "--operator-url",
+            "http://127.0.0.1:1",
+            "--listen",
+            "127.0.0.1:0",
+            "--allow-anonymous",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "synced mode needs --operator-token-file (env AGENTHOOKS_OPERATOR_TOKEN_FILE)"
+        ),
+        "{err}"
+    );
+    // A token file that cannot be read is named.
+    let out = dispatcher_command()
+        .env("AGENTHOOKS_OPERATOR_TOKEN_FILE", "/nonexistent/token")
+        .args([
+            "--operator-url",
+            "http://127.0.0.1:1",
+            "--listen",
+            "127.0.0.1:0",
+            "--allow-anonymous",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--operator-token-file /nonexistent/token"),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

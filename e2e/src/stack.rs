@@ -41,33 +41,142 @@ pub fn install_crds(cp: &ControlPlane) {
     cp.wait_for_crd("tenanthookbudgets.agenthooks.io", Duration::from_secs(30));
 }
 
-/// The sync port's bearer token for [`SEAL_KEY_HEX`], computed independently of our
-/// Rust code: `openssl dgst -sha256 -mac HMAC` over `agenthooks.io/sync-auth/v1`.
-pub fn sync_token() -> String {
-    let out = Command::new("bash")
-        .args([
-            "-c",
-            &format!(
-                "printf %s agenthooks.io/sync-auth/v1 | openssl dgst -sha256 -mac HMAC -macopt hexkey:{SEAL_KEY_HEX} -r"
-            ),
-        ])
-        .output()
-        .expect("run openssl");
-    assert!(
-        out.status.success(),
-        "openssl: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .next()
-        .unwrap_or_default()
-        .to_string()
+/// The audience of a dispatcher's token on the operator's sync port.
+pub const SYNC_AUDIENCE: &str = "agenthooks.io/sync";
+/// The audience of a caller's token on a dispatcher (not a dispatcher's on the operator).
+pub const CALLER_AUDIENCE: &str = "agenthooks.io";
+
+/// A dispatcher's identity on the operator's sync port (CONTRACT §9.4): a ServiceAccount
+/// in the operator's master namespace, bound (or not) to this run's copy of the
+/// ClusterRole `agenthooks-sync` of `config/rbac/dispatcher.yaml`, and a token of it for
+/// [`SYNC_AUDIENCE`] (TokenRequest, 1 hour) — bound to a Pod object of the same name
+/// with [`SyncIdentity::pod_bound`], as a projected token volume gives a dispatcher's Pod.
+#[derive(Debug, Clone)]
+pub struct SyncIdentity {
+    /// The identity the operator derives: `NAMESPACE/SERVICEACCOUNT`, or
+    /// `NAMESPACE/POD` for a Pod-bound token.
+    pub id: String,
+    /// The bearer token.
+    pub token: String,
 }
 
-/// `curl` arguments adding the sync token (`-H "authorization: Bearer ..."`).
-pub fn sync_auth_header() -> String {
-    format!("authorization: Bearer {}", sync_token())
+impl SyncIdentity {
+    /// ServiceAccount `ns/name` (created if missing), bound to `agenthooks-sync` in `ns`,
+    /// with a token for [`SYNC_AUDIENCE`].
+    pub fn mint(cp: &ControlPlane, ns: &str, name: &str) -> SyncIdentity {
+        SyncIdentity::create(cp, ns, name, true, SYNC_AUDIENCE, false)
+    }
+
+    /// As [`SyncIdentity::mint`] without the RoleBinding: RBAC refuses it (403).
+    pub fn unbound(cp: &ControlPlane, ns: &str, name: &str) -> SyncIdentity {
+        SyncIdentity::create(cp, ns, name, false, SYNC_AUDIENCE, false)
+    }
+
+    /// As [`SyncIdentity::mint`] with a token for another `audience` (401).
+    pub fn for_audience(cp: &ControlPlane, ns: &str, name: &str, audience: &str) -> SyncIdentity {
+        SyncIdentity::create(cp, ns, name, true, audience, false)
+    }
+
+    /// As [`SyncIdentity::mint`], the token bound to a Pod object `ns/<name>-pod` of the
+    /// ServiceAccount (created; no node runs it): the API server names the Pod in the
+    /// token's claims and in the TokenReview's `authentication.kubernetes.io/pod-name`
+    /// extra, so the identity is `ns/<name>-pod`, not the account's.
+    pub fn pod_bound(cp: &ControlPlane, ns: &str, name: &str) -> SyncIdentity {
+        SyncIdentity::create(cp, ns, name, true, SYNC_AUDIENCE, true)
+    }
+
+    fn create(
+        cp: &ControlPlane,
+        ns: &str,
+        name: &str,
+        bound: bool,
+        audience: &str,
+        pod: bool,
+    ) -> SyncIdentity {
+        let role = sync_role(cp);
+        let mut yaml = format!(
+            "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {name}, namespace: {ns}}}\n"
+        );
+        if bound {
+            yaml.push_str(&format!(
+                "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: {name}-sync, namespace: {ns}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {role}}}\nsubjects: [{{kind: ServiceAccount, name: {name}, namespace: {ns}}}]\n"
+            ));
+        }
+        let pod_name = format!("{name}-pod");
+        if pod {
+            yaml.push_str(&format!(
+                "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {pod_name}, namespace: {ns}}}\nspec: {{serviceAccountName: {name}, automountServiceAccountToken: false, containers: [{{name: d, image: agenthooks/dispatcher:test}}]}}\n"
+            ));
+        }
+        cp.apply_yaml(&yaml);
+        let mut args = vec![
+            "create",
+            "token",
+            name,
+            "-n",
+            ns,
+            "--audience",
+            audience,
+            "--duration=1h",
+        ];
+        if pod {
+            args.extend([
+                "--bound-object-kind",
+                "Pod",
+                "--bound-object-name",
+                &pod_name,
+            ]);
+        }
+        let token = cp.kubectl_ok(&args).trim().to_string();
+        SyncIdentity {
+            id: format!("{ns}/{}", if pod { &pod_name } else { name }),
+            token,
+        }
+    }
+
+    /// `authorization: Bearer <token>`, for `curl -H`.
+    pub fn header(&self) -> String {
+        format!("authorization: Bearer {}", self.token)
+    }
+
+    /// Writes the token into `dir` (for `--operator-token-file`); its path.
+    pub fn token_file(&self, dir: &Path) -> PathBuf {
+        let path = dir.join(format!("{}.sync-token", self.id.replace('/', "_")));
+        std::fs::write(&path, &self.token).unwrap();
+        path
+    }
+}
+
+/// This run's copy of the ClusterRole `agenthooks-sync` of `config/rbac/dispatcher.yaml`
+/// (applied once; the chart's `helm install` tests own the fixed name on the shared API
+/// server): its name.
+pub fn sync_role(cp: &ControlPlane) -> String {
+    static APPLIED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    APPLIED
+        .get_or_init(|| {
+            let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+            let text = std::fs::read_to_string(root.join("config/rbac/dispatcher.yaml")).unwrap();
+            let doc = text
+                .split("\n---\n")
+                .find(|d| {
+                    d.contains("kind: ClusterRole\n") && d.contains("name: agenthooks-sync\n")
+                })
+                .expect("config/rbac/dispatcher.yaml ships the ClusterRole agenthooks-sync");
+            let name = bindable_role("agenthooks-sync");
+            cp.apply_yaml(&doc.replace("name: agenthooks-sync\n", &format!("name: {name}\n")));
+            name
+        })
+        .clone()
+}
+
+/// A ServiceAccount name for dispatcher `id` (lowercase letters, digits and `-`).
+fn account_name(id: &str) -> String {
+    let name: String = id
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    name.trim_matches('-').chars().take(63).collect()
 }
 
 /// `GET url` with extra `curl` arguments → (status, body).
@@ -327,12 +436,17 @@ pub struct DispatcherProc {
     pub proc: Proc,
     /// `http://127.0.0.1:<port>`.
     pub url: String,
+    /// Its identity on the operator's sync port (`MASTER/<account>`), which it reads from
+    /// its token and sends as its `dispatcher`.
     pub id: String,
+    /// Its credential on the sync port.
+    pub identity: SyncIdentity,
 }
 
 impl DispatcherProc {
     /// Starts `agenthooks-dispatcher --operator-url <each of operators> ...` with `extra`
-    /// flags.
+    /// flags, as ServiceAccount `master/<id>` ([`SyncIdentity::mint`]; its token in
+    /// `--operator-token-file`, so its dispatcher id is `master/<id>`).
     pub fn start(
         operators: &[&str],
         id: &str,
@@ -353,8 +467,23 @@ impl DispatcherProc {
         env: &[(&str, &str)],
         logs: &Path,
     ) -> DispatcherProc {
+        let identity = SyncIdentity::mint(ControlPlane::shared(), master, &account_name(id));
+        DispatcherProc::start_as(operators, id, &identity, master, extra, env, logs)
+    }
+
+    /// As [`DispatcherProc::start_with_env`], with `identity`'s token.
+    pub fn start_as(
+        operators: &[&str],
+        id: &str,
+        identity: &SyncIdentity,
+        master: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        logs: &Path,
+    ) -> DispatcherProc {
         let port = free_port();
         let key = seal_key_file(logs);
+        let token = identity.token_file(logs);
         let mut args: Vec<String> = Vec::new();
         for o in operators {
             args.push("--operator-url".into());
@@ -364,8 +493,8 @@ impl DispatcherProc {
             [
                 "--listen",
                 &format!("127.0.0.1:{port}"),
-                "--dispatcher-id",
-                id,
+                "--operator-token-file",
+                token.to_str().unwrap(),
                 "--master-namespace",
                 master,
                 "--seal-key-file",
@@ -388,7 +517,8 @@ impl DispatcherProc {
         DispatcherProc {
             proc,
             url: format!("http://127.0.0.1:{port}"),
-            id: id.to_string(),
+            id: identity.id.clone(),
+            identity: identity.clone(),
         }
     }
 
@@ -521,10 +651,11 @@ pub fn kubernetes_callers_stack(
 }
 
 /// The ClusterRoles of `config/rbac/dispatcher.yaml` that platform teams bind.
-pub const ROLES_TO_BIND: [&str; 3] = [
+pub const ROLES_TO_BIND: [&str; 4] = [
     "agenthooks-dispatch",
     "agenthooks-history-reader",
     "agenthooks-tester",
+    "agenthooks-sync",
 ];
 
 /// This run's copy of the role to bind `role` (one of [`ROLES_TO_BIND`]), as applied by

@@ -27,7 +27,7 @@ use agenthooks_e2e::argocd::{ArgoCdConfig, application_crd};
 use agenthooks_e2e::procs::{Proc, bin};
 use agenthooks_e2e::stack::{
     DispatcherProc, OperatorProc, hook_server, install_crds, log_dir,
-    operator_service_account_kubeconfig, seal_key_path, tails,
+    operator_service_account_kubeconfig, tails,
 };
 use agenthooks_e2e::{ControlPlane, condition, helm_bin, repo_root, unique_name, wait_for};
 use serde_json::{Value, json};
@@ -267,13 +267,14 @@ fn argo_cd_health_of_hooks_and_budgets_whose_status_the_operator_wrote() {
         format!("Ok: 1000 of 1000 tokens left in {month}")
     );
     // 900 spent through the operator's budget API, as a dispatcher spends them.
-    let seal = seal_key_path(&logs);
+    let token =
+        agenthooks_e2e::stack::SyncIdentity::mint(cp, &master, "argo-load").token_file(&logs);
     let spend = |calls: &str| {
         let out = Command::new(bin("agenthooks-dispatcher"))
             .args(["budget-load", "--operator-url", &operator.sync])
-            .args(["--dispatcher-id", "argo-load", "--tenant", &tenant])
+            .args(["--tenant", &tenant])
             .args(["--calls", calls, "--reserve", "100", "--settle", "100"])
-            .args(["--seal-key-file", seal.to_str().unwrap()])
+            .args(["--operator-token-file", token.to_str().unwrap()])
             .output()
             .expect("run budget-load");
         assert!(
@@ -360,7 +361,10 @@ fn argo_cd_health_of_hooks_and_budgets_whose_status_the_operator_wrote() {
         )
     );
     assert!(
-        message.contains("dispatcher argo-standard cannot load generation 1 of the hook"),
+        message.contains(&format!(
+            "dispatcher {} cannot load generation 1 of the hook",
+            standard.id
+        )),
         "{message}"
     );
 

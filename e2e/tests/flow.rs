@@ -19,6 +19,8 @@ struct Stack {
     tenant: String,
     dispatchers: Vec<String>,
     operator_sync: String,
+    /// `authorization: Bearer ...` of dispatcher 1 on the sync port.
+    sync_auth: String,
     _procs: std::sync::Mutex<Vec<Proc>>,
 }
 
@@ -67,8 +69,18 @@ fn stack() -> &'static Stack {
             &logs,
         ));
         let mut dispatchers = Vec::new();
+        let mut sync_auth = String::new();
         for i in 1..=2 {
             let port = free_port();
+            let me = agenthooks_e2e::stack::SyncIdentity::mint(
+                cp,
+                &master,
+                &format!("e2e-dispatcher-{i}"),
+            );
+            let token = me.token_file(&logs);
+            if i == 1 {
+                sync_auth = me.header();
+            }
             procs.push(Proc::start(
                 &format!("dispatcher-{i}"),
                 &bin("agenthooks-dispatcher"),
@@ -77,8 +89,8 @@ fn stack() -> &'static Stack {
                     operator_sync.clone(),
                     "--listen".into(),
                     format!("127.0.0.1:{port}"),
-                    "--dispatcher-id".into(),
-                    format!("e2e-dispatcher-{i}"),
+                    "--operator-token-file".into(),
+                    token.to_str().unwrap().into(),
                     "--master-namespace".into(),
                     master.clone(),
                     "--seal-key-file".into(),
@@ -97,6 +109,7 @@ fn stack() -> &'static Stack {
             tenant,
             dispatchers,
             operator_sync,
+            sync_auth,
             _procs: std::sync::Mutex::new(procs),
         };
         let ready = wait_for(Duration::from_secs(60), || {
@@ -482,7 +495,7 @@ fn operator_reports_its_dispatchers() {
                 "--max-time",
                 "5",
                 "-H",
-                &agenthooks_e2e::stack::sync_auth_header(),
+                &s.sync_auth,
                 &format!("{}/v1/dispatchers", s.operator_sync),
             ])
             .output()

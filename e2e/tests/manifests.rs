@@ -594,12 +594,19 @@ fn kustomize_default_renders_and_passes_a_server_side_dry_run() {
     // policy); nobody is bound to the tenant-admin ClusterRole.
     assert_eq!(count(&items, "ValidatingAdmissionPolicy"), 1);
     check_tenancy(&items, "agenthooks");
-    // The operator's, and the dispatcher's system:auth-delegator (callers by Kubernetes).
-    assert_eq!(count(&items, "ClusterRoleBinding"), 2);
+    // The operator's ClusterRole, its system:auth-delegator (dispatchers on the sync port)
+    // and the dispatcher's (callers by Kubernetes).
+    assert_eq!(count(&items, "ClusterRoleBinding"), 3);
     find(
         &items,
         "ClusterRoleBinding",
         "agenthooks-dispatcher-auth-delegator",
+    );
+    check_sync_rbac(
+        &items,
+        "agenthooks-operator",
+        "agenthooks-dispatcher",
+        "agenthooks-system",
     );
     assert!(has_arg(
         &args_of(find(&items, "Deployment", "agenthooks-dispatcher")),
@@ -2581,6 +2588,56 @@ fn helm_documented_examples_render_with_labels_resources_and_notes() {
     }
 }
 
+/// CONTRACT §9.4 in RBAC: the operator (ServiceAccount `op`) may review tokens and access
+/// (system:auth-delegator); the ClusterRole `agenthooks-sync` grants `create` on
+/// `agenthooks/sync`, bound to the dispatcher's ServiceAccount `disp` in namespace
+/// `master`, where the operator asks.
+fn check_sync_rbac(items: &[Value], op: &str, disp: &str, master: &str) {
+    let b = find(items, "ClusterRoleBinding", &format!("{op}-auth-delegator"));
+    assert_eq!(b["roleRef"]["name"], "system:auth-delegator", "{b}");
+    assert_eq!(b["subjects"][0]["name"], op, "{b}");
+    let role = find(items, "ClusterRole", "agenthooks-sync");
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([{"apiGroups": ["agenthooks.io"], "resources": ["agenthooks/sync"], "verbs": ["create"]}])
+    );
+    let rb = find(items, "RoleBinding", &format!("{disp}-sync"));
+    assert_eq!(rb["metadata"]["namespace"], master, "{rb}");
+    // The operator asks RBAC where the binding is (the chart's release namespace).
+    let op_args = args_of(find(items, "Deployment", op));
+    let asked = op_args
+        .iter()
+        .find_map(|a| a.strip_prefix("--sync-rbac-namespace="))
+        .or_else(|| {
+            op_args
+                .iter()
+                .find_map(|a| a.strip_prefix("--master-namespace="))
+        })
+        .unwrap_or("agenthooks-system");
+    // (the Downward API's namespace is the Deployment's own)
+    let own = find(items, "Deployment", op)["metadata"]["namespace"].clone();
+    let asked = if asked == "$(POD_NAMESPACE)" {
+        own.as_str().unwrap_or("agenthooks-system")
+    } else {
+        asked
+    };
+    assert_eq!(asked, master, "{op_args:?}");
+    assert_eq!(
+        (rb["roleRef"]["kind"].clone(), rb["roleRef"]["name"].clone()),
+        (
+            serde_json::json!("ClusterRole"),
+            serde_json::json!("agenthooks-sync")
+        )
+    );
+    assert_eq!(
+        (
+            rb["subjects"][0]["kind"].clone(),
+            rb["subjects"][0]["name"].clone()
+        ),
+        (serde_json::json!("ServiceAccount"), serde_json::json!(disp))
+    );
+}
+
 /// The dispatcher Deployment of `items` runs command hooks in its `command-runner`
 /// container (CONTRACT §10.1): another uid, only the socket and its own /tmp mounted, no
 /// Secret, no ServiceAccount token; the dispatcher reaches it over the socket. A native
@@ -2660,6 +2717,35 @@ fn check_command_runner(items: &[Value]) {
                     && m["mountPath"] == "/var/run/secrets/kubernetes.io/serviceaccount")
         );
     }
+    // The dispatcher's identity on the operator's sync port (CONTRACT §9.4): a token of
+    // the audience agenthooks.io/sync, mounted in the dispatcher container only, its id
+    // read from it (no --dispatcher-id).
+    let sync = volume(pod, "sync-token").expect("sync-token volume");
+    assert_eq!(
+        sync["projected"]["sources"],
+        serde_json::json!([{"serviceAccountToken": {
+            "audience": "agenthooks.io/sync", "expirationSeconds": 3600, "path": "token"}}]),
+        "{sync}"
+    );
+    assert!(
+        containers[0]["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["name"] == "sync-token"
+                && m["mountPath"] == "/var/run/secrets/agenthooks.io/sync"
+                && m["readOnly"] == true),
+        "{pod}"
+    );
+    assert!(!mounts.contains(&"sync-token"), "the runner has no token");
+    assert!(has_arg(
+        &args_of(d),
+        "--operator-token-file=/var/run/secrets/agenthooks.io/sync/token"
+    ));
+    assert!(
+        !args_of(d).iter().any(|a| a.starts_with("--dispatcher-id")),
+        "the id comes from the token"
+    );
     assert!(r.get("envFrom").is_none());
     for e in r["env"].as_array().into_iter().flatten() {
         assert!(e.get("valueFrom").is_none(), "{e}");
@@ -2707,6 +2793,7 @@ fn helm_command_runner_runs_hooks_away_from_the_dispatchers_secrets() {
     );
     let items = to_json(cp, &yaml);
     check_command_runner(&items);
+    check_sync_rbac(&items, "agenthooks-operator", "agenthooks-dispatcher", ns);
     let op_args = args_of(find(&items, "Deployment", "agenthooks-operator"));
     assert!(!has_arg(&op_args, "--allow-tenant-command-hooks"));
 

@@ -680,6 +680,26 @@ fn a_hook_left_alone_is_neither_reconciled_again_nor_rewritten() {
     let mut op = Operator::start(&kube.kubeconfig, master, &[], &logs);
     op.wait_ready(Duration::from_secs(30));
     let dispatcher_port = free_port();
+    // The dispatcher's own identity on the sync port (config/rbac's agenthooks-sync).
+    kube.apply(&format!(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: idle-dispatcher, namespace: {master}}}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {{name: agenthooks-sync}}\nrules: [{{apiGroups: [agenthooks.io], resources: [agenthooks/sync], verbs: [create]}}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: idle-dispatcher-sync, namespace: {master}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: agenthooks-sync}}\nsubjects: [{{kind: ServiceAccount, name: idle-dispatcher, namespace: {master}}}]\n"
+    ));
+    let token = logs.join("idle-dispatcher.sync-token");
+    std::fs::write(
+        &token,
+        kube.ok(&[
+            "create",
+            "token",
+            "idle-dispatcher",
+            "-n",
+            master,
+            "--audience",
+            "agenthooks.io/sync",
+            "--duration=1h",
+        ])
+        .trim(),
+    )
+    .unwrap();
     let _dispatcher = Proc::start(
         "dispatcher",
         &bin("agenthooks-dispatcher"),
@@ -688,8 +708,8 @@ fn a_hook_left_alone_is_neither_reconciled_again_nor_rewritten() {
             op.sync.clone(),
             "--listen".into(),
             format!("127.0.0.1:{dispatcher_port}"),
-            "--dispatcher-id".into(),
-            "idle-dispatcher".into(),
+            "--operator-token-file".into(),
+            token.to_str().unwrap().into(),
             "--master-namespace".into(),
             master.into(),
             "--allow-anonymous".into(),

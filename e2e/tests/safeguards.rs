@@ -34,7 +34,8 @@ const REPORT_INTERVAL_MS: &str = "200";
 struct Stack {
     cp: &'static ControlPlane,
     master: String,
-    seal_key: std::path::PathBuf,
+    /// The stack's log directory (tokens of extra dispatchers go there too).
+    logs: std::path::PathBuf,
     operator: OperatorProc,
     ds: Vec<DispatcherProc>,
 }
@@ -98,7 +99,7 @@ fn stack() -> &'static Stack {
         let stack = Stack {
             cp,
             master: master.clone(),
-            seal_key: agenthooks_e2e::stack::seal_key_path(&logs),
+            logs: logs.clone(),
             operator,
             ds,
         };
@@ -316,10 +317,10 @@ fn five_faults_over_three_dispatchers_open_one_tenants_breaker_and_reset_closes_
 
 /// The snapshot version the operator publishes now (`GET /v1/dispatchers` on the sync port).
 fn operator_version(s: &Stack) -> i64 {
-    use agenthooks_e2e::stack::{http_get_with, sync_auth_header};
+    use agenthooks_e2e::stack::http_get_with;
     let (code, body) = http_get_with(
         &format!("{}/v1/dispatchers", s.operator.sync),
-        &["-H", &sync_auth_header()],
+        &["-H", &s.ds[0].identity.header()],
     );
     assert_eq!(code, 200, "{body}");
     let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
@@ -627,17 +628,19 @@ fn a_budget_shows_period_used_remaining_and_state_and_rolls_over() {
 fn budget_load(s: &Stack, n: usize, tenant: &str, args: &[&str]) -> Vec<Value> {
     let children: Vec<_> = (0..n)
         .map(|i| {
+            // each load process is a dispatcher of its own (its id read from its token)
+            let me =
+                agenthooks_e2e::stack::SyncIdentity::mint(s.cp, &s.master, &format!("load-{i}"));
+            let token = me.token_file(&s.logs);
             let mut cmd = Command::new(bin("agenthooks-dispatcher"));
             cmd.args([
                 "budget-load",
                 "--operator-url",
                 &s.operator.sync,
-                "--dispatcher-id",
-                &format!("load-{i}"),
                 "--tenant",
                 tenant,
-                "--seal-key-file",
-                s.seal_key.to_str().unwrap(),
+                "--operator-token-file",
+                token.to_str().unwrap(),
             ])
             .args(args);
             cmd.stdout(std::process::Stdio::piped())
@@ -808,11 +811,12 @@ fn executions_from_three_dispatchers_add_up_exactly() {
 
 // ---- the sync port is authenticated --------------------------------------------------------
 
-/// Only holders of the seal key may call the operator's sync port: without the token a
-/// forged trip, a settle or a snapshot read is refused (401) and changes nothing.
+/// Only dispatchers with a verified token may call the operator's sync port: without one
+/// (or with the old seal-key-derived kind) a forged trip, a settle or a snapshot read is
+/// refused (401) and changes nothing.
 #[test]
 fn the_sync_port_refuses_callers_without_the_token() {
-    use agenthooks_e2e::stack::{http_get_with, http_post_with, sync_auth_header};
+    use agenthooks_e2e::stack::{http_get_with, http_post_with};
     let s = stack();
     let tenant = unique_name("acme");
     let ns = tenant_namespace(s, &tenant);
@@ -847,10 +851,10 @@ fn the_sync_port_refuses_callers_without_the_token() {
         s.ds.iter().all(|d| d.served_generation(&key) == Some(1)),
         "a refused forged trip took the hook out"
     );
-    // The token derived independently (openssl) is accepted.
+    // A dispatcher's own token is accepted.
     let (code, body) = http_get_with(
         &format!("{sync}/v1/dispatchers"),
-        &["-H", &sync_auth_header()],
+        &["-H", &s.ds[0].identity.header()],
     );
     assert_eq!(code, 200, "{body}");
 }

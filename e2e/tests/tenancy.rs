@@ -18,8 +18,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use agenthooks_e2e::stack::{
-    OperatorProc, http_get_with, install_crds, log_dir, operator_service_account_kubeconfig,
-    sync_auth_header, wait_or_panic,
+    OperatorProc, SyncIdentity, http_get_with, install_crds, log_dir,
+    operator_service_account_kubeconfig, wait_or_panic,
 };
 use agenthooks_e2e::{ControlPlane, condition, unique_name, wait_for};
 use serde_json::{Value, json};
@@ -52,16 +52,16 @@ fn accepted(cp: &ControlPlane, ns: &str, kind: &str, name: &str) -> Option<Value
     condition(&get(cp, ns, kind, name), "Accepted")
 }
 
-/// The operator's current snapshot (`GET /v1/snapshot` on its sync port, as a dispatcher
-/// asks for it).
-fn snapshot(op: &OperatorProc) -> Value {
-    let auth = sync_auth_header();
+/// The operator's current snapshot (`GET /v1/snapshot` on its sync port, as dispatcher
+/// `me` asks for it).
+fn snapshot(op: &OperatorProc, me: &SyncIdentity) -> Value {
     let (code, body) = http_get_with(
         &format!(
-            "{}/v1/snapshot?dispatcher=tenancy-e2e&timeoutSeconds=0",
-            op.sync
+            "{}/v1/snapshot?dispatcher={}&timeoutSeconds=0",
+            op.sync,
+            me.id.replace('/', "%2F")
         ),
-        &["-H", auth.as_str()],
+        &["-H", &me.header()],
     );
     if code != 200 {
         return Value::Null;
@@ -136,6 +136,7 @@ fn a_second_namespace_claiming_a_tenant_runs_nothing_until_its_label_goes() {
         &[],
         &logs,
     );
+    let me = SyncIdentity::mint(cp, &master, "tenancy-e2e");
     cp.apply_yaml(&hook_yaml(&holder, "guard"));
     cp.apply_yaml(&hook_yaml(&team_b, "mine"));
     cp.apply_yaml(&budget_yaml(&team_b, "mine"));
@@ -175,9 +176,9 @@ fn a_second_namespace_claiming_a_tenant_runs_nothing_until_its_label_goes() {
         Duration::from_secs(20),
         "the snapshot carries both claims",
         &[&op.proc],
-        || want_claims(&snapshot(&op)),
+        || want_claims(&snapshot(&op, &me)),
     );
-    let s = snapshot(&op);
+    let s = snapshot(&op, &me);
     assert_eq!(
         served(&s, &[&holder, &team_b]),
         [format!("{holder}/guard")],
@@ -211,9 +212,9 @@ fn a_second_namespace_claiming_a_tenant_runs_nothing_until_its_label_goes() {
         Duration::from_secs(20),
         "team-b's hook served",
         &[&op.proc],
-        || served(&snapshot(&op), &[&holder, &team_b]).len() == 2,
+        || served(&snapshot(&op, &me), &[&holder, &team_b]).len() == 2,
     );
-    let s = snapshot(&op);
+    let s = snapshot(&op, &me);
     assert_eq!(
         served(&s, &[&holder, &team_b]),
         [format!("{team_b}/mine"), format!("{holder}/guard")],

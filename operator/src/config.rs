@@ -24,8 +24,11 @@ pub struct Config {
     /// Address of `/healthz`, `/readyz`, `/metrics` (`--metrics-addr`).
     pub metrics_addr: SocketAddr,
     /// Key sealing Secret header values in snapshots (`--seal-key-file`); without it a
-    /// hook with a `valueFrom` header is refused with reason `SealKeyMissing`.
+    /// hook with a `valueFrom` header is refused with reason `SealKeyMissing`. It only
+    /// seals: dispatchers authenticate with their own tokens ([`Config::sync_auth`]).
     pub seal_key: Option<SealKey>,
+    /// How dispatchers are authenticated on the sync port ([`crate::sync_auth`]).
+    pub sync_auth: SyncAuthConfig,
     /// Leader election.
     pub lease: LeaseConfig,
     /// A dispatcher not seen polling for this long is no longer live
@@ -47,6 +50,32 @@ pub struct Config {
     /// `agenthooks.io/leader: "true"`, which the leader-only sync Service selects (see
     /// [`crate::leader_label`]). `None` (run outside a cluster): no Pod is labelled.
     pub pod: Option<PodRef>,
+}
+
+/// The sync port's authentication of dispatchers (CONTRACT §9.4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncAuthConfig {
+    /// The audience a dispatcher's token must be for (`--sync-audience`, default
+    /// [`agenthooks_kube_review::SYNC_AUDIENCE`]).
+    pub audience: String,
+    /// Where RBAC is asked (`--sync-rbac-namespace`): `create` `agenthooks/sync` in this
+    /// namespace; `None`: the master namespace.
+    pub namespace: Option<String>,
+    /// How long TokenReview and SubjectAccessReview answers are kept
+    /// (`--sync-token-cache-seconds`, `--sync-access-cache-seconds`,
+    /// `--sync-denied-cache-seconds`).
+    pub cache: agenthooks_kube_review::CacheConfig,
+}
+
+impl Default for SyncAuthConfig {
+    /// Audience `agenthooks.io/sync`, the dispatcher's cache defaults.
+    fn default() -> Self {
+        SyncAuthConfig {
+            audience: agenthooks_kube_review::SYNC_AUDIENCE.to_string(),
+            namespace: None,
+            cache: Default::default(),
+        }
+    }
 }
 
 /// A Pod by namespace and name.

@@ -43,6 +43,26 @@ struct Args {
     /// (SealKeyMissing).
     #[arg(long)]
     seal_key_file: Option<PathBuf>,
+    /// Audience of the dispatchers' projected ServiceAccount tokens on the sync port
+    /// (verified by TokenReview; RBAC create on agenthooks/sync in the master namespace
+    /// authorizes them).
+    #[arg(long, default_value = agenthooks_kube_review::SYNC_AUDIENCE)]
+    sync_audience: String,
+    /// Namespace where RBAC must let a dispatcher create agenthooks/sync (a RoleBinding of
+    /// the ClusterRole agenthooks-sync there); default: the master namespace.
+    #[arg(long)]
+    sync_rbac_namespace: Option<String>,
+    /// Seconds a dispatcher's verified token is trusted without asking the API server
+    /// again (never past the token's own expiry).
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(0..=3600))]
+    sync_token_cache_seconds: u64,
+    /// Seconds an RBAC "allowed" (create agenthooks/sync) is kept: revoking a
+    /// dispatcher's RoleBinding takes effect within this time.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=3600))]
+    sync_access_cache_seconds: u64,
+    /// Seconds a refused token or an RBAC "denied" is kept.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=3600))]
+    sync_denied_cache_seconds: u64,
     /// Name of the leader-election Lease.
     #[arg(long, default_value = "agenthooks-operator")]
     lease_name: String,
@@ -143,6 +163,16 @@ async fn main() -> anyhow::Result<()> {
         sync_addr: args.sync_addr,
         metrics_addr: args.metrics_addr,
         seal_key,
+        sync_auth: agenthooks_operator::config::SyncAuthConfig {
+            audience: args.sync_audience,
+            namespace: args.sync_rbac_namespace.filter(|n| !n.is_empty()),
+            cache: agenthooks_kube_review::CacheConfig {
+                token_ttl: Duration::from_secs(args.sync_token_cache_seconds),
+                allowed_ttl: Duration::from_secs(args.sync_access_cache_seconds),
+                denied_ttl: Duration::from_secs(args.sync_denied_cache_seconds),
+                ..Default::default()
+            },
+        },
         dispatcher_ttl: Duration::from_secs(args.dispatcher_ttl_seconds),
         watch_grace: Duration::from_secs(args.watch_grace_seconds),
         watch_timeout_seconds: args.watch_timeout_seconds,

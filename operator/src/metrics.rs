@@ -141,7 +141,7 @@ impl Metrics {
         let snapshot_polls_total = IntCounterVec::new(
             Opts::new(
                 "agenthooks_operator_snapshot_polls_total",
-                "Snapshot long polls by answer (snapshot, not_modified, unavailable, bad_request).",
+                "Snapshot long polls by answer (snapshot, not_modified, unavailable, bad_request, forbidden).",
             ),
             &["result"],
         )?;
@@ -174,7 +174,7 @@ impl Metrics {
         let reports_total = IntCounterVec::new(
             Opts::new(
                 "agenthooks_operator_reports_total",
-                "POST /v1/report answers by result (applied, duplicate, bad_request, too_large, conflict, unavailable, not_persisted).",
+                "POST /v1/report answers by result (applied, duplicate, bad_request, too_large, forbidden, conflict, unavailable, not_persisted).",
             ),
             &["result"],
         )?;

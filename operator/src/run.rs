@@ -59,6 +59,7 @@ pub async fn run(
         master_namespace = %shared.config.master_namespace,
         edition = %shared.config.edition,
         seal_key = shared.config.seal_key.is_some(),
+        sync_audience = %shared.config.sync_auth.audience,
         identity = %shared.config.lease.identity,
         watch_grace_seconds = shared.config.watch_grace.as_secs(),
         watch_timeout_seconds = shared.config.watch_timeout_seconds,
@@ -81,7 +82,19 @@ pub async fn run(
                         client.clone(),
                         cancel.clone(),
                     )),
-                shared.config.seal_key.clone(),
+                Arc::new(sync_auth::SyncAuth::new(
+                    agenthooks_kube_review::Reviewer::new(
+                        client.clone(),
+                        shared.config.sync_auth.audience.clone(),
+                        shared.config.sync_auth.cache,
+                    ),
+                    shared
+                        .config
+                        .sync_auth
+                        .namespace
+                        .clone()
+                        .unwrap_or_else(|| shared.config.master_namespace.clone()),
+                )),
             ),
             cancel.clone(),
         ),

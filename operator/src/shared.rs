@@ -233,6 +233,7 @@ pub(crate) mod tests {
             sync_addr: "127.0.0.1:0".parse().unwrap(),
             metrics_addr: "127.0.0.1:0".parse().unwrap(),
             seal_key: None,
+            sync_auth: Default::default(),
             lease: LeaseConfig {
                 name: "l".into(),
                 namespace: "agenthooks-system".into(),

@@ -18,6 +18,8 @@
 //!   has not finished its initial sync, also when that happens during the wait or the
 //!   operator shuts down (the dispatcher keeps its last snapshot and retries);
 //! - `400` with `{"error"}` for a malformed query or a missing/invalid `dispatcher`;
+//! - `403` with `{"error", "field": "dispatcher"}` when `dispatcher` is not the
+//!   authenticated caller ([`crate::sync_auth`]; nothing is tracked);
 //! - `429` with `{"error"}` when too many distinct dispatchers are tracked.
 //!
 //! `GET /v1/dispatchers`: `200` with `{"epoch", "version", "ttlSeconds", "dispatchers":
@@ -32,7 +34,7 @@ use std::time::{Duration, Instant};
 use agenthooks_crds::snapshot::SnapshotQuery;
 use axum::Router;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::{Extension, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -44,6 +46,7 @@ use crate::metrics::Metrics;
 use crate::ready::DispatcherTracker;
 use crate::shared::{Serving, Shared, lock};
 use crate::snapshot_builder::Published;
+use crate::sync_auth::{SyncCaller, no_caller};
 
 /// Wait of a long poll without `timeoutSeconds`.
 pub const DEFAULT_TIMEOUT_SECONDS: u64 = 30;
@@ -177,8 +180,12 @@ fn snapshot_response(p: &Published) -> Response {
 
 async fn get_snapshot(
     State(state): State<SyncState>,
+    caller: Option<Extension<SyncCaller>>,
     query: Result<Query<SnapshotQuery>, QueryRejection>,
 ) -> Response {
+    let Some(Extension(caller)) = caller else {
+        return no_caller().into_response();
+    };
     let q = match query {
         Ok(Query(q)) => q,
         Err(e) => {
@@ -197,6 +204,14 @@ async fn get_snapshot(
             .with_label_values(&["bad_request"])
             .inc();
         return json_error(StatusCode::BAD_REQUEST, m);
+    }
+    if let Err(foreign) = caller.acts_for(&q.dispatcher) {
+        state
+            .metrics
+            .snapshot_polls_total
+            .with_label_values(&["forbidden"])
+            .inc();
+        return foreign.into_response();
     }
     let serving = *state.serving.borrow();
     if !serving.ok() {
@@ -319,11 +334,26 @@ mod tests {
         }
     }
 
+    /// `GET uri` as the dispatcher its query names (what the sync port's authentication
+    /// leaves in the request), or as `d1` when it names none.
     async fn get(state: &SyncState, uri: &str) -> (StatusCode, serde_json::Value) {
-        let resp = router(state.clone())
-            .oneshot(Request::get(uri).body(Body::empty()).unwrap())
-            .await
-            .unwrap();
+        let id = uri
+            .split(['?', '&'])
+            .find_map(|p| p.strip_prefix("dispatcher="))
+            .unwrap_or("d1");
+        get_as(state, uri, Some(id)).await
+    }
+
+    async fn get_as(
+        state: &SyncState,
+        uri: &str,
+        caller: Option<&str>,
+    ) -> (StatusCode, serde_json::Value) {
+        let mut req = Request::get(uri).body(Body::empty()).unwrap();
+        if let Some(id) = caller {
+            req.extensions_mut().insert(SyncCaller::new(id));
+        }
+        let resp = router(state.clone()).oneshot(req).await.unwrap();
         let status = resp.status();
         let bytes = resp.into_body().collect().await.unwrap().to_bytes();
         let json = if bytes.is_empty() {
@@ -461,6 +491,37 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_poll_for_another_dispatcher_is_403_and_tracks_nothing() {
+        let h = harness();
+        let (status, body) = get_as(
+            &h.state,
+            "/v1/snapshot?dispatcher=ns%2Fdisp-b&timeoutSeconds=0",
+            Some("ns/disp-a"),
+        )
+        .await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        assert_eq!(
+            body,
+            serde_json::json!({"error": "dispatcher: this caller is ns/disp-a, not ns/disp-b", "field": "dispatcher"})
+        );
+        let (status, _) = get_as(&h.state, "/v1/snapshot?dispatcher=ns%2Fdisp-a", None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "no caller, no answer");
+        let (_, listed) = get(&h.state, "/v1/dispatchers").await;
+        assert_eq!(
+            listed["dispatchers"],
+            serde_json::json!([]),
+            "no liveness recorded"
+        );
+        let (status, _) = get_as(
+            &h.state,
+            "/v1/snapshot?dispatcher=ns%2Fdisp-a&timeoutSeconds=0",
+            Some("ns/disp-a"),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "its own poll is served");
+    }
+
+    #[tokio::test]
     async fn polls_are_tracked_and_listed() {
         let h = harness();
         get(
@@ -496,7 +557,8 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let shutdown = h.state.shutdown.clone();
-        let server = tokio::spawn(serve(listener, router(h.state.clone()), shutdown.clone()));
+        let app = router(h.state.clone()).layer(axum::Extension(SyncCaller::new("d9")));
+        let server = tokio::spawn(serve(listener, app, shutdown.clone()));
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         stream

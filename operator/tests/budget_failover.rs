@@ -19,12 +19,14 @@ use tokio_util::sync::CancellationToken;
 /// One operator process's worth, in process: its sync URL and its stop.
 struct Operator {
     sync: String,
+    /// The test's dispatcher on its sync port (ServiceAccount `MASTER/d1`).
+    me: agenthooks_e2e::stack::SyncIdentity,
     cancel: CancellationToken,
     task: tokio::task::JoinHandle<Result<(), agenthooks_operator::Error>>,
 }
 
 async fn operator(
-    cp: &agenthooks_e2e::ControlPlane,
+    cp: &'static agenthooks_e2e::ControlPlane,
     master: &str,
     lease: &str,
     identity: &str,
@@ -49,17 +51,21 @@ async fn operator(
         health,
         cancel.clone(),
     ));
+    let master = master.to_string();
+    let me = blocking(move || agenthooks_e2e::stack::SyncIdentity::mint(cp, &master, "d1")).await;
     Operator {
         sync: format!("http://127.0.0.1:{port}"),
+        me,
         cancel,
         task,
     }
 }
 
-async fn post(http: &reqwest::Client, url: String, body: String) -> (u16, Value) {
+async fn post(http: &reqwest::Client, op: &Operator, url: String, body: String) -> (u16, Value) {
     match http
         .post(url)
         .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {}", op.me.token))
         .body(body)
         .send()
         .await
@@ -74,8 +80,8 @@ async fn post(http: &reqwest::Client, url: String, body: String) -> (u16, Value)
 }
 
 async fn reserve(http: &reqwest::Client, op: &Operator, tenant: &str, tokens: i64) -> (u16, Value) {
-    let body = json!({"dispatcher": "d1", "tenant": tenant, "tokens": tokens}).to_string();
-    post(http, format!("{}/v1/budget/reserve", op.sync), body).await
+    let body = json!({"dispatcher": op.me.id, "tenant": tenant, "tokens": tokens}).to_string();
+    post(http, op, format!("{}/v1/budget/reserve", op.sync), body).await
 }
 
 async fn settle(
@@ -85,9 +91,10 @@ async fn settle(
     id: &str,
     tokens: i64,
 ) -> (u16, Value) {
-    let body = json!({"dispatcher": "d1", "tenant": tenant, "reservationId": id, "tokens": tokens})
-        .to_string();
-    post(http, format!("{}/v1/budget/settle", op.sync), body).await
+    let body =
+        json!({"dispatcher": op.me.id, "tenant": tenant, "reservationId": id, "tokens": tokens})
+            .to_string();
+    post(http, op, format!("{}/v1/budget/settle", op.sync), body).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -144,6 +151,7 @@ async fn a_new_leader_holds_reserves_off_until_the_old_leaders_calls_have_ended(
         json!({"dispatcher": "d1", "tenant": tenant, "tokens": 1, "hook": "h".repeat(65 * 1024)});
     let (status, _) = post(
         &http,
+        &a,
         format!("{}/v1/budget/reserve", a.sync),
         big.to_string(),
     )

@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 use agenthooks_crds::AgentHook;
 use agenthooks_e2e::procs::{Proc, bin, free_port};
 use agenthooks_e2e::stack::{
-    OperatorProc, http_get, http_get_with, http_post_with, install_crds, log_dir, metric,
-    operator_service_account_kubeconfig, seal_key_path, sync_auth_header, tails,
+    OperatorProc, SyncIdentity, http_get, http_get_with, http_post_with, install_crds, log_dir,
+    metric, operator_service_account_kubeconfig, seal_key_path, tails,
 };
 use agenthooks_e2e::{ControlPlane, unique_name, wait_for};
 use agenthooks_operator::metrics::Metrics;
@@ -99,11 +99,58 @@ fn events(cp: &ControlPlane, ns: &str, name: &str) -> Vec<Value> {
     v["items"].as_array().cloned().unwrap_or_default()
 }
 
+/// The master namespace of each operator (by sync URL): its dispatchers' ServiceAccounts
+/// live there.
+static MASTERS: Mutex<std::collections::BTreeMap<String, String>> =
+    Mutex::new(std::collections::BTreeMap::new());
+/// The dispatcher identities made so far, by (master namespace, name).
+static IDENTITIES: Mutex<std::collections::BTreeMap<(String, String), SyncIdentity>> =
+    Mutex::new(std::collections::BTreeMap::new());
+
+/// Records that the operator at `sync` has master namespace `master`.
+fn serves(sync: &str, master: &str) {
+    MASTERS
+        .lock()
+        .unwrap()
+        .insert(sync.to_string(), master.to_string());
+}
+
+/// Dispatcher `name` of the operator at `sync` (a ServiceAccount bound to
+/// agenthooks-sync in its master namespace, made on first use): each name the tests use
+/// is a dispatcher of its own, which the operator knows by its token.
+fn dispatcher(sync: &str, name: &str) -> SyncIdentity {
+    let master = MASTERS.lock().unwrap()[sync].clone();
+    IDENTITIES
+        .lock()
+        .unwrap()
+        .entry((master.clone(), name.to_string()))
+        .or_insert_with(|| SyncIdentity::mint(ControlPlane::shared(), &master, name))
+        .clone()
+}
+
+/// The identity (`MASTER/name`) of dispatcher `name` of the operator at `sync`.
+fn dispatcher_id(sync: &str, name: &str) -> String {
+    dispatcher(sync, name).id
+}
+
+/// `report` as its dispatcher sends it: `dispatcher` (a test's short name) replaced by its
+/// identity; and that dispatcher's `authorization` header.
+fn as_sent(sync: &str, report: &Value) -> (Value, String) {
+    let me = dispatcher(sync, report["dispatcher"].as_str().unwrap_or("report-test"));
+    let mut sent = report.clone();
+    sent["dispatcher"] = json!(me.id);
+    (sent, me.header())
+}
+
 /// The operator's current snapshot, as a dispatcher that holds nothing gets it.
 fn snapshot(sync: &str) -> Option<Value> {
+    let me = dispatcher(sync, "report-test");
     let (code, body) = http_get_with(
-        &format!("{sync}/v1/snapshot?dispatcher=report-test&timeoutSeconds=0"),
-        &["-H", &sync_auth_header()],
+        &format!(
+            "{sync}/v1/snapshot?dispatcher={}&timeoutSeconds=0",
+            me.id.replace('/', "%2F")
+        ),
+        &["-H", &me.header()],
     );
     (code == 200)
         .then(|| serde_json::from_str(&body).ok())
@@ -120,11 +167,8 @@ fn in_snapshot(snapshot: &Value, uid: &str) -> Option<Value> {
 }
 
 fn post_report(sync: &str, report: &Value) -> (u16, Value) {
-    let (code, body) = http_post_with(
-        &format!("{sync}/v1/report"),
-        report,
-        &["-H", &sync_auth_header()],
-    );
+    let (report, auth) = as_sent(sync, report);
+    let (code, body) = http_post_with(&format!("{sync}/v1/report"), &report, &["-H", &auth]);
     (code, serde_json::from_str(&body).unwrap_or(Value::Null))
 }
 
@@ -169,6 +213,7 @@ fn start_operator(
     .collect();
     let env = [("KUBECONFIG", kubeconfig.to_str().unwrap())];
     let proc = Proc::start(identity, &bin("agenthooks-operator"), &args, &env, logs);
+    serves(&format!("http://127.0.0.1:{sync_port}"), master);
     (
         proc,
         format!("http://127.0.0.1:{sync_port}"),
@@ -597,6 +642,7 @@ fn a_trip_opens_one_tenants_breaker_a_probe_closes_it_and_the_annotation_or_a_sp
     let kubeconfig = operator_service_account_kubeconfig(cp, &master, &logs);
     let lease = unique_name("agenthooks-operator");
     let op = OperatorProc::start(&kubeconfig, &master, &lease, "op-b1", &[], &logs);
+    serves(&op.sync, &master);
     let name = "always-block";
     cp.apply_yaml(&hook_yaml(&ns, name, ""));
     let uid = get_hook(cp, &ns, name)["metadata"]["uid"]
@@ -613,14 +659,16 @@ fn a_trip_opens_one_tenants_breaker_a_probe_closes_it_and_the_annotation_or_a_sp
 
     // A dispatcher holding the current snapshot long-polls while the trip is reported.
     let held = snapshot(&op.sync).unwrap();
+    let holder = dispatcher(&op.sync, "report-test-holder");
     let poll_url = format!(
-        "{}/v1/snapshot?dispatcher=report-test-holder&epoch={}&after={}&timeoutSeconds=4",
+        "{}/v1/snapshot?dispatcher={}&epoch={}&after={}&timeoutSeconds=4",
         op.sync,
+        holder.id.replace('/', "%2F"),
         held["epoch"].as_str().unwrap(),
         held["version"]
     );
     let poller = std::thread::spawn(move || {
-        let (code, body) = http_get_with(&poll_url, &["-H", &sync_auth_header()]);
+        let (code, body) = http_get_with(&poll_url, &["-H", &holder.header()]);
         (code, body, Instant::now())
     });
     std::thread::sleep(Duration::from_millis(300));
@@ -652,14 +700,14 @@ fn a_trip_opens_one_tenants_breaker_a_probe_closes_it_and_the_annotation_or_a_sp
     let hook = get_hook(cp, &ns, name);
     let b = &hook["status"]["breaker"];
     assert_eq!(b["state"], "Open", "{hook}");
-    assert_eq!(b["dispatcher"], "disp-1");
+    assert_eq!(b["dispatcher"], dispatcher_id(&op.sync, "disp-1"));
     assert_eq!(b["trippedAt"], TRIPPED_AT);
     assert_eq!(b["reason"], TRIP_REASON);
     assert_eq!(b["generation"], 1);
     assert_eq!(
         b["open"],
         json!([{"tenant": "tenant-a", "trippedAt": TRIPPED_AT, "reason": TRIP_REASON,
-                "dispatcher": "disp-1", "failClosed": true}])
+                "dispatcher": dispatcher_id(&op.sync, "disp-1"), "failClosed": true}])
     );
     assert!(b.get("resetAnnotation").is_none(), "{b}");
     let open = condition(&hook, "CircuitOpen").expect("CircuitOpen");
@@ -728,7 +776,10 @@ fn a_trip_opens_one_tenants_breaker_a_probe_closes_it_and_the_annotation_or_a_sp
     );
     assert_eq!((code, other["trips"].clone()), (200, json!(0)), "{other}");
     let hook = get_hook(cp, &ns, name);
-    assert_eq!(hook["status"]["breaker"]["dispatcher"], "disp-1");
+    assert_eq!(
+        hook["status"]["breaker"]["dispatcher"],
+        dispatcher_id(&op.sync, "disp-1")
+    );
     assert_eq!(
         hook["metadata"]["resourceVersion"], rv,
         "nothing was written"
@@ -796,6 +847,7 @@ fn a_trip_opens_one_tenants_breaker_a_probe_closes_it_and_the_annotation_or_a_sp
     let mut op = op;
     op.proc.stop(Duration::from_secs(10));
     let op2 = OperatorProc::start(&kubeconfig, &master, &lease, "op-b2", &[], &logs);
+    serves(&op2.sync, &master);
     wait(
         &[&op2.proc],
         Duration::from_secs(30),
@@ -886,7 +938,10 @@ fn a_trip_opens_one_tenants_breaker_a_probe_closes_it_and_the_annotation_or_a_sp
     assert_eq!((code, ack["trips"].clone()), (200, json!(1)), "{ack}");
     let hook = get_hook(cp, &ns, name);
     assert_eq!(hook["status"]["breaker"]["resetAnnotation"], "r1");
-    assert_eq!(hook["status"]["breaker"]["dispatcher"], "disp-3");
+    assert_eq!(
+        hook["status"]["breaker"]["dispatcher"],
+        dispatcher_id(&op2.sync, "disp-3")
+    );
     assert_eq!(
         open_breakers(&snapshot(&op2.sync).unwrap(), &uid).map(|b| b.len()),
         Some(1)
@@ -1113,6 +1168,7 @@ spec:
 
 /// `POST {sync}/v1/report` with a body too large for a command-line argument.
 fn post_big_report(sync: &str, report: &Value, dir: &Path) -> (u16, Value) {
+    let (report, auth) = as_sent(sync, report);
     let file = dir.join(format!("{}.json", unique_name("report")));
     std::fs::write(&file, report.to_string()).unwrap();
     let out = std::process::Command::new("curl")
@@ -1123,7 +1179,7 @@ fn post_big_report(sync: &str, report: &Value, dir: &Path) -> (u16, Value) {
             "-H",
             "content-type: application/json",
             "-H",
-            &sync_auth_header(),
+            &auth,
             "--data-binary",
             &format!("@{}", file.display()),
             "-w",

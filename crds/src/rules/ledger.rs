@@ -20,6 +20,10 @@
 //!   settle of a reservation the ledger does not know (the operator: reserved with a
 //!   previous leader, or expired) at most [`MAX_CALL_TOKENS`] ([`charge`]). Tokens above
 //!   the cap are not counted; the callers log them and count them in a metric.
+//! - **Holder**: a reservation is settled (or released) only by the dispatcher identity
+//!   that reserved it, for the tenant it was reserved for ([`check_holder`]; CONTRACT
+//!   §9.4). The operator applies it; a standalone dispatcher is the only holder of its
+//!   own ledger.
 
 /// Most tokens one call may hold or count (2^20 = 1,048,576): a reserve asking for more is
 /// refused, and a settle of a reservation the ledger does not know counts at most this
@@ -179,7 +183,106 @@ pub fn charge(claimed: i64, reserved: Option<i64>) -> Charge {
     }
 }
 
+/// Who holds a reservation: the dispatcher (its authenticated identity) that reserved
+/// it, and the tenant it was reserved for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Holder<'a> {
+    /// The reserving dispatcher's identity (`NAMESPACE/POD` or
+    /// `NAMESPACE/SERVICEACCOUNT`).
+    pub dispatcher: &'a str,
+    /// The tenant of the reservation.
+    pub tenant: &'a str,
+}
+
+/// Why a settle may not touch a reservation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotHolder {
+    /// Another dispatcher holds it (the operator answers 403 naming `reservationId`).
+    #[error("held by dispatcher {holder}, not {caller}")]
+    OtherDispatcher {
+        /// Who holds it.
+        holder: String,
+        /// Who tried to settle it.
+        caller: String,
+    },
+    /// Its own dispatcher named another tenant than the reservation's (409).
+    #[error("reserved for tenant {reserved:?}, not {named:?}")]
+    OtherTenant {
+        /// The reservation's tenant.
+        reserved: String,
+        /// The tenant the settle named.
+        named: String,
+    },
+}
+
+/// Whether dispatcher `caller` may settle, for `tenant`, a reservation held by `holder`
+/// (`None`: a reservation the ledger does not know — reserved with a previous leader, or
+/// expired — which anyone may settle, capped at [`MAX_CALL_TOKENS`] by [`charge`]).
+/// Another dispatcher is refused first, whatever the tenant.
+///
+/// Errors: [`NotHolder::OtherDispatcher`], [`NotHolder::OtherTenant`].
+pub fn check_holder(
+    holder: Option<Holder<'_>>,
+    caller: &str,
+    tenant: &str,
+) -> Result<(), NotHolder> {
+    match holder {
+        None => Ok(()),
+        Some(h) if h.dispatcher != caller => Err(NotHolder::OtherDispatcher {
+            holder: h.dispatcher.to_string(),
+            caller: caller.to_string(),
+        }),
+        Some(h) if h.tenant != tenant => Err(NotHolder::OtherTenant {
+            reserved: h.tenant.to_string(),
+            named: tenant.to_string(),
+        }),
+        Some(_) => Ok(()),
+    }
+}
+
 pub mod cases;
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod holder_tests {
+    use super::*;
+
+    /// (holder, caller, tenant named, answer).
+    type Case<'a> = (Option<Holder<'a>>, &'a str, &'a str, Result<(), NotHolder>);
+
+    #[test]
+    fn only_the_holder_settles_and_for_its_tenant() {
+        let held = |dispatcher, tenant| Some(Holder { dispatcher, tenant });
+        let other = |holder: &str, caller: &str| {
+            Err(NotHolder::OtherDispatcher {
+                holder: holder.into(),
+                caller: caller.into(),
+            })
+        };
+        #[rustfmt::skip]
+        let cases: [Case; 7] = [
+            // holder,                 caller,  tenant,  answer
+            (held("ns/a", "acme"),     "ns/a",  "acme",  Ok(())),
+            (held("ns/a", "acme"),     "ns/b",  "acme",  other("ns/a", "ns/b")),
+            (held("ns/a", "acme"),     "ns/b",  "globex", other("ns/a", "ns/b")),
+            (held("ns/a", "acme"),     "ns/a",  "globex", Err(NotHolder::OtherTenant {
+                reserved: "acme".into(), named: "globex".into() })),
+            (held("ns/a", "acme"),     "NS/a",  "acme",  other("ns/a", "NS/a")),
+            (held("ns/a", "acme"),     "",      "acme",  other("ns/a", "")),
+            (None,                     "ns/b",  "acme",  Ok(())),
+        ];
+        for (holder, caller, tenant, want) in cases {
+            assert_eq!(
+                check_holder(holder, caller, tenant),
+                want,
+                "{holder:?} settled by {caller} for {tenant}"
+            );
+        }
+        assert_eq!(
+            other("ns/a", "ns/b").unwrap_err().to_string(),
+            "held by dispatcher ns/a, not ns/b"
+        );
+    }
+}

@@ -73,7 +73,32 @@ pub fn command(dir: &Path) -> Command {
     ] {
         cmd.env_remove(var);
     }
+    // Synced mode needs the dispatcher's own token for the operator; the stand-in operators
+    // do not verify it (the real one does: e2e/tests/sync_identity.rs).
+    cmd.env("AGENTHOOKS_OPERATOR_TOKEN_FILE", operator_token_file(dir));
     cmd
+}
+
+/// The claims of [`operator_token_file`]'s token: dispatcher `tests/dispatcher`.
+pub const STANDIN_TOKEN_IDENTITY: &str = "tests/dispatcher";
+
+/// Writes (once) into `dir` an unsigned ServiceAccount-like JWT naming
+/// [`STANDIN_TOKEN_IDENTITY`], for `--operator-token-file`.
+pub fn operator_token_file(dir: &Path) -> std::path::PathBuf {
+    use base64::Engine;
+    let path = dir.join("operator.token");
+    if !path.exists() {
+        let enc = |v: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v);
+        let claims = serde_json::json!({"aud": ["agenthooks.io/sync"], "kubernetes.io": {
+            "namespace": "tests", "serviceaccount": {"name": "dispatcher"}}});
+        let token = format!(
+            "{}.{}.unsigned",
+            enc(br#"{"alg":"none"}"#),
+            enc(claims.to_string().as_bytes())
+        );
+        std::fs::write(&path, token).unwrap();
+    }
+    path
 }
 
 /// Adds `--allow-anonymous` to a serving command that names no way to know its callers

@@ -8,8 +8,11 @@
 //! the failover hold-off ([`Ledger::hold_off`]: refused `BudgetUnavailable`).
 //! Reservations expire after the ledger's TTL ([`RESERVATION_TTL`] by default).
 //!
-//! A settle must come from the dispatcher that reserved and name the tenant of the
-//! reservation (else [`SettleOutcome::Mismatch`], nothing counted). It removes the
+//! A settle must come from the dispatcher that reserved (else
+//! [`SettleOutcome::NotHolder`]) and name the tenant of the reservation (else
+//! [`SettleOutcome::Mismatch`]); nothing is counted then (crds'
+//! [`agenthooks_crds::rules::ledger::check_holder`]). The dispatcher of a request is its
+//! authenticated identity (the routes refuse a body naming another). It removes the
 //! reservation and queues its tokens, capped at the reserved tokens (the call's upper
 //! bound) — or at [`MAX_CALL_TOKENS`] for an id this leader does not know — for the
 //! budget's writer ([`Ledger::take_batch`] / [`Ledger::finish_batch`]), which persists
@@ -325,8 +328,11 @@ pub enum SettleOutcome {
     Persisted(SettleResponse),
     /// The tenant has no accepted budget (or it was deleted before the write).
     NotFound,
-    /// The settle names another dispatcher or tenant than the reservation it settles
-    /// (the message says which); nothing counted.
+    /// Another dispatcher than the settle's holds the reservation (the message says
+    /// which); nothing counted, the reservation still held for its holder.
+    NotHolder(String),
+    /// The settle names another tenant than the reservation it settles (the message
+    /// says which); nothing counted.
     Mismatch(String),
     /// Not written yet: retry with the same id. The tokens stay counted while this
     /// leader keeps the budget (its writer retries the write); only a change of
@@ -612,26 +618,29 @@ impl Ledger {
             }
             None => return SettleStep::Done(SettleOutcome::NotFound),
         };
-        match known_here {
-            Some(owner) if owner != req.dispatcher => {
-                return SettleStep::Done(SettleOutcome::Mismatch(format!(
-                    "reservation {id} of tenant {:?} was made by dispatcher {owner:?}, not {:?}; nothing counted",
-                    req.tenant, req.dispatcher
+        // (tenant, dispatcher) of the reservation: this budget's, or another's.
+        let holder = match known_here {
+            Some(owner) => Some((req.tenant.clone(), owner)),
+            None => self
+                .books
+                .iter()
+                .filter(|(k, _)| **k != key)
+                .find_map(|(_, b)| b.owner_of(id).map(|d| (b.tenant.clone(), d.to_string()))),
+        };
+        let held = holder
+            .as_ref()
+            .map(|(tenant, dispatcher)| rule::Holder { dispatcher, tenant });
+        match rule::check_holder(held, &req.dispatcher, &req.tenant) {
+            Ok(()) => {}
+            Err(e @ rule::NotHolder::OtherDispatcher { .. }) => {
+                return SettleStep::Done(SettleOutcome::NotHolder(format!(
+                    "reservationId: reservation {id} is {e}; nothing counted"
                 )));
             }
-            Some(_) => {}
-            None => {
-                let elsewhere = self
-                    .books
-                    .iter()
-                    .filter(|(k, _)| **k != key)
-                    .find_map(|(_, b)| b.owner_of(id).map(|d| (b.tenant.clone(), d.to_string())));
-                if let Some((tenant, owner)) = elsewhere {
-                    return SettleStep::Done(SettleOutcome::Mismatch(format!(
-                        "reservation {id} was made by dispatcher {owner:?} for tenant {tenant:?}; this settle names dispatcher {:?} and tenant {:?}; nothing counted",
-                        req.dispatcher, req.tenant
-                    )));
-                }
+            Err(e @ rule::NotHolder::OtherTenant { .. }) => {
+                return SettleStep::Done(SettleOutcome::Mismatch(format!(
+                    "reservation {id} was {e}; nothing counted"
+                )));
             }
         }
         let Some(book) = self.books.get_mut(&key) else {
@@ -1391,9 +1400,12 @@ pub(crate) mod tests {
         let mut other = settle_req(&id, 400);
         other.dispatcher = "d2".into();
         match l.settle(&other, now, P) {
-            SettleStep::Done(SettleOutcome::Mismatch(m)) => {
-                assert!(m.contains("\"d1\"") && m.contains("\"d2\""), "{m}")
-            }
+            SettleStep::Done(SettleOutcome::NotHolder(m)) => assert_eq!(
+                m,
+                format!(
+                    "reservationId: reservation {id} is held by dispatcher d1, not d2; nothing counted"
+                )
+            ),
             o => panic!("{o:?}"),
         }
         let mut wrong_tenant = settle_req(&id, 400);
@@ -1425,7 +1437,7 @@ pub(crate) mod tests {
         };
         assert!(matches!(
             l.settle(&other, now, P),
-            SettleStep::Done(SettleOutcome::Mismatch(_))
+            SettleStep::Done(SettleOutcome::NotHolder(_))
         ));
         let key = spawn_writer.unwrap();
         let b = l.take_batch(&key, l.session(), None).unwrap();
@@ -1436,7 +1448,7 @@ pub(crate) mod tests {
         assert!(matches!(rx.try_recv().unwrap(), SettleOutcome::Persisted(r) if r.used == 100));
         assert!(matches!(
             l.settle(&other, now, P),
-            SettleStep::Done(SettleOutcome::Mismatch(_))
+            SettleStep::Done(SettleOutcome::NotHolder(_))
         ));
         assert!(matches!(
             l.settle(&wrong_tenant, now, P),
@@ -1448,7 +1460,20 @@ pub(crate) mod tests {
         release.dispatcher = "d2".into();
         assert!(matches!(
             l.settle(&release, now, P),
-            SettleStep::Done(SettleOutcome::Mismatch(_))
+            SettleStep::Done(SettleOutcome::NotHolder(_))
+        ));
+        // ... and so is another dispatcher naming another tenant (holder first)
+        let mut both = settle_req(&id, 10);
+        both.dispatcher = "d2".into();
+        both.tenant = "globex".into();
+        assert!(matches!(
+            l.settle(&both, now, P),
+            SettleStep::Done(SettleOutcome::NotHolder(_))
+        ));
+        // its holder still releases it
+        assert!(matches!(
+            l.settle(&settle_req(&id, 0), now, P),
+            SettleStep::Done(SettleOutcome::Persisted(_))
         ));
     }
 

@@ -29,8 +29,8 @@ pub struct BudgetMetrics {
     /// `exhausted`, `not_found`, `unavailable` (the failover hold-off) or `too_many`.
     pub reservations_total: IntCounterVec,
     /// `agenthooks_budget_settles_total{result}`: settle answers, `written`, `released`,
-    /// `duplicate`, `not_found`, `mismatch` (another dispatcher's or tenant's
-    /// reservation, 409) or `failed`.
+    /// `duplicate`, `not_found`, `not_holder` (another dispatcher's reservation, 403),
+    /// `mismatch` (another tenant's reservation, 409) or `failed`.
     pub settles_total: IntCounterVec,
     /// `agenthooks_budget_settle_overage_tokens_total{cap}`: tokens settles carried past
     /// their cap and that were not counted: `cap="reservation"` above the tokens the
@@ -60,12 +60,19 @@ impl BudgetMetrics {
         )?;
         let settles_total = result(
             "agenthooks_budget_settles_total",
-            "Budget settle answers by result (written, released, duplicate, not_found, mismatch, failed).",
+            "Budget settle answers by result (written, released, duplicate, not_found, not_holder, mismatch, failed).",
         )?;
         for r in ["granted", "exhausted", "not_found", "unavailable"] {
             reservations_total.with_label_values(&[r]);
         }
-        for r in ["written", "released", "duplicate", "mismatch", "failed"] {
+        for r in [
+            "written",
+            "released",
+            "duplicate",
+            "not_holder",
+            "mismatch",
+            "failed",
+        ] {
             settles_total.with_label_values(&[r]);
         }
         let settle_overage_tokens_total = IntCounterVec::new(

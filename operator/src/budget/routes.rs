@@ -3,6 +3,9 @@
 //!
 //! Answers of both:
 //! - `413 {"error"}` for a body over [`MAX_BODY_BYTES`];
+//! - `401 {"error"}` without an authenticated caller, `403 {"error", "field":
+//!   "dispatcher"}` when `dispatcher` is not the authenticated caller
+//!   ([`crate::sync_auth`]): nothing reserved, settled or counted;
 //! - `400 {"error", "field"}` for a body that is not the request's JSON or a bad field
 //!   (`dispatcher`, `tenant`, `reservationId`: 1–253 characters without control
 //!   characters; `tokens` 1 to [`MAX_CALL_TOKENS`](super::ledger::MAX_CALL_TOKENS) on reserve, >= 0 on settle);
@@ -19,8 +22,9 @@
 //! `status.used` (or at once for a duplicate or a release); tokens above the
 //! reservation (or above [`MAX_CALL_TOKENS`](super::ledger::MAX_CALL_TOKENS) for an unknown id) are not counted, but
 //! logged and added to `agenthooks_budget_settle_overage_tokens_total`;
-//! `409 {"error"}` when the reservation was made by another dispatcher or for another
-//! tenant (nothing counted; final); `404 {"error", "reason": "BudgetNotFound"}` when the
+//! `403 {"error", "field": "reservationId"}` when another dispatcher holds the
+//! reservation, `409 {"error"}` when it was made for another tenant (nothing counted;
+//! final; CONTRACT §9.4); `404 {"error", "reason": "BudgetNotFound"}` when the
 //! tenant has no accepted budget (nothing to count: drop it); `503` when the write did
 //! not finish within [`Settings::settle_wait`](super::Settings::settle_wait) (the tokens
 //! stay counted and the write is retried in the background; retry with the same
@@ -41,7 +45,7 @@ use agenthooks_crds::rules::ledger::{
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Extension, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -51,6 +55,7 @@ use super::Budgets;
 use super::ledger::{MAX_RESERVATIONS, ReserveOutcome, SettleOutcome, SettleStep};
 use super::writer;
 use crate::shared::{Serving, lock};
+use crate::sync_auth::{SyncCaller, SyncRefusal, no_caller};
 
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -176,16 +181,35 @@ fn check_settle(req: &SettleRequest) -> Result<(), Answer> {
     check_settle_tokens(req.tokens).map_err(|e| bad_request("tokens", format!("tokens: {e}")))
 }
 
+/// The caller's own request, or the answer refusing it (401 without a caller, 403 when
+/// `dispatcher` names another).
+fn check_caller(
+    caller: Option<Extension<SyncCaller>>,
+    dispatcher: &str,
+) -> Result<(), SyncRefusal> {
+    let Some(Extension(caller)) = caller else {
+        return Err(no_caller());
+    };
+    caller.acts_for(dispatcher).map_err(SyncRefusal::from)
+}
+
 async fn reserve(
     State(budgets): State<Arc<Budgets>>,
+    caller: Option<Extension<SyncCaller>>,
     body: Result<Bytes, BytesRejection>,
-) -> Answer {
+) -> Response {
     let req: ReserveRequest = match parse(body) {
         Ok(r) => r,
-        Err(resp) => return resp,
+        Err(resp) => return resp.into_response(),
     };
-    if let Err(resp) = check_reserve(&req).and_then(|()| check_serving(&budgets)) {
-        return resp;
+    if let Err(resp) = check_reserve(&req) {
+        return resp.into_response();
+    }
+    if let Err(refused) = check_caller(caller, &req.dispatcher) {
+        return refused.into_response();
+    }
+    if let Err(resp) = check_serving(&budgets) {
+        return resp.into_response();
     }
     let period = period_of(chrono::Utc::now());
     let (outcome, expired, figures) = {
@@ -202,7 +226,7 @@ async fn reserve(
         budgets.metrics.set(f);
     }
     let m = &budgets.metrics.reservations_total;
-    match outcome {
+    let answered = match outcome {
         ReserveOutcome::Granted {
             reservation_id,
             remaining,
@@ -255,19 +279,27 @@ async fn reserve(
                 }),
             )
         }
-    }
+    };
+    answered.into_response()
 }
 
 async fn settle(
     State(budgets): State<Arc<Budgets>>,
+    caller: Option<Extension<SyncCaller>>,
     body: Result<Bytes, BytesRejection>,
-) -> Answer {
+) -> Response {
     let req: SettleRequest = match parse(body) {
         Ok(r) => r,
-        Err(resp) => return resp,
+        Err(resp) => return resp.into_response(),
     };
-    if let Err(resp) = check_settle(&req).and_then(|()| check_serving(&budgets)) {
-        return resp;
+    if let Err(resp) = check_settle(&req) {
+        return resp.into_response();
+    }
+    if let Err(refused) = check_caller(caller, &req.dispatcher) {
+        return refused.into_response();
+    }
+    if let Err(resp) = check_serving(&budgets) {
+        return resp.into_response();
     }
     let period = period_of(chrono::Utc::now());
     let (step, session) = {
@@ -286,7 +318,7 @@ async fn settle(
                     .with_label_values(&["released"])
                     .inc();
                 budgets.refresh_tenant(&req.tenant);
-                return answer(&budgets, o, false);
+                return answer(&budgets, o, false).into_response();
             }
             o
         }
@@ -320,7 +352,7 @@ async fn settle(
             }
         }
     };
-    answer(&budgets, outcome, true)
+    answer(&budgets, outcome, true).into_response()
 }
 
 fn answer(budgets: &Budgets, outcome: SettleOutcome, count: bool) -> Answer {
@@ -328,6 +360,7 @@ fn answer(budgets: &Budgets, outcome: SettleOutcome, count: bool) -> Answer {
         SettleOutcome::Persisted(r) if r.duplicate => "duplicate",
         SettleOutcome::Persisted(_) => "written",
         SettleOutcome::NotFound => "not_found",
+        SettleOutcome::NotHolder(_) => "not_holder",
         SettleOutcome::Mismatch(_) => "mismatch",
         SettleOutcome::Failed(_) => "failed",
     };
@@ -349,6 +382,13 @@ fn answer(budgets: &Budgets, outcome: SettleOutcome, count: bool) -> Answer {
                 "reason": REASON_BUDGET_NOT_FOUND,
             }),
         ),
+        SettleOutcome::NotHolder(why) => {
+            tracing::warn!(error = %why, "budget settle refused: another dispatcher's reservation");
+            json(
+                StatusCode::FORBIDDEN,
+                serde_json::json!({ "error": why, "field": "reservationId" }),
+            )
+        }
         SettleOutcome::Mismatch(why) => {
             tracing::warn!(error = %why, "budget settle refused: another dispatcher's or tenant's reservation");
             json(StatusCode::CONFLICT, serde_json::json!({ "error": why }))

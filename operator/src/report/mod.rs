@@ -62,6 +62,9 @@
 //!   a duplicate arriving while the first is still being applied waits for it.
 //! - `400` `{"error"}` naming the field (`trips[0].generation: invalid type: ...`) for a
 //!   body that does not parse or breaks a rule above; nothing is applied.
+//! - `403` `{"error", "field": "dispatcher"}` when `dispatcher` is not the authenticated
+//!   caller ([`crate::sync_auth`]): nothing is applied, no `reportId` recorded (a
+//!   dispatcher reports only for itself, CONTRACT §9.4).
 //! - `409` `{"error"}` when this dispatcher already used this `reportId` for another body
 //!   (compared by SHA-256 of the parsed body); nothing is applied, and resending it never
 //!   succeeds: the dispatcher must use a new id.
@@ -166,7 +169,7 @@ use agenthooks_crds::report::{CloseReport, ReportAck, TripReport};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Extension, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -179,6 +182,7 @@ use tokio_util::sync::CancellationToken;
 use crate::breaker_window::{BreakerWindows, HookVersion};
 use crate::index::{CloseMatch, HookKey, TripMatch};
 use crate::shared::{Serving, Shared, lock};
+use crate::sync_auth::{SyncCaller, no_caller};
 use breaker::{CloseWrite, TripWrite};
 use dedup::{AttemptResult, Begin, Progress, ReportKey, ReportLog};
 use validate::Checked;
@@ -305,8 +309,12 @@ fn answer(status: StatusCode, serving: Serving, why: &str) -> Response {
 
 async fn post_report(
     State(core): State<Arc<Core>>,
+    caller: Option<Extension<SyncCaller>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    let Some(Extension(caller)) = caller else {
+        return no_caller().into_response();
+    };
     let received = Instant::now();
     let received_at = chrono::Utc::now();
     let count = |result: &str| {
@@ -341,6 +349,10 @@ async fn post_report(
             return json_error(StatusCode::BAD_REQUEST, message);
         }
     };
+    if let Err(foreign) = caller.acts_for(&checked.report.dispatcher) {
+        count("forbidden");
+        return foreign.into_response();
+    }
     let serving = core.shared.serving();
     if !serving.ok() {
         count("unavailable");

@@ -74,17 +74,24 @@ fn fast() -> ReportConfig {
     }
 }
 
-async fn post(app: &Router, body: impl Into<Body>) -> (StatusCode, Value) {
-    let resp = app
-        .clone()
-        .oneshot(
-            Request::post("/v1/report")
-                .header("content-type", "application/json")
-                .body(body.into())
-                .unwrap(),
-        )
-        .await
+/// POSTs `body` as the dispatcher it names (what the sync port's authentication leaves
+/// in the request; `d` for a body naming none).
+async fn post(app: &Router, body: impl AsRef<[u8]>) -> (StatusCode, Value) {
+    let named = serde_json::from_slice::<Value>(body.as_ref())
+        .ok()
+        .and_then(|v| v["dispatcher"].as_str().map(str::to_string))
+        .unwrap_or_else(|| "d".into());
+    post_as(app, &named, body).await
+}
+
+/// POSTs `body` as authenticated dispatcher `caller`.
+async fn post_as(app: &Router, caller: &str, body: impl AsRef<[u8]>) -> (StatusCode, Value) {
+    let mut req = Request::post("/v1/report")
+        .header("content-type", "application/json")
+        .body(Body::from(body.as_ref().to_vec()))
         .unwrap();
+    req.extensions_mut().insert(SyncCaller::new(caller));
+    let resp = app.clone().oneshot(req).await.unwrap();
     let status = resp.status();
     let bytes = resp.into_body().collect().await.unwrap().to_bytes();
     (
@@ -862,5 +869,60 @@ async fn an_unavailable_list_is_kept_per_dispatcher_and_replaced_by_the_next() {
     .await;
     assert_eq!(status, StatusCode::OK);
     assert!(live(&shared).unavailable("u1", 2).is_empty());
+    cancel.cancel();
+}
+
+/// CONTRACT §9.4: a report naming another dispatcher than its authenticated caller is
+/// 403 naming `dispatcher`, and nothing of it happens: no trip, no count, no unavailable
+/// list, no API call, and its `reportId` is not recorded (the named dispatcher's own
+/// report with that id is applied afterwards).
+#[tokio::test]
+async fn a_report_for_another_dispatcher_is_403_and_changes_nothing() {
+    let (shared, before) = published(&[("h", "u1", 2)]);
+    let cancel = CancellationToken::new();
+    let (client, connections) = counting_client();
+    let app = start_with(shared.clone(), client, cancel.clone(), fast());
+    let forged = json!({"dispatcher": "ns/disp-a", "reportId": "r1",
+        "trips": [{"uid": "u1", "namespace": "ns", "name": "h", "generation": 2,
+            "tenant": "t1", "trippedAt": "2025-03-01T10:00:00Z", "failClosed": false,
+            "reason": "forged"}],
+        "executions": [{"uid": "u1", "namespace": "ns", "name": "h", "allow": 5}],
+        "unavailable": [{"uid": "u1", "namespace": "ns", "name": "h", "generation": 2,
+            "error": "forged"}]});
+    let (status, answer) = post_as(&app, "ns/disp-b", forged.to_string()).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{answer}");
+    assert_eq!(
+        answer,
+        json!({"error": "dispatcher: this caller is ns/disp-b, not ns/disp-a", "field": "dispatcher"})
+    );
+    assert_eq!(
+        (count(&shared, "forbidden"), count(&shared, "applied")),
+        (1, 0)
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        connections.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "no API call"
+    );
+    assert_eq!(
+        shared.snapshots.borrow().version,
+        before,
+        "nothing republished"
+    );
+    assert_eq!(snapshot_breakers(&shared, "h"), Some(vec![]), "no trip");
+    assert!(
+        lock(&shared.index)
+            .get(&HookKey::new("ns", "h"))
+            .unwrap()
+            .open_breakers()
+            .is_empty()
+    );
+    // The named dispatcher's own r1 (another body) is a new report, not a 409.
+    let own = json!({"dispatcher": "ns/disp-a", "reportId": "r1"});
+    let (status, ack) = post_as(&app, "ns/disp-a", own.to_string()).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    assert_eq!(ack["duplicate"], false);
+    assert_eq!(count(&shared, "conflict"), 0);
     cancel.cancel();
 }

@@ -81,6 +81,7 @@ pub fn config(master: &str) -> Config {
         sync_addr: "127.0.0.1:0".parse().expect("addr"),
         metrics_addr: "127.0.0.1:0".parse().expect("addr"),
         seal_key: None,
+        sync_auth: Default::default(),
         lease: LeaseConfig {
             name: unique_name("budget-lease"),
             namespace: master.to_string(),
@@ -146,19 +147,26 @@ impl Replica {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
 
-    /// POSTs `body` (raw bytes) to `path`; returns the status and the JSON answer.
+    /// POSTs `body` (raw bytes) to `path` as the dispatcher it names (what the sync
+    /// port's authentication leaves in the request; `d` for a body naming none); returns
+    /// the status and the JSON answer.
     pub async fn post_raw(&self, path: &str, body: Vec<u8>) -> (StatusCode, Value) {
-        let resp = self
-            .router
-            .clone()
-            .oneshot(
-                Request::post(path)
-                    .header("content-type", "application/json")
-                    .body(Body::from(body))
-                    .expect("request"),
-            )
-            .await
-            .expect("infallible");
+        let named = serde_json::from_slice::<Value>(&body)
+            .ok()
+            .and_then(|v| v["dispatcher"].as_str().map(str::to_string))
+            .unwrap_or_else(|| "d".into());
+        self.post_as(&named, path, body).await
+    }
+
+    /// POSTs `body` to `path` as authenticated dispatcher `caller`.
+    pub async fn post_as(&self, caller: &str, path: &str, body: Vec<u8>) -> (StatusCode, Value) {
+        let mut req = Request::post(path)
+            .header("content-type", "application/json")
+            .body(Body::from(body))
+            .expect("request");
+        req.extensions_mut()
+            .insert(agenthooks_operator::sync_auth::SyncCaller::new(caller));
+        let resp = self.router.clone().oneshot(req).await.expect("infallible");
         let status = resp.status();
         let bytes = resp.into_body().collect().await.expect("body").to_bytes();
         let v = serde_json::from_slice(&bytes).unwrap_or(Value::Null);

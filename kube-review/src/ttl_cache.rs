@@ -47,6 +47,11 @@ impl<K: Hash + Eq, V: Clone> TtlCache<K, V> {
     pub fn len(&self) -> usize {
         self.entries.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
+
+    /// Whether it holds no entry (expired ones not yet looked at count as held).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 #[cfg(test)]
@@ -65,6 +70,7 @@ mod tests {
             "expired at the deadline"
         );
         assert_eq!(c.len(), 0, "an expired entry is dropped when seen");
+        assert!(c.is_empty());
         c.insert(1, "a", t0, Duration::from_secs(10));
         c.insert(2, "b", t0, Duration::from_secs(10));
         c.get(&1, t0);
