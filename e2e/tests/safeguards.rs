@@ -639,6 +639,7 @@ fn budget_load(s: &Stack, n: usize, tenant: &str, args: &[&str]) -> Vec<Value> {
                 "--seal-key-file",
                 s.seal_key.to_str().unwrap(),
             ])
+            .args(agenthooks_e2e::stack::test_pki().operator_ca_flags())
             .args(args);
             cmd.stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
