@@ -122,6 +122,34 @@ struct BudgetLoadArgs {
     /// every call; the operator verifies it with a TokenReview and RBAC).
     #[arg(long, value_name = "PATH", env = "AGENTHOOKS_OPERATOR_TOKEN_FILE")]
     operator_token_file: PathBuf,
+    #[command(flatten)]
+    operator_tls: OperatorTlsArgs,
+}
+
+/// How the operator is reached (CONTRACT §9.4): `https://` URLs need a CA bundle;
+/// `http://` only to loopback unless the lab escape is given.
+#[derive(Args, Clone)]
+struct OperatorTlsArgs {
+    /// PEM bundle of the CA that must sign the operator's certificate (e.g. the sync
+    /// Secret's ca.crt). Needed by https:// operator URLs; trusted alone for them (not
+    /// the system roots), and the URL's host must be in the certificate.
+    #[arg(long, value_name = "PATH", env = "AGENTHOOKS_OPERATOR_CA_FILE")]
+    operator_ca_file: Option<PathBuf>,
+    /// Lab only: allow http:// operator URLs to hosts that are not loopback. Snapshots
+    /// (sealed headers included) and reports then cross the network in the clear and the
+    /// operator is not verified. Without it such a URL fails start-up.
+    #[arg(long)]
+    insecure_operator_http: bool,
+}
+
+impl OperatorTlsArgs {
+    /// `urls` with the transport rule applied and the CA bundle loaded.
+    fn secure(&self, urls: OperatorUrls) -> anyhow::Result<OperatorUrls> {
+        Ok(urls.secure(
+            self.operator_ca_file.as_deref(),
+            self.insecure_operator_http,
+        )?)
+    }
 }
 
 #[derive(Args, Clone)]
@@ -177,6 +205,16 @@ struct ServeArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
+    /// PEM certificate chain of the dispatch port. With --tls-key-file the port serves
+    /// HTTPS; the files are re-read every 10 s and a new valid pair is served from the
+    /// next connection on (a bad one is logged and the previous pair kept).
+    #[arg(long, value_name = "PATH", env = "AGENTHOOKS_TLS_CERT_FILE")]
+    tls_cert_file: Option<PathBuf>,
+    /// PEM private key of --tls-cert-file.
+    #[arg(long, value_name = "PATH", env = "AGENTHOOKS_TLS_KEY_FILE")]
+    tls_key_file: Option<PathBuf>,
+    #[command(flatten)]
+    operator_tls: OperatorTlsArgs,
     /// Requests the port serves at once (CONTRACT §10.2); past it a request is answered
     /// 503 at once, not queued (callers treat 503 as block), and counted in
     /// `agenthooks_requests_shed_total`. `/healthz` and `/metrics` are not limited.
@@ -438,7 +476,11 @@ async fn budget_load(args: BudgetLoadArgs) -> anyhow::Result<()> {
         Some(id) => id,
         None => token.identity()?,
     };
-    let urls = Arc::new(OperatorUrls::parse(&args.operator_url)?.with_token(token));
+    let urls = Arc::new(
+        args.operator_tls
+            .secure(OperatorUrls::parse(&args.operator_url)?)?
+            .with_token(token),
+    );
     let budgets = Budgets::remote(RemoteBudgets::new(urls, id, RemoteConfig::default()), None);
     let plan = load::LoadPlan {
         tenant: args.tenant,
@@ -564,8 +606,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             state
         }
         (None, false) => {
-            let urls = OperatorUrls::parse(&args.operator_url)
-                .context("synced mode needs at least one operator URL")?;
+            let urls = args.operator_tls.secure(
+                OperatorUrls::parse(&args.operator_url)
+                    .context("synced mode needs at least one operator URL")?,
+            )?;
             let Some(path) = &args.operator_token_file else {
                 bail!(
                     "synced mode needs --operator-token-file (env AGENTHOOKS_OPERATOR_TOKEN_FILE): this dispatcher's projected ServiceAccount token for the audience agenthooks.io/sync, which the operator verifies on every call (docs/sync.md)"
@@ -618,10 +662,24 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             "no --admin-token-file: POST /v1/test and audit history reads are refused"
         ),
     }
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("listen on {}", args.listen))?;
-    tracing::info!(addr = %listener.local_addr()?, "dispatcher listening");
+    let cert = agenthooks_tls::PemFiles::from_flags(
+        args.tls_cert_file.clone(),
+        args.tls_key_file.clone(),
+        "--tls-cert-file",
+        "--tls-key-file",
+    )?
+    .map(agenthooks_tls::ServerCert::load)
+    .transpose()?;
+    let listener = agenthooks_tls::Incoming::new(
+        tokio::net::TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("listen on {}", args.listen))?,
+        cert.as_ref(),
+    )?;
+    if let Some(cert) = &cert {
+        cert.spawn_reloader("dispatch", agenthooks_tls::RELOAD_INTERVAL, cancel.clone());
+    }
+    tracing::info!(addr = %listener.local_addr()?, tls = listener.is_tls(), "dispatcher listening");
     let shutdown = cancel.clone();
     let draining = Arc::clone(&state);
     let delay = Duration::from_secs(args.shutdown_delay_seconds);

@@ -9,16 +9,25 @@
 //! timeout or any other status moves to the next URL. The URL that answered becomes the first one tried by every later call: all
 //! calls share one [`OperatorUrls`], so finding the leader once serves them all.
 //!
-//! Connections: every call opens its own connection (see [`fresh_client`]), so a URL
-//! that names a Kubernetes Service can reach another replica on the next try instead of
-//! staying on a pooled connection to a standby that answers `503` forever.
+//! Connections: every call opens its own connection (see [`OperatorUrls::fresh_client`]),
+//! so a URL that names a Kubernetes Service can reach another replica on the next try
+//! instead of staying on a pooled connection to a standby that answers `503` forever.
+//!
+//! Transport (CONTRACT §9.4, [`OperatorUrls::secure`]): an `https://` URL needs
+//! `--operator-ca-file`, the CA bundle that must sign the operator's certificate (only
+//! it: the system roots are not trusted for the operator); the host name of the URL must
+//! be in the certificate. `http://` is allowed only to a loopback address (127.0.0.0/8,
+//! `::1`, `localhost`) unless `--insecure-operator-http` says the clear text is meant. A
+//! certificate that does not verify is that URL not answering: the next is tried, the
+//! dispatcher keeps its last snapshot (or stays not ready), and the log says why.
 
 use std::future::Future;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use url::Url;
+use url::{Host, Url};
 
 use crate::operator_token::OperatorToken;
 
@@ -29,6 +38,47 @@ pub enum OperatorUrlError {
     Empty,
     #[error("--operator-url: {value:?}: {reason}")]
     Invalid { value: String, reason: String },
+    /// A URL breaks the transport rule ([`transport_rule`]).
+    #[error("--operator-url {url}: {rule}")]
+    Transport { url: String, rule: TransportRule },
+    /// `--operator-ca-file` cannot be used (the message names the flag).
+    #[error("{0}")]
+    CaFile(String),
+}
+
+/// Which transport rule an operator URL breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TransportRule {
+    /// `https://` without `--operator-ca-file`.
+    #[error(
+        "https:// needs --operator-ca-file, the CA bundle that must sign the operator's certificate (the system roots are not trusted for the operator)"
+    )]
+    HttpsNeedsCa,
+    /// `http://` to a host that is not loopback.
+    #[error(
+        "http:// is allowed only to a loopback address (127.0.0.0/8, ::1, localhost): snapshots and reports would cross the network in the clear and the operator would not be verified; use https:// with --operator-ca-file (or --insecure-operator-http, for a lab only)"
+    )]
+    PlainHttpNotLoopback,
+}
+
+/// Whether `url` may be used: `https` needs a CA bundle (`has_ca`); `http` needs a
+/// loopback host (127.0.0.0/8, `::1`, `localhost`) or `insecure_http`.
+pub fn transport_rule(url: &Url, has_ca: bool, insecure_http: bool) -> Result<(), TransportRule> {
+    match url.scheme() {
+        "https" if !has_ca => Err(TransportRule::HttpsNeedsCa),
+        "http" if !insecure_http && !is_loopback(url) => Err(TransportRule::PlainHttpNotLoopback),
+        _ => Ok(()),
+    }
+}
+
+/// Whether the host of `url` is a loopback address or `localhost`.
+pub fn is_loopback(url: &Url) -> bool {
+    match url.host() {
+        Some(Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(Host::Ipv6(ip)) => ip.is_loopback(),
+        Some(Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        None => false,
+    }
 }
 
 /// The operator's sync URLs in the order given, and which one answered last.
@@ -41,6 +91,8 @@ pub struct OperatorUrls {
     /// call (`--operator-token-file`, [`crate::operator_token`]); none in tests that
     /// talk to a stand-in operator.
     token: Option<Arc<OperatorToken>>,
+    /// TLS of `https` URLs: trusts `--operator-ca-file` only ([`OperatorUrls::secure`]).
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// What one attempt against one URL came to.
@@ -96,7 +148,70 @@ impl OperatorUrls {
             urls,
             current: AtomicUsize::new(0),
             token: None,
+            tls: None,
         })
+    }
+
+    /// Applies the transport rule to every URL ([`transport_rule`]) and, with `ca_file`
+    /// (`--operator-ca-file`), trusts that CA bundle alone for `https` URLs. With
+    /// `insecure_http` (`--insecure-operator-http`) a non-loopback `http` URL is allowed,
+    /// with a warning. Errors: [`OperatorUrlError::Transport`] naming the first URL that
+    /// breaks the rule, [`OperatorUrlError::CaFile`] when the bundle cannot be used.
+    pub fn secure(
+        mut self,
+        ca_file: Option<&Path>,
+        insecure_http: bool,
+    ) -> Result<OperatorUrls, OperatorUrlError> {
+        for url in &self.urls {
+            transport_rule(url, ca_file.is_some(), insecure_http).map_err(|rule| {
+                OperatorUrlError::Transport {
+                    url: url.to_string(),
+                    rule,
+                }
+            })?;
+            if url.scheme() == "http" && !is_loopback(url) {
+                tracing::warn!(operator = %url, "--insecure-operator-http: this dispatcher follows an operator over plain HTTP; anyone on the path can read and change its snapshots");
+            }
+        }
+        if let Some(path) = ca_file {
+            let config = agenthooks_tls::client_config_trusting("--operator-ca-file", path)
+                .map_err(|e| OperatorUrlError::CaFile(e.to_string()))?;
+            self.tls = Some(Arc::new(config));
+            if self.urls.iter().all(|u| u.scheme() == "http") {
+                tracing::warn!(
+                    "--operator-ca-file is given but every --operator-url is http://: the CA is not used"
+                );
+            }
+        }
+        Ok(self)
+    }
+
+    /// Whether `https` URLs are verified against a CA bundle ([`OperatorUrls::secure`]).
+    pub fn verifies_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// A client builder for calls to the operator: no idle connections (each call
+    /// connects anew, so a Service URL can reach another replica on the next try), no
+    /// proxy, and TLS trusting only `--operator-ca-file` when it was given.
+    pub fn client_builder(&self) -> reqwest::ClientBuilder {
+        install_crypto_provider();
+        let builder = reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .no_proxy();
+        match &self.tls {
+            Some(config) => builder.tls_backend_preconfigured(rustls::ClientConfig::clone(config)),
+            None => builder,
+        }
+    }
+
+    /// [`OperatorUrls::client_builder`] with `connect_timeout` (TLS handshake included);
+    /// callers set each request's own timeout.
+    pub fn fresh_client(&self, connect_timeout: Duration) -> reqwest::Client {
+        self.client_builder()
+            .connect_timeout(connect_timeout)
+            .build()
+            .expect("an HTTP client builds")
     }
 
     /// Sends `Authorization: Bearer <token>` with every call, the token of `token` (the
@@ -277,15 +392,28 @@ impl PostError {
     }
 }
 
-/// A reqwest error in a few words: timeout, connect, or the error itself.
+/// A reqwest error in a few words: timeout, connect, or the error itself, followed by
+/// its causes (a certificate that does not verify shows as `invalid peer certificate:
+/// ...` with rustls' reason).
 pub fn describe(e: &reqwest::Error) -> String {
-    if e.is_timeout() {
-        "timed out".into()
+    let head = if e.is_timeout() {
+        "timed out".to_string()
     } else if e.is_connect() {
         format!("cannot connect ({e})")
     } else {
         e.to_string()
+    };
+    let mut out = head;
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
     }
+    out
 }
 
 fn snippet(text: &str) -> String {
@@ -305,7 +433,8 @@ pub fn install_crypto_provider() {
 
 /// An HTTP client that keeps no idle connection: each call connects anew, so a Service
 /// URL can reach another replica on the next try. `connect_timeout` bounds connecting;
-/// callers set each request's own timeout.
+/// callers set each request's own timeout. No TLS trust of its own: calls to the
+/// operator use [`OperatorUrls::fresh_client`], which trusts `--operator-ca-file`.
 pub fn fresh_client(connect_timeout: Duration) -> reqwest::Client {
     install_crypto_provider();
     reqwest::Client::builder()
@@ -456,5 +585,109 @@ mod tests {
             Some("b"),
             "a failure moves nothing"
         );
+    }
+
+    #[test]
+    fn the_transport_rule() {
+        use super::TransportRule::{HttpsNeedsCa, PlainHttpNotLoopback};
+        // (url, --operator-ca-file given, --insecure-operator-http, expected)
+        let table: &[(&str, bool, bool, Result<(), super::TransportRule>)] = &[
+            ("https://op.ns.svc:9090", true, false, Ok(())),
+            ("https://op.ns.svc:9090", false, false, Err(HttpsNeedsCa)),
+            ("https://127.0.0.1:9090", false, true, Err(HttpsNeedsCa)),
+            ("http://127.0.0.1:9090", false, false, Ok(())),
+            ("http://127.3.4.5:9090", false, false, Ok(())),
+            ("http://[::1]:9090", false, false, Ok(())),
+            ("http://localhost:9090", false, false, Ok(())),
+            ("http://LOCALHOST:9090", false, false, Ok(())),
+            ("http://127.0.0.1:9090", true, false, Ok(())),
+            (
+                "http://op.ns.svc:9090",
+                false,
+                false,
+                Err(PlainHttpNotLoopback),
+            ),
+            (
+                "http://op.ns.svc:9090",
+                true,
+                false,
+                Err(PlainHttpNotLoopback),
+            ),
+            (
+                "http://10.0.0.7:9090",
+                false,
+                false,
+                Err(PlainHttpNotLoopback),
+            ),
+            ("http://[::2]:9090", false, false, Err(PlainHttpNotLoopback)),
+            (
+                "http://localhost.example:9090",
+                false,
+                false,
+                Err(PlainHttpNotLoopback),
+            ),
+            (
+                "http://0.0.0.0:9090",
+                false,
+                false,
+                Err(PlainHttpNotLoopback),
+            ),
+            ("http://op.ns.svc:9090", false, true, Ok(())),
+            ("http://10.0.0.7:9090", true, true, Ok(())),
+        ];
+        for (url, ca, insecure, want) in table {
+            let u = url::Url::parse(url).unwrap();
+            assert_eq!(
+                &super::transport_rule(&u, *ca, *insecure),
+                want,
+                "{url} ca={ca} insecure={insecure}"
+            );
+        }
+    }
+
+    #[test]
+    fn secure_names_the_flag_the_url_and_the_rule() {
+        let urls = OperatorUrls::parse(&["http://127.0.0.1:9090,http://op.ns.svc:9090"]).unwrap();
+        let e = urls.secure(None, false).unwrap_err();
+        assert_eq!(
+            e,
+            OperatorUrlError::Transport {
+                url: "http://op.ns.svc:9090/".into(),
+                rule: TransportRule::PlainHttpNotLoopback
+            }
+        );
+        let text = e.to_string();
+        assert!(text.starts_with("--operator-url http://op.ns.svc:9090/: http:// is allowed only to a loopback address"), "{text}");
+        assert!(text.contains("--operator-ca-file"), "{text}");
+
+        let e = OperatorUrls::parse(&["https://op.ns.svc:9090"])
+            .unwrap()
+            .secure(None, false)
+            .unwrap_err();
+        assert!(
+            e.to_string().starts_with(
+                "--operator-url https://op.ns.svc:9090/: https:// needs --operator-ca-file"
+            ),
+            "{e}"
+        );
+
+        let missing = std::env::temp_dir().join("agenthooks-no-such-ca.crt");
+        let e = OperatorUrls::parse(&["https://op.ns.svc:9090"])
+            .unwrap()
+            .secure(Some(&missing), false)
+            .unwrap_err();
+        assert!(matches!(e, OperatorUrlError::CaFile(_)), "{e}");
+        assert!(e.to_string().starts_with("--operator-ca-file "), "{e}");
+
+        let plain = OperatorUrls::parse(&["http://[::1]:9090"])
+            .unwrap()
+            .secure(None, false)
+            .unwrap();
+        assert!(!plain.verifies_tls());
+        let lab = OperatorUrls::parse(&["http://op.ns.svc:9090"])
+            .unwrap()
+            .secure(None, true)
+            .unwrap();
+        assert!(!lab.verifies_tls());
     }
 }

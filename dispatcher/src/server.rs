@@ -160,13 +160,14 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// Deadline for a client to send a request's body once its headers arrived.
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Serves `router` on `listener` until `shutdown` fires, then lets in-flight requests
-/// finish. Unlike `axum::serve`, a client that sends its headers slower than
-/// [`HEADER_READ_TIMEOUT`] is disconnected (the handler bounds body reads by
-/// [`BODY_READ_TIMEOUT`]): a dispatcher on every tool call must not be held by idle
-/// sockets.
+/// Serves `router` on `listener` (plain, or TLS with `--tls-cert-file`: see
+/// [`agenthooks_tls::Incoming`], whose handshakes run side by side under a timeout) until
+/// `shutdown` fires, then lets in-flight requests finish. Unlike `axum::serve`, a client
+/// that sends its headers slower than [`HEADER_READ_TIMEOUT`] is disconnected (the
+/// handler bounds body reads by [`BODY_READ_TIMEOUT`]): a dispatcher on every tool call
+/// must not be held by idle sockets.
 pub async fn serve(
-    listener: tokio::net::TcpListener,
+    mut listener: agenthooks_tls::Incoming,
     router: Router,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> std::io::Result<()> {
@@ -182,19 +183,12 @@ pub async fn serve(
     let builder = builder.http1_only();
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     loop {
+        // Accept errors (out of file descriptors and the like) and failed TLS handshakes
+        // are logged and skipped inside; `TCP_NODELAY` is set there.
         let (stream, _peer) = tokio::select! {
             _ = shutdown.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    // Out of file descriptors and the like: back off, keep serving.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+            accepted = listener.accept_next() => accepted,
         };
-        let _ = stream.set_nodelay(true);
         let service = TowerToHyperService::new(router.clone());
         let conn = builder
             .serve_connection(TokioIo::new(stream), service)

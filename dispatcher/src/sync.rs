@@ -24,7 +24,7 @@ use agenthooks_crds::snapshot::Snapshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::hookset::HookSet;
-use crate::operator_urls::{Attempt, OperatorUrls, describe, install_crypto_provider};
+use crate::operator_urls::{Attempt, OperatorUrls, describe};
 use crate::server::AppState;
 
 /// Seconds the operator may hold a poll open.
@@ -67,12 +67,10 @@ pub async fn follow(
 ) {
     // No idle connections: behind a Service, a new connection per poll may reach another
     // operator replica, so a dispatcher never stays stuck on a standby answering 503.
-    install_crypto_provider();
-    let client = reqwest::Client::builder()
+    let client = urls
+        .client_builder()
         .timeout(Duration::from_secs(POLL_WAIT_SECONDS + 10))
         .connect_timeout(Duration::from_secs(2))
-        .pool_max_idle_per_host(0)
-        .no_proxy()
         .build()
         .expect("an HTTP client builds");
     let (mut epoch, mut version) = (String::new(), 0u64);

@@ -83,7 +83,15 @@ async fn dispatcher<S: AsRef<str>>(urls: &[S]) -> (String, CancellationToken) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let stop = cancel.clone();
-    tokio::spawn(async move { serve(listener, router(state), stop).await.unwrap() });
+    tokio::spawn(async move {
+        serve(
+            agenthooks_tls::Incoming::Plain(listener),
+            router(state),
+            stop,
+        )
+        .await
+        .unwrap()
+    });
     (base, cancel)
 }
 

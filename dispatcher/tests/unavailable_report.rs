@@ -45,7 +45,11 @@ async fn dispatcher(url: &str) -> (Arc<AppState>, String, CancellationToken) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let (app, stop) = (router(Arc::clone(&state)), cancel.clone());
-    tokio::spawn(async move { serve(listener, app, stop).await.unwrap() });
+    tokio::spawn(async move {
+        serve(agenthooks_tls::Incoming::Plain(listener), app, stop)
+            .await
+            .unwrap()
+    });
     (state, base, cancel)
 }
 

@@ -60,6 +60,132 @@ pub struct SyncIdentity {
     pub token: String,
 }
 
+/// The certificates of a test run (one per test process, in a temp directory): a CA and
+/// the operator's serving certificate for `127.0.0.1` and `localhost` signed by it, as a
+/// cluster has the chart's or cert-manager's. [`OperatorProc`] serves its sync port with
+/// it and [`DispatcherProc`] trusts the CA, so the process tier runs TLS by default.
+pub struct TestPki {
+    /// Directory of the files.
+    pub dir: PathBuf,
+    /// The CA's certificate (what `--operator-ca-file` names).
+    pub ca: PathBuf,
+    /// The operator's certificate (SANs `127.0.0.1`, `localhost`).
+    pub cert: PathBuf,
+    /// Its key.
+    pub key: PathBuf,
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+}
+
+impl TestPki {
+    fn new() -> TestPki {
+        let dir = std::env::temp_dir().join(unique_name("ah-pki"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (ca_pem, issuer) = new_ca("agenthooks e2e CA");
+        let ca = dir.join("ca.crt");
+        std::fs::write(&ca, ca_pem).unwrap();
+        let mut pki = TestPki {
+            cert: PathBuf::new(),
+            key: PathBuf::new(),
+            dir,
+            ca,
+            issuer,
+        };
+        let (cert, key) = pki.serving_cert("operator", &["127.0.0.1", "localhost"]);
+        (pki.cert, pki.key) = (cert, key);
+        pki
+    }
+
+    /// A serving certificate for `names` (DNS names or IP addresses) signed by this CA,
+    /// written as `<name>.crt` / `<name>.key` → their paths.
+    pub fn serving_cert(&self, name: &str, names: &[&str]) -> (PathBuf, PathBuf) {
+        let mut params =
+            rcgen::CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        let (c, k) = (
+            self.dir.join(format!("{name}.crt")),
+            self.dir.join(format!("{name}.key")),
+        );
+        std::fs::write(&c, cert.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        (c, k)
+    }
+
+    /// Another CA, unrelated to this one: its certificate's path (`<name>.crt`) and a
+    /// serving certificate for `127.0.0.1`/`localhost` it signed (`<name>-op.crt/.key`).
+    pub fn other_ca(&self, name: &str) -> (PathBuf, PathBuf, PathBuf) {
+        let (ca_pem, issuer) = new_ca(name);
+        let ca = self.dir.join(format!("{name}.crt"));
+        std::fs::write(&ca, ca_pem).unwrap();
+        let other = TestPki {
+            dir: self.dir.clone(),
+            ca: ca.clone(),
+            cert: PathBuf::new(),
+            key: PathBuf::new(),
+            issuer,
+        };
+        let (cert, key) = other.serving_cert(&format!("{name}-op"), &["127.0.0.1", "localhost"]);
+        (ca, cert, key)
+    }
+
+    /// `--sync-tls-cert-file <cert> --sync-tls-key-file <key>`.
+    pub fn sync_tls_flags(&self) -> Vec<String> {
+        vec![
+            "--sync-tls-cert-file".into(),
+            self.cert.to_string_lossy().into_owned(),
+            "--sync-tls-key-file".into(),
+            self.key.to_string_lossy().into_owned(),
+        ]
+    }
+
+    /// `--operator-ca-file <ca>`.
+    pub fn operator_ca_flags(&self) -> Vec<String> {
+        vec![
+            "--operator-ca-file".into(),
+            self.ca.to_string_lossy().into_owned(),
+        ]
+    }
+}
+
+fn new_ca(name: &str) -> (String, rcgen::Issuer<'static, rcgen::KeyPair>) {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let pem = params.self_signed(&key).unwrap().pem();
+    (pem, rcgen::Issuer::new(params, key))
+}
+
+/// This test process's [`TestPki`] (made on first use).
+pub fn test_pki() -> &'static TestPki {
+    static PKI: std::sync::OnceLock<TestPki> = std::sync::OnceLock::new();
+    PKI.get_or_init(TestPki::new)
+}
+
+/// `https://127.0.0.1:<port>`: the sync URL of an operator started with
+/// [`TestPki::sync_tls_flags`].
+pub fn sync_url(port: u16) -> String {
+    format!("https://127.0.0.1:{port}")
+}
+
+/// A reqwest client that trusts [`test_pki`]'s CA (for calls to a sync port).
+pub fn sync_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let tls = agenthooks_tls::client_config_trusting("--operator-ca-file", &test_pki().ca)
+        .expect("the test CA");
+    reqwest::Client::builder()
+        .no_proxy()
+        .tls_backend_preconfigured(tls)
+        .build()
+        .unwrap()
+}
+
 impl SyncIdentity {
     /// ServiceAccount `ns/name` (created if missing), bound to `agenthooks-sync` in `ns`,
     /// with a token for [`SYNC_AUDIENCE`].
@@ -223,8 +349,15 @@ pub fn http_post(url: &str, body: &Value) -> (u16, String) {
     http_post_with(url, body, &[])
 }
 
+/// Runs `curl` trusting [`test_pki`]'s CA too (the sync ports speak TLS), as a user
+/// would with `--cacert ca.crt`.
 fn curl(args: &[&str]) -> (u16, String) {
-    let out = Command::new("curl").args(args).output().expect("run curl");
+    let out = Command::new("curl")
+        .arg("--cacert")
+        .arg(&test_pki().ca)
+        .args(args)
+        .output()
+        .expect("run curl");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
     (code.trim().parse().unwrap_or(0), body.to_string())
@@ -250,7 +383,8 @@ pub fn metric(text: &str, name: &str, labels: &str) -> f64 {
 /// An operator process.
 pub struct OperatorProc {
     pub proc: Proc,
-    /// `http://127.0.0.1:<sync port>`.
+    /// `https://127.0.0.1:<sync port>` (TLS with [`test_pki`]'s certificate), or
+    /// `http://` when `extra` held `--plain-sync` (not passed on).
     pub sync: String,
     /// `http://127.0.0.1:<metrics port>` (`/healthz`, `/readyz`, `/metrics`).
     pub admin: String,
@@ -260,7 +394,9 @@ pub struct OperatorProc {
 
 impl OperatorProc {
     /// Starts `agenthooks-operator` with `KUBECONFIG=kubeconfig`, the Lease `lease` in
-    /// `master`, holder identity `identity`, and `extra` flags.
+    /// `master`, holder identity `identity`, and `extra` flags. The sync port speaks TLS
+    /// with [`test_pki`]'s serving certificate unless `extra` gives its own
+    /// `--sync-tls-cert-file` or holds `--plain-sync` (a harness word: plain HTTP).
     pub fn start(
         kubeconfig: &Path,
         master: &str,
@@ -293,7 +429,16 @@ impl OperatorProc {
         .iter()
         .map(|s| s.to_string())
         .collect();
-        args.extend(extra.iter().map(|s| s.to_string()));
+        let plain = extra.contains(&"--plain-sync");
+        if !plain && !extra.iter().any(|a| a.starts_with("--sync-tls-cert-file")) {
+            args.extend(test_pki().sync_tls_flags());
+        }
+        args.extend(
+            extra
+                .iter()
+                .filter(|a| **a != "--plain-sync")
+                .map(|s| s.to_string()),
+        );
         let proc = Proc::start(
             identity,
             &bin("agenthooks-operator"),
@@ -303,7 +448,11 @@ impl OperatorProc {
         );
         OperatorProc {
             proc,
-            sync: format!("http://127.0.0.1:{sync_port}"),
+            sync: if plain {
+                format!("http://127.0.0.1:{sync_port}")
+            } else {
+                sync_url(sync_port)
+            },
             admin: format!("http://127.0.0.1:{admin_port}"),
             identity: identity.to_string(),
         }
@@ -446,7 +595,9 @@ pub struct DispatcherProc {
 impl DispatcherProc {
     /// Starts `agenthooks-dispatcher --operator-url <each of operators> ...` with `extra`
     /// flags, as ServiceAccount `master/<id>` ([`SyncIdentity::mint`]; its token in
-    /// `--operator-token-file`, so its dispatcher id is `master/<id>`).
+    /// `--operator-token-file`, so its dispatcher id is `master/<id>`); with an `https`
+    /// operator URL it trusts [`test_pki`]'s CA (`--operator-ca-file`) unless `extra`
+    /// names its own.
     pub fn start(
         operators: &[&str],
         id: &str,
@@ -504,6 +655,11 @@ impl DispatcherProc {
             .map(|s| s.to_string()),
         );
         args.extend(extra.iter().map(|s| s.to_string()));
+        if operators.iter().any(|o| o.starts_with("https://"))
+            && !extra.iter().any(|a| a.starts_with("--operator-ca-file"))
+        {
+            args.extend(test_pki().operator_ca_flags());
+        }
         // Tests of other things than identity call without a credential.
         let told = extra.iter().any(|a| {
             a.starts_with("--callers-file")

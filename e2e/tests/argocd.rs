@@ -275,6 +275,7 @@ fn argo_cd_health_of_hooks_and_budgets_whose_status_the_operator_wrote() {
             .args(["--tenant", &tenant])
             .args(["--calls", calls, "--reserve", "100", "--settle", "100"])
             .args(["--operator-token-file", token.to_str().unwrap()])
+            .args(agenthooks_e2e::stack::test_pki().operator_ca_flags())
             .output()
             .expect("run budget-load");
         assert!(

@@ -44,7 +44,8 @@ fn stack() -> &'static Stack {
         .unwrap();
         let kubeconfig = cp.kubeconfig.to_str().unwrap().to_string();
         let sync_port = free_port();
-        let operator_sync = format!("http://127.0.0.1:{sync_port}");
+        let pki = agenthooks_e2e::stack::test_pki();
+        let operator_sync = agenthooks_e2e::stack::sync_url(sync_port);
         let mut procs = Vec::new();
         procs.push(Proc::start(
             "operator",
@@ -64,6 +65,10 @@ fn stack() -> &'static Stack {
                 "10".into(),
                 // The flow's hooks are command hooks in a tenant namespace (CONTRACT §10.1).
                 "--allow-tenant-command-hooks".into(),
+                "--sync-tls-cert-file".into(),
+                pki.cert.to_string_lossy().into_owned(),
+                "--sync-tls-key-file".into(),
+                pki.key.to_string_lossy().into_owned(),
             ],
             &[("KUBECONFIG", &kubeconfig)],
             &logs,
@@ -96,6 +101,8 @@ fn stack() -> &'static Stack {
                     "--seal-key-file".into(),
                     key.to_str().unwrap().into(),
                     "--allow-anonymous".into(),
+                    "--operator-ca-file".into(),
+                    pki.ca.to_string_lossy().into_owned(),
                 ],
                 &[],
                 &logs,
@@ -490,6 +497,8 @@ fn operator_reports_its_dispatchers() {
     let s = stack();
     assert!(wait_for(Duration::from_secs(20), || {
         let out = std::process::Command::new("curl")
+            .arg("--cacert")
+            .arg(&agenthooks_e2e::stack::test_pki().ca)
             .args([
                 "-s",
                 "--max-time",

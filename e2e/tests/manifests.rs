@@ -254,7 +254,8 @@ fn check_wiring(items: &[Value], op: &str, disp: &str, edition: &str, seal_secre
     }
 
     for want in [
-        &format!("--operator-url=http://{leader_svc}:9090"),
+        &format!("--operator-url=https://{leader_svc}:9090"),
+        "--operator-ca-file=/etc/agenthooks/sync-ca/ca.crt",
         "--listen=0.0.0.0:8080",
         "--max-concurrent-requests=1024",
         "--seal-key-file=/etc/agenthooks/seal/seal.key",
@@ -370,6 +371,70 @@ fn check_wiring(items: &[Value], op: &str, disp: &str, edition: &str, seal_secre
         == d_c["readinessProbe"]["httpGet"]["port"]
         && p["containerPort"] == 8080));
     check_disruptions(items, operator, dispatcher);
+    check_sync_tls(operator, dispatcher);
+}
+
+/// The sync port speaks TLS (CONTRACT §9.4): the operator serves tls.crt/tls.key of one
+/// Secret, mounted without subPath (so a renewal reaches it); the dispatchers mount only
+/// ca.crt of the same Secret and point --operator-ca-file at it.
+fn check_sync_tls(operator: &Value, dispatcher: &Value) {
+    let op_args = args_of(operator);
+    for want in [
+        "--sync-tls-cert-file=/etc/agenthooks/sync-tls/tls.crt",
+        "--sync-tls-key-file=/etc/agenthooks/sync-tls/tls.key",
+    ] {
+        assert!(
+            has_arg(&op_args, want),
+            "operator args {op_args:?} lack {want}"
+        );
+    }
+    let op_pod = &operator["spec"]["template"]["spec"];
+    let d_pod = &dispatcher["spec"]["template"]["spec"];
+    let secret = |pod: &Value, vol: &str| -> (String, Value) {
+        let v = pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == vol)
+            .unwrap_or_else(|| panic!("volume {vol}"));
+        (
+            v["secret"]["secretName"].as_str().unwrap().to_string(),
+            v["secret"]["items"].clone(),
+        )
+    };
+    let (op_secret, op_items) = secret(op_pod, "sync-tls");
+    let (d_secret, d_items) = secret(d_pod, "sync-ca");
+    assert_eq!(op_secret, d_secret, "one Secret for both sides");
+    assert_eq!(
+        op_items,
+        json!([{"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"}])
+    );
+    assert_eq!(
+        d_items,
+        json!([{"key": "ca.crt", "path": "ca.crt"}]),
+        "the dispatcher never gets the operator's key"
+    );
+    for (pod, vol, path) in [
+        (op_pod, "sync-tls", "/etc/agenthooks/sync-tls"),
+        (d_pod, "sync-ca", "/etc/agenthooks/sync-ca"),
+    ] {
+        let m = pod["containers"][0]["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == vol)
+            .unwrap_or_else(|| panic!("mount {vol}"));
+        assert_eq!(m["mountPath"], path);
+        assert!(m.get("subPath").is_none(), "{m}");
+    }
+    // No other container of the dispatcher's Pod (the command runner) sees the CA mount.
+    for c in d_pod["initContainers"].as_array().into_iter().flatten() {
+        assert!(
+            !c["volumeMounts"].to_string().contains("sync-ca"),
+            "{}",
+            c["name"]
+        );
+    }
 }
 
 /// Disruptions as a user expects them: rollouts add a Pod before one stops
@@ -909,7 +974,7 @@ fn helm_chart_lints_renders_and_passes_a_server_side_dry_run() {
     }
     assert!(has_arg(
         &args_of(dispatcher),
-        "--operator-url=http://prod-agenthooks-operator-leader:9090"
+        "--operator-url=https://prod-agenthooks-operator-leader:9090"
     ));
     let leader = find(&items, "Service", "prod-agenthooks-operator-leader");
     assert_eq!(
@@ -927,7 +992,8 @@ fn helm_chart_lints_renders_and_passes_a_server_side_dry_run() {
         "helm template (existingSecret)",
     );
     let items = server_dry_run(cp, &existing, "helm template (existingSecret)");
-    assert_eq!(count(&items, "Secret"), 0);
+    assert_eq!(count(&items, "Secret"), 1, "the sync certificate's only");
+    find(&items, "Secret", "agenthooks-sync-tls");
     check_wiring(
         &items,
         "agenthooks-operator",
@@ -949,7 +1015,7 @@ fn helm_chart_lints_renders_and_passes_a_server_side_dry_run() {
     find(&items, "Service", leader_name);
     assert!(has_arg(
         &args_of(find(&items, "Deployment", &format!("{long}-dispatcher"))),
-        &format!("--operator-url=http://{leader_name}:9090")
+        &format!("--operator-url=https://{leader_name}:9090")
     ));
 
     // The generated key is stable: with cluster access (what `helm upgrade` has), `lookup`
@@ -974,6 +1040,178 @@ fn helm_chart_lints_renders_and_passes_a_server_side_dry_run() {
         stored,
         "lookup keeps the existing key"
     );
+    // The generated sync CA and certificate too: the dispatchers keep trusting it.
+    let sync = json!({"tls.crt": "Y3J0", "tls.key": "a2V5", "ca.crt": "Y2E="});
+    cp.apply_yaml(
+        &json!({
+            "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": {"name": "agenthooks-sync-tls", "namespace": ns},
+            "data": sync,
+        })
+        .to_string(),
+    );
+    let upgraded = ok(
+        helm_template(&ns, &["--dry-run=server", "--kubeconfig", &kubeconfig]),
+        "helm template --dry-run=server (lookup of the sync certificate)",
+    );
+    let items = to_json(cp, &upgraded);
+    assert_eq!(
+        find(&items, "Secret", "agenthooks-sync-tls")["data"],
+        sync,
+        "lookup keeps the sync CA and certificate"
+    );
+}
+
+fn b64(s: &str) -> Vec<u8> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.decode(s).unwrap()
+}
+
+/// Sync TLS in each of its modes, and the dispatch port's TLS, as rendered.
+#[test]
+fn helm_sync_tls_is_on_by_default_in_each_mode_and_the_dispatch_port_can_serve_tls() {
+    let names = [
+        "agenthooks-operator-leader",
+        "agenthooks-operator-leader.agenthooks-system",
+        "agenthooks-operator-leader.agenthooks-system.svc",
+        "agenthooks-operator-leader.agenthooks-system.svc.cluster.local",
+    ];
+    let deploys = |items: &[Value]| {
+        (
+            find(items, "Deployment", "agenthooks-operator").clone(),
+            find(items, "Deployment", "agenthooks-dispatcher").clone(),
+        )
+    };
+
+    // Default: the chart generates a CA and a certificate for the leader Service's names.
+    let items = rendered(&[]);
+    let (op, d) = deploys(&items);
+    check_sync_tls(&op, &d);
+    let secret = find(&items, "Secret", "agenthooks-sync-tls");
+    assert_eq!(secret["type"], "kubernetes.io/tls");
+    let dir = tempfile::tempdir().unwrap();
+    for key in ["tls.crt", "tls.key", "ca.crt"] {
+        let data = secret["data"][key]
+            .as_str()
+            .unwrap_or_else(|| panic!("{key}"));
+        std::fs::write(dir.path().join(key), b64(data)).unwrap();
+    }
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            text(&out.stderr)
+        );
+        text(&out.stdout)
+    };
+    assert_eq!(
+        openssl(&["verify", "-CAfile", "ca.crt", "tls.crt"]).trim(),
+        "tls.crt: OK"
+    );
+    let sans = openssl(&["x509", "-in", "tls.crt", "-noout", "-ext", "subjectAltName"]);
+    let want: Vec<String> = names.iter().map(|n| format!("DNS:{n}")).collect();
+    assert_eq!(
+        sans.lines().nth(1).unwrap().trim(),
+        want.join(", "),
+        "{sans}"
+    );
+    // The key belongs to the certificate.
+    assert_eq!(
+        openssl(&["x509", "-in", "tls.crt", "-noout", "-pubkey"]),
+        openssl(&["pkey", "-in", "tls.key", "-pubout"])
+    );
+    assert_eq!(count(&items, "Certificate"), 0);
+
+    // cert-manager: self-signed Issuer -> CA Certificate -> CA Issuer -> serving Certificate.
+    let items = rendered(&["--set", "operator.syncTLS.certManager.enabled=true"]);
+    let (op, d) = deploys(&items);
+    check_sync_tls(&op, &d);
+    assert!(
+        !items
+            .iter()
+            .any(|o| o["kind"] == "Secret" && o["metadata"]["name"] == "agenthooks-sync-tls"),
+        "cert-manager writes the Secret"
+    );
+    let ca = find(&items, "Certificate", "agenthooks-sync-ca");
+    assert_eq!(ca["spec"]["isCA"], true);
+    assert_eq!(ca["spec"]["issuerRef"]["name"], "agenthooks-selfsigned");
+    assert_eq!(
+        find(&items, "Issuer", "agenthooks-sync-ca")["spec"]["ca"]["secretName"],
+        "agenthooks-sync-ca"
+    );
+    let serving = find(&items, "Certificate", "agenthooks-sync-tls");
+    assert_eq!(serving["spec"]["secretName"], "agenthooks-sync-tls");
+    assert_eq!(serving["spec"]["dnsNames"], json!(names));
+    assert_eq!(
+        serving["spec"]["issuerRef"],
+        json!({"name": "agenthooks-sync-ca", "kind": "Issuer", "group": "cert-manager.io"})
+    );
+    // A given issuer: no Issuer of ours.
+    let items = rendered(&[
+        "--set",
+        "operator.syncTLS.certManager.enabled=true",
+        "--set",
+        "operator.syncTLS.certManager.issuerRef.name=corp-ca",
+        "--set",
+        "operator.syncTLS.certManager.issuerRef.kind=ClusterIssuer",
+    ]);
+    assert_eq!(count(&items, "Issuer"), 0);
+    assert_eq!(count(&items, "Certificate"), 1);
+    assert_eq!(
+        find(&items, "Certificate", "agenthooks-sync-tls")["spec"]["issuerRef"],
+        json!({"name": "corp-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"})
+    );
+
+    // An existing Secret: nothing generated, both sides name it.
+    let items = rendered(&["--set", "operator.syncTLS.secretName=corp-sync-tls"]);
+    let (op, d) = deploys(&items);
+    check_sync_tls(&op, &d);
+    assert!(op.to_string().contains("\"secretName\":\"corp-sync-tls\""));
+    assert!(d.to_string().contains("\"secretName\":\"corp-sync-tls\""));
+    assert!(!items.iter().any(|o| {
+        o["metadata"]["name"]
+            .as_str()
+            .is_some_and(|n| n.contains("sync-tls"))
+    }));
+
+    // Off (a lab): plain HTTP, and the dispatchers say so on purpose.
+    let items = rendered(&["--set", "operator.syncTLS.enabled=false"]);
+    let (op, d) = deploys(&items);
+    let d_args = args_of(&d);
+    assert!(has_arg(
+        &d_args,
+        "--operator-url=http://agenthooks-operator-leader:9090"
+    ));
+    assert!(has_arg(&d_args, "--insecure-operator-http"));
+    assert!(!args_of(&op).iter().any(|a| a.starts_with("--sync-tls")));
+    assert!(!d.to_string().contains("sync-ca") && !op.to_string().contains("sync-tls"));
+
+    // The dispatch port: plain by default, HTTPS from a Secret when asked.
+    let (_, d) = deploys(&rendered(&[]));
+    assert!(!args_of(&d).iter().any(|a| a.starts_with("--tls-")));
+    let items = rendered(&["--set", "dispatcher.tls.secretName=dispatch-tls"]);
+    let (_, d) = deploys(&items);
+    let d_args = args_of(&d);
+    assert!(has_arg(
+        &d_args,
+        "--tls-cert-file=/etc/agenthooks/tls/tls.crt"
+    ));
+    assert!(has_arg(
+        &d_args,
+        "--tls-key-file=/etc/agenthooks/tls/tls.key"
+    ));
+    let c = &d["spec"]["template"]["spec"]["containers"][0];
+    for probe in ["livenessProbe", "readinessProbe"] {
+        assert_eq!(c[probe]["httpGet"]["scheme"], "HTTPS", "{probe}");
+    }
+    let svc = find(&items, "Service", "agenthooks-dispatcher");
+    assert_eq!(svc["spec"]["ports"][0]["appProtocol"], "https");
+    assert!(d.to_string().contains("\"secretName\":\"dispatch-tls\""));
 }
 
 /// Where the chart refuses a value: its values schema (one value out of bounds, a typo, a
@@ -2351,8 +2589,11 @@ const EXAMPLE_NOTES: &[(&str, &[&str], &[&str])] = &[
             "command hooks run in its command-runner container (agenthooks/dispatcher:0.1.0)",
             "- dispatcher.audit.backend=sqlite on an emptyDir",
             "- operator.image.repository / dispatcher.image.repository are the default agenthooks/*",
+            "sync        TLS: dispatchers trust only ca.crt of Secret {full}-sync-tls (generated by the chart, kept on upgrades);",
+            "- operator.syncTLS: the chart generated the sync CA and certificate (Secret {full}-sync-tls, kept on upgrades by Helm lookup). Argo CD",
         ],
         &[
+            "syncTLS.enabled=false",
             "allowTenantCommandHooks",
             "replicaCount=1",
             "refused at admission",

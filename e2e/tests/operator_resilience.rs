@@ -217,6 +217,7 @@ impl Operator {
             master.into(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
+        args.extend(agenthooks_e2e::stack::test_pki().sync_tls_flags());
         let proc = Proc::start(
             "operator",
             &bin("agenthooks-operator"),
@@ -227,7 +228,7 @@ impl Operator {
         Operator {
             proc,
             metrics: format!("http://127.0.0.1:{metrics_port}"),
-            sync: format!("http://127.0.0.1:{sync_port}"),
+            sync: agenthooks_e2e::stack::sync_url(sync_port),
         }
     }
 
@@ -713,6 +714,11 @@ fn a_hook_left_alone_is_neither_reconciled_again_nor_rewritten() {
             "--master-namespace".into(),
             master.into(),
             "--allow-anonymous".into(),
+            "--operator-ca-file".into(),
+            agenthooks_e2e::stack::test_pki()
+                .ca
+                .to_string_lossy()
+                .into_owned(),
         ],
         &[],
         &logs,

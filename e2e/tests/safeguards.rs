@@ -642,6 +642,7 @@ fn budget_load(s: &Stack, n: usize, tenant: &str, args: &[&str]) -> Vec<Value> {
                 "--operator-token-file",
                 token.to_str().unwrap(),
             ])
+            .args(agenthooks_e2e::stack::test_pki().operator_ca_flags())
             .args(args);
             cmd.stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())

@@ -9,6 +9,8 @@
 //!   "reason"?}`; `reason` says in words why it is not ready. A standby replica runs no
 //!   watches and is ready (so a rollout never waits on leadership); dispatchers learn
 //!   from the sync server's 503 that it does not serve.
+//!   It also says whether the sync port speaks TLS (`syncTLS`); without TLS the body
+//!   carries `warning` ([`PLAIN_SYNC_WARNING`]) whatever the status.
 //! - `GET /metrics`: Prometheus text format (the watch gauges are re-evaluated first).
 
 use std::sync::Arc;
@@ -24,6 +26,9 @@ use tokio_util::sync::CancellationToken;
 use crate::error::Error;
 use crate::shared::Shared;
 use crate::watch_health::WatchStatus;
+
+/// What the operator says at start and in `/readyz` when the sync port is plain HTTP.
+pub const PLAIN_SYNC_WARNING: &str = "the sync port serves plain HTTP (no --sync-tls-cert-file/--sync-tls-key-file): snapshots, sealed headers and dispatcher reports cross the network in the clear and dispatchers cannot verify this operator; give the sync port a certificate (CONTRACT 9.4)";
 
 /// The router.
 pub fn router(shared: Arc<Shared>) -> Router {
@@ -85,6 +90,11 @@ async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
     });
     if !reasons.is_empty() {
         body["reason"] = reasons.join("; ").into();
+    }
+    let sync_tls = shared.config.sync_tls.is_some();
+    body["syncTLS"] = sync_tls.into();
+    if !sync_tls {
+        body["warning"] = PLAIN_SYNC_WARNING.into();
     }
     (status, axum::Json(body)).into_response()
 }
@@ -185,5 +195,29 @@ mod tests {
         assert!(!body.contains("reason"), "{body}");
         let (_, metrics) = get(&shared, "/metrics").await;
         assert!(metrics.contains("agenthooks_operator_watch_healthy{resource=\"agenthooks\"} 1"));
+    }
+
+    #[tokio::test]
+    async fn readyz_warns_while_the_sync_port_is_plain() {
+        let plain = Shared::new(config(), Metrics::new().unwrap());
+        let (code, body) = get(&plain, "/readyz").await;
+        assert_eq!(code, StatusCode::OK, "a warning, not a failure: {body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["syncTLS"], false);
+        assert_eq!(v["warning"], PLAIN_SYNC_WARNING);
+
+        let mut cfg = config();
+        cfg.sync_tls = Some(agenthooks_tls::PemFiles {
+            cert: "tls.crt".into(),
+            key: "tls.key".into(),
+            cert_flag: "--sync-tls-cert-file",
+            key_flag: "--sync-tls-key-file",
+        });
+        let tls = Shared::new(cfg, Metrics::new().unwrap());
+        let (code, body) = get(&tls, "/readyz").await;
+        assert_eq!(code, StatusCode::OK, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["syncTLS"], true);
+        assert!(v.get("warning").is_none(), "{body}");
     }
 }

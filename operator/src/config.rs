@@ -23,6 +23,10 @@ pub struct Config {
     pub sync_addr: SocketAddr,
     /// Address of `/healthz`, `/readyz`, `/metrics` (`--metrics-addr`).
     pub metrics_addr: SocketAddr,
+    /// The sync port's certificate and key (`--sync-tls-cert-file`,
+    /// `--sync-tls-key-file`), re-read when they change; `None`: plain HTTP, with a
+    /// warning at start and in `/readyz` (CONTRACT §9.4).
+    pub sync_tls: Option<agenthooks_tls::PemFiles>,
     /// Key sealing Secret header values in snapshots (`--seal-key-file`); without it a
     /// hook with a `valueFrom` header is refused with reason `SealKeyMissing`. It only
     /// seals: dispatchers authenticate with their own tokens ([`Config::sync_auth`]).

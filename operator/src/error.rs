@@ -72,6 +72,11 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// The sync port's certificate or key cannot be used (`--sync-tls-cert-file`,
+    /// `--sync-tls-key-file`; the message names the flag).
+    #[error(transparent)]
+    Tls(#[from] agenthooks_tls::TlsError),
+
     /// A server stopped with an I/O error.
     #[error("the {what} server failed: {source}")]
     Serve {
@@ -116,6 +121,7 @@ impl Error {
             Error::MissingField { .. } => "missing_field",
             Error::SealKeyFile { .. } | Error::SealKey { .. } => "seal_key",
             Error::Bind { .. } | Error::Serve { .. } => "server",
+            Error::Tls(_) => "tls",
             Error::Lease(_) => "lease",
             Error::Json(_) => "json",
             Error::Metrics(_) => "metrics",

@@ -35,6 +35,15 @@ struct Args {
     /// Address of the dispatchers' long-poll server (GET /v1/snapshot).
     #[arg(long, default_value = "127.0.0.1:9090")]
     sync_addr: SocketAddr,
+    /// PEM certificate chain of the sync port (e.g. a mounted Secret's tls.crt). With
+    /// --sync-tls-key-file the sync port speaks TLS; the files are re-read every 10 s and
+    /// a new valid pair is served from the next connection on (a bad one is logged and
+    /// the previous pair kept). Without both: plain HTTP, with a warning.
+    #[arg(long, value_name = "PATH", env = "AGENTHOOKS_SYNC_TLS_CERT_FILE")]
+    sync_tls_cert_file: Option<PathBuf>,
+    /// PEM private key of --sync-tls-cert-file (e.g. a mounted Secret's tls.key).
+    #[arg(long, value_name = "PATH", env = "AGENTHOOKS_SYNC_TLS_KEY_FILE")]
+    sync_tls_key_file: Option<PathBuf>,
     /// Address of /healthz, /readyz and /metrics.
     #[arg(long, default_value = "127.0.0.1:9091")]
     metrics_addr: SocketAddr,
@@ -144,6 +153,12 @@ async fn main() -> anyhow::Result<()> {
         Some(path) => Some(load_seal_key(&path.to_string_lossy())?),
         None => None,
     };
+    let sync_tls = agenthooks_tls::PemFiles::from_flags(
+        args.sync_tls_cert_file,
+        args.sync_tls_key_file,
+        "--sync-tls-cert-file",
+        "--sync-tls-key-file",
+    )?;
     let pod = own_pod(args.pod_name, args.pod_namespace).unwrap_or_else(|e| {
         tracing::warn!("{e}");
         None
@@ -162,6 +177,7 @@ async fn main() -> anyhow::Result<()> {
         allow_tenant_command_hooks: args.allow_tenant_command_hooks,
         sync_addr: args.sync_addr,
         metrics_addr: args.metrics_addr,
+        sync_tls,
         seal_key,
         sync_auth: agenthooks_operator::config::SyncAuthConfig {
             audience: args.sync_audience,

@@ -51,7 +51,13 @@ pub async fn run(
     cancel: CancellationToken,
 ) -> Result<(), Error> {
     let metrics = Metrics::new()?;
-    let sync_listener = bind(config.sync_addr, "sync").await?;
+    // A certificate that cannot be used fails start-up, naming the flag.
+    let sync_cert = match &config.sync_tls {
+        Some(files) => Some(agenthooks_tls::ServerCert::load(files.clone())?),
+        None => None,
+    };
+    let sync_listener =
+        agenthooks_tls::Incoming::new(bind(config.sync_addr, "sync").await?, sync_cert.as_ref())?;
     let metrics_listener = bind(config.metrics_addr, "metrics").await?;
     let shared = Shared::with_watch_health(config, metrics, watch_health);
     tracing::info!(
@@ -65,6 +71,13 @@ pub async fn run(
         watch_timeout_seconds = shared.config.watch_timeout_seconds,
         "agenthooks operator starting"
     );
+    match &sync_cert {
+        Some(cert) => {
+            tracing::info!(cert = %cert.files().cert.display(), key = %cert.files().key.display(), reload_seconds = agenthooks_tls::RELOAD_INTERVAL.as_secs(), "sync port speaks TLS");
+            cert.spawn_reloader("sync", agenthooks_tls::RELOAD_INTERVAL, cancel.clone());
+        }
+        None => tracing::warn!("{}", crate::admin_server::PLAIN_SYNC_WARNING),
+    }
 
     let sync = spawn_server(
         cancel.clone(),

@@ -232,6 +232,7 @@ pub(crate) mod tests {
             allow_tenant_command_hooks: false,
             sync_addr: "127.0.0.1:0".parse().unwrap(),
             metrics_addr: "127.0.0.1:0".parse().unwrap(),
+            sync_tls: None,
             seal_key: None,
             sync_auth: Default::default(),
             lease: LeaseConfig {

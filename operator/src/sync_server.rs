@@ -97,17 +97,18 @@ pub fn router(state: SyncState) -> Router {
         .with_state(state)
 }
 
-/// Serves `app` ([`router`] merged with the report and budget routes) on `listener` until
-/// `shutdown` (waits in progress answer 503 at once).
+/// Serves `app` ([`router`] merged with the report and budget routes) on `listener`
+/// (TLS with `--sync-tls-cert-file`, else plain) until `shutdown` (waits in progress
+/// answer 503 at once).
 ///
 /// Errors: [`Error::Serve`] if the server fails.
 pub async fn serve(
-    listener: tokio::net::TcpListener,
+    listener: agenthooks_tls::Incoming,
     app: Router,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     let addr: Option<SocketAddr> = listener.local_addr().ok();
-    tracing::info!(addr = ?addr, "sync server listening");
+    tracing::info!(addr = ?addr, tls = listener.is_tls(), "sync server listening");
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await
@@ -558,7 +559,11 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let shutdown = h.state.shutdown.clone();
         let app = router(h.state.clone()).layer(axum::Extension(SyncCaller::new("d9")));
-        let server = tokio::spawn(serve(listener, app, shutdown.clone()));
+        let server = tokio::spawn(serve(
+            agenthooks_tls::Incoming::Plain(listener),
+            app,
+            shutdown.clone(),
+        ));
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         stream
@@ -573,5 +578,82 @@ mod tests {
         assert!(out.contains("\"version\":3"));
         shutdown.cancel();
         server.await.unwrap().unwrap();
+    }
+
+    /// `--sync-tls-*`: the same long polls over TLS, a client that stalls its handshake
+    /// holds up no one, and shutdown answers a waiting poll 503 and stops the server.
+    #[tokio::test]
+    async fn long_polls_over_tls_and_a_graceful_shutdown() {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_key = KeyPair::generate().unwrap();
+        let ca_pem = ca_params.self_signed(&ca_key).unwrap().pem();
+        let issuer = Issuer::new(ca_params, ca_key);
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(vec!["127.0.0.1".to_string()])
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        let dir = std::env::temp_dir().join(format!("ah-sync-tls-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let files = agenthooks_tls::PemFiles {
+            cert: dir.join("tls.crt"),
+            key: dir.join("tls.key"),
+            cert_flag: "--sync-tls-cert-file",
+            key_flag: "--sync-tls-key-file",
+        };
+        std::fs::write(&files.cert, cert.pem()).unwrap();
+        std::fs::write(&files.key, key.serialize_pem()).unwrap();
+        std::fs::write(dir.join("ca.crt"), ca_pem).unwrap();
+        let server_cert = agenthooks_tls::ServerCert::load(files).unwrap();
+
+        let h = harness();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let incoming = agenthooks_tls::Incoming::new(listener, Some(&server_cert)).unwrap();
+        let shutdown = h.state.shutdown.clone();
+        let server = tokio::spawn(serve(incoming, router(h.state.clone()), shutdown.clone()));
+        let _stalled = tokio::net::TcpStream::connect(addr).await.unwrap();
+
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let tls = agenthooks_tls::client_config_trusting("--operator-ca-file", &dir.join("ca.crt"))
+            .unwrap();
+        let client = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
+            .no_proxy()
+            .build()
+            .unwrap();
+        let base = format!("https://{addr}");
+        let r = client
+            .get(format!("{base}/v1/snapshot?dispatcher=d1"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        let body: serde_json::Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+        assert_eq!(body["version"], 3);
+
+        // A poll that holds (E, 3) waits; shutdown answers it 503 at once.
+        let waiting = tokio::spawn({
+            let client = client.clone();
+            let url = format!("{base}/v1/snapshot?dispatcher=d1&epoch=E&after=3&timeoutSeconds=30");
+            async move { client.get(url).send().await.unwrap().status().as_u16() }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!waiting.is_finished(), "a long poll waits for a change");
+        shutdown.cancel();
+        let status = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("the waiting poll is answered")
+            .unwrap();
+        assert_eq!(status, 503);
+        drop(_stalled);
+        tokio::time::timeout(Duration::from_secs(5), server)
+            .await
+            .expect("graceful shutdown")
+            .unwrap()
+            .unwrap();
+        std::fs::remove_dir_all(dir).ok();
     }
 }

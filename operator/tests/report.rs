@@ -210,13 +210,14 @@ fn start_operator(
     .iter()
     .chain(extra)
     .map(|s| s.to_string())
+    .chain(agenthooks_e2e::stack::test_pki().sync_tls_flags())
     .collect();
     let env = [("KUBECONFIG", kubeconfig.to_str().unwrap())];
     let proc = Proc::start(identity, &bin("agenthooks-operator"), &args, &env, logs);
     serves(&format!("http://127.0.0.1:{sync_port}"), master);
     (
         proc,
-        format!("http://127.0.0.1:{sync_port}"),
+        agenthooks_e2e::stack::sync_url(sync_port),
         format!("http://127.0.0.1:{admin_port}"),
     )
 }
@@ -1172,6 +1173,8 @@ fn post_big_report(sync: &str, report: &Value, dir: &Path) -> (u16, Value) {
     let file = dir.join(format!("{}.json", unique_name("report")));
     std::fs::write(&file, report.to_string()).unwrap();
     let out = std::process::Command::new("curl")
+        .arg("--cacert")
+        .arg(&agenthooks_e2e::stack::test_pki().ca)
         .args([
             "-s",
             "--max-time",

@@ -230,3 +230,23 @@ list, possibly empty ([]), for fromYamlArray.
     - port: 53
       protocol: TCP
 {{- end }}
+
+{{/*
+The Secret holding the sync port's tls.crt, tls.key and ca.crt (operator.syncTLS).
+*/}}
+{{- define "agenthooks.syncTLSSecret" -}}
+{{- default (printf "%s-sync-tls" (include "agenthooks.fullname" .)) .Values.operator.syncTLS.secretName }}
+{{- end }}
+
+{{/*
+The names the sync certificate holds: the leader-only sync Service (as operator.yaml names
+it) short, with its namespace, .svc and .svc.cluster.local. A list, one per line.
+*/}}
+{{- define "agenthooks.syncTLSNames" -}}
+{{- $svc := printf "%s-leader" (include "agenthooks.operatorName" .) | trunc 63 | trimSuffix "-" }}
+{{- $ns := .Release.Namespace }}
+- {{ $svc }}
+- {{ $svc }}.{{ $ns }}
+- {{ $svc }}.{{ $ns }}.svc
+- {{ $svc }}.{{ $ns }}.svc.cluster.local
+{{- end }}

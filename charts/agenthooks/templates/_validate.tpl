@@ -190,6 +190,13 @@ Requests above limits in one resources value: a list of messages. Include with
 {{- end }}
 
 {{- /* Resources: requests within limits */ -}}
+{{- $st := .Values.operator.syncTLS }}
+{{- if and $st.secretName $st.certManager.enabled }}
+{{- $errs = printf "%s\n- operator.syncTLS.secretName and operator.syncTLS.certManager.enabled: the sync certificate comes from one place; leave secretName empty for cert-manager's (Secret <fullname>-sync-tls), or turn certManager off to use %s" $errs $st.secretName }}
+{{- end }}
+{{- if and (not $st.enabled) (or $st.secretName $st.certManager.enabled) }}
+{{- $errs = printf "%s\n- operator.syncTLS.enabled=false with operator.syncTLS.secretName or .certManager.enabled: a certificate for a sync port that serves plain HTTP; set operator.syncTLS.enabled=true" $errs }}
+{{- end }}
 {{- $errs = printf "%s%s" $errs (include "agenthooks.checkResources" (list "operator.resources" .Values.operator.resources)) }}
 {{- $errs = printf "%s%s" $errs (include "agenthooks.checkResources" (list "dispatcher.resources" $d.resources)) }}
 {{- if eq .Values.edition "lite" }}

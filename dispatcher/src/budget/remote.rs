@@ -20,7 +20,7 @@ use agenthooks_crds::report::{
 use tokio::time::Instant;
 
 use super::{BudgetRefusal, Grant, SettleError};
-use crate::operator_urls::{OperatorUrls, PostError, fresh_client};
+use crate::operator_urls::{OperatorUrls, PostError};
 
 /// Timeouts and retries of the remote budget.
 #[derive(Debug, Clone)]
@@ -66,9 +66,9 @@ impl RemoteBudgets {
         config: RemoteConfig,
     ) -> Self {
         RemoteBudgets {
+            client: urls.fresh_client(Duration::from_secs(1)),
             urls,
             dispatcher: dispatcher.into(),
-            client: fresh_client(Duration::from_secs(1)),
             config,
         }
     }

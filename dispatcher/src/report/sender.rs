@@ -21,7 +21,7 @@ use agenthooks_crds::report::ReportAck;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
-use crate::operator_urls::{OperatorUrls, PostError, fresh_client};
+use crate::operator_urls::{OperatorUrls, PostError};
 use crate::report::outbox::Outbox;
 use crate::report::pending::{DEFAULT_PENDING_CAP, Pending};
 
@@ -99,7 +99,7 @@ async fn lane(
     config: ReporterConfig,
     stop: CancellationToken,
 ) {
-    let client = fresh_client(Duration::from_secs(2));
+    let client = urls.fresh_client(Duration::from_secs(2));
     let mut reporter = Reporter {
         lane,
         outbox,

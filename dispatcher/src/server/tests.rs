@@ -22,7 +22,15 @@ async fn serve_state(state: Arc<AppState>) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let stop = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(async move { serve(listener, router(state), stop).await.unwrap() });
+    tokio::spawn(async move {
+        serve(
+            agenthooks_tls::Incoming::Plain(listener),
+            router(state),
+            stop,
+        )
+        .await
+        .unwrap()
+    });
     format!("http://{addr}")
 }
 
@@ -1003,4 +1011,90 @@ async fn an_api_server_that_cannot_review_the_caller_answers_block_and_runs_noth
         assert!(body.get("decision").is_none(), "never a decision: {body}");
     }
     assert!(!ran.exists(), "no hook ran for a caller nobody vouched for");
+}
+
+/// `--tls-cert-file/--tls-key-file`: the dispatch port serves HTTPS with the same
+/// bounds and graceful shutdown; a client of another CA is refused.
+#[tokio::test]
+async fn the_dispatch_port_serves_tls() {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_key = KeyPair::generate().unwrap();
+    let ca_pem = ca_params.self_signed(&ca_key).unwrap().pem();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec!["localhost".to_string()])
+        .unwrap()
+        .signed_by(&leaf_key, &issuer)
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let files = agenthooks_tls::PemFiles {
+        cert: dir.path().join("tls.crt"),
+        key: dir.path().join("tls.key"),
+        cert_flag: "--tls-cert-file",
+        key_flag: "--tls-key-file",
+    };
+    std::fs::write(&files.cert, leaf.pem()).unwrap();
+    std::fs::write(&files.key, leaf_key.serialize_pem()).unwrap();
+    let ca_file = dir.path().join("ca.crt");
+    std::fs::write(&ca_file, &ca_pem).unwrap();
+    let cert = agenthooks_tls::ServerCert::load(files).unwrap();
+
+    let state = new_state();
+    state.set_hooks(hooks(
+        r#"grep -q 'rm -rf' && { echo 'no rm' >&2; exit 2; }; exit 0"#,
+    ));
+    let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = tcp.local_addr().unwrap().port();
+    let listener = agenthooks_tls::Incoming::new(tcp, Some(&cert)).unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let server = tokio::spawn(serve(listener, router(Arc::clone(&state)), stop.clone()));
+
+    crate::operator_urls::install_crypto_provider();
+    let trusting = agenthooks_tls::client_config_trusting("--ca", &ca_file).unwrap();
+    let client = reqwest::Client::builder()
+        .tls_backend_preconfigured(trusting)
+        .no_proxy()
+        .build()
+        .unwrap();
+    let base = format!("https://localhost:{port}");
+    let ev = json!({"event": "pre_tool_use", "tenant_id": "acme", "tool_name": "exec", "tool_input": {"cmd": "rm -rf /"}});
+    let r = client
+        .post(format!("{base}/v1/dispatch"))
+        .body(ev.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let d: Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+    assert_eq!(d["decision"], "block");
+    let r = client.get(format!("{base}/readyz")).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+
+    // Plain HTTP on the TLS port gets no answer; a client without the CA is refused.
+    assert!(
+        reqwest::Client::new()
+            .get(format!("http://127.0.0.1:{port}/readyz"))
+            .send()
+            .await
+            .is_err()
+    );
+    let e = reqwest::Client::new()
+        .get(format!("{base}/readyz"))
+        .send()
+        .await
+        .unwrap_err();
+    assert!(
+        crate::operator_urls::describe(&e).contains("invalid peer certificate"),
+        "{}",
+        crate::operator_urls::describe(&e)
+    );
+
+    stop.cancel();
+    tokio::time::timeout(std::time::Duration::from_secs(5), server)
+        .await
+        .expect("graceful shutdown")
+        .unwrap()
+        .unwrap();
 }

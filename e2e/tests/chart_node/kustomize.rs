@@ -54,6 +54,29 @@ pub fn run(tier: &mut Tier) {
         })
         .to_string(),
     );
+    // The sync port's certificate the README asks for (config/operator/kustomization.yaml):
+    // a CA and a certificate for the leader Service's names.
+    let pki = agenthooks_e2e::stack::test_pki();
+    let leader = "agenthooks-operator-leader";
+    let sync_names = [
+        leader.to_string(),
+        format!("{leader}.{NS}"),
+        format!("{leader}.{NS}.svc"),
+        format!("{leader}.{NS}.svc.cluster.local"),
+    ];
+    let (crt, key) = pki.serving_cert(
+        "kustomize-sync",
+        &sync_names.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap();
+    node.apply(
+        &json!({
+            "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": {"name": "agenthooks-sync-tls", "namespace": NS},
+            "stringData": {"tls.crt": read(&crt), "tls.key": read(&key), "ca.crt": read(&pki.ca)}
+        })
+        .to_string(),
+    );
     tier.wait_rollout("agenthooks-operator");
     tier.wait_rollout("agenthooks-dispatcher");
     let ready_secs = t.elapsed().as_secs_f64();

@@ -80,6 +80,7 @@ pub fn config(master: &str) -> Config {
         allow_tenant_command_hooks: false,
         sync_addr: "127.0.0.1:0".parse().expect("addr"),
         metrics_addr: "127.0.0.1:0".parse().expect("addr"),
+        sync_tls: None,
         seal_key: None,
         sync_auth: Default::default(),
         lease: LeaseConfig {
