@@ -471,16 +471,16 @@ async fn budget_load(args: BudgetLoadArgs) -> anyhow::Result<()> {
     if args.reserve <= 0 || args.settle < 0 {
         bail!("--reserve must be above 0 and --settle 0 or more");
     }
+    // The transport rule first: a URL that breaks it fails whatever the token.
+    let urls = args
+        .operator_tls
+        .secure(OperatorUrls::parse(&args.operator_url)?)?;
     let token = Arc::new(OperatorToken::load(&args.operator_token_file)?);
     let id = match args.dispatcher_id {
         Some(id) => id,
         None => token.identity()?,
     };
-    let urls = Arc::new(
-        args.operator_tls
-            .secure(OperatorUrls::parse(&args.operator_url)?)?
-            .with_token(token),
-    );
+    let urls = Arc::new(urls.with_token(token));
     let budgets = Budgets::remote(RemoteBudgets::new(urls, id, RemoteConfig::default()), None);
     let plan = load::LoadPlan {
         tenant: args.tenant,

@@ -196,8 +196,11 @@ impl OperatorUrls {
     /// proxy, and TLS trusting only `--operator-ca-file` when it was given.
     pub fn client_builder(&self) -> reqwest::ClientBuilder {
         install_crypto_provider();
+        // No redirect is followed: an operator never sends one, and following it could
+        // leave the transport rule (an https operator redirecting to plain http).
         let builder = reqwest::Client::builder()
             .pool_max_idle_per_host(0)
+            .redirect(reqwest::redirect::Policy::none())
             .no_proxy();
         match &self.tls {
             Some(config) => builder.tls_backend_preconfigured(rustls::ClientConfig::clone(config)),
@@ -271,7 +274,7 @@ impl OperatorUrls {
     /// POSTs `body` as JSON to `path` on each URL in turn (see [`OperatorUrls::call`])
     /// and decodes the first `200` answer as `R`. `timeout` bounds each attempt. A
     /// `200` whose body does not decode counts as no answer from that URL; a refusal
-    /// (`4xx` but `408`/`429`) stops at once with [`PostError::Refused`].
+    /// ([`is_refusal`]) stops at once with [`PostError::Refused`].
     pub async fn post_json<B, R>(
         &self,
         client: &reqwest::Client,
@@ -311,7 +314,7 @@ impl OperatorUrls {
                     if status != 200 {
                         let text = resp.text().await.unwrap_or_default();
                         let detail = format!("answered {status} {}", snippet(&text));
-                        if is_refusal(status) {
+                        if is_refusal(status, &text) {
                             // The operator refused the request itself (nothing applied); a
                             // retry, here or elsewhere, would get the same answer.
                             return Attempt::Answered(Err(PostError::Refused {
@@ -366,9 +369,10 @@ pub enum PostError {
         failed: NoOperatorAnswered,
         maybe_applied: bool,
     },
-    /// An operator refused the request with a `4xx` other than `408` and `429` (a bad
-    /// body, `413` too large, `404` nothing to count): nothing was applied and sending it
-    /// again gets the same answer. The other URLs are not tried.
+    /// An operator refused the request itself ([`is_refusal`]: a bad body, `413` too
+    /// large, `404` nothing to count, `403` a reservation another dispatcher holds):
+    /// nothing was applied and sending it again gets the same answer. The other URLs are
+    /// not tried.
     #[error("{url}: {detail}")]
     Refused {
         url: String,
@@ -377,9 +381,26 @@ pub enum PostError {
     },
 }
 
-/// Whether `status` is a refusal of the request itself ([`PostError::Refused`]).
-pub fn is_refusal(status: u16) -> bool {
-    (400..500).contains(&status) && status != 408 && status != 429
+/// Whether an answer `status` with body `body` is a refusal of the request itself
+/// ([`PostError::Refused`]: nothing was applied, and sending it again anywhere gets the
+/// same answer): a `4xx` but `408` and `429`, and but the refusals of the *caller* rather
+/// than of the request, which may pass by (a token cached as refused for a few seconds,
+/// a RoleBinding recreated by a Helm upgrade or an Argo CD sync, a new leader):
+/// `401`, and `403` unless it names the request's `reservationId` (a settle of a
+/// reservation another dispatcher holds). Those count as "that URL did not apply it":
+/// the next URL is tried and the report or settle stays pending, retried later.
+pub fn is_refusal(status: u16, body: &str) -> bool {
+    match status {
+        401 | 408 | 429 => false,
+        403 => {
+            serde_json::from_str::<serde_json::Value>(body)
+                .ok()
+                .and_then(|v| v.get("field").and_then(|f| f.as_str().map(str::to_owned)))
+                .as_deref()
+                == Some("reservationId")
+        }
+        s => (400..500).contains(&s),
+    }
 }
 
 impl PostError {
@@ -431,22 +452,33 @@ pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-/// An HTTP client that keeps no idle connection: each call connects anew, so a Service
-/// URL can reach another replica on the next try. `connect_timeout` bounds connecting;
-/// callers set each request's own timeout. No TLS trust of its own: calls to the
-/// operator use [`OperatorUrls::fresh_client`], which trusts `--operator-ca-file`.
-pub fn fresh_client(connect_timeout: Duration) -> reqwest::Client {
-    install_crypto_provider();
-    reqwest::Client::builder()
-        .pool_max_idle_per_host(0)
-        .connect_timeout(connect_timeout)
-        .no_proxy()
-        .build()
-        .expect("an HTTP client builds")
-}
-
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_refusals_of_the_request_itself_are_final() {
+        let field = |f: &str| format!(r#"{{"error": "x", "field": "{f}"}}"#);
+        let cases: &[(u16, String, bool)] = &[
+            (400, field("tokens"), true),
+            (404, String::new(), true),
+            (409, String::new(), true),
+            (413, String::new(), true),
+            (403, field("reservationId"), true),
+            // The caller, not the request: may pass by; retried, never dropped.
+            (401, field("reservationId"), false),
+            (401, String::new(), false),
+            (403, r#"{"error": "bind agenthooks-sync"}"#.into(), false),
+            (403, field("dispatcher"), false),
+            (403, "not json".into(), false),
+            (408, String::new(), false),
+            (429, String::new(), false),
+            (500, String::new(), false),
+            (503, String::new(), false),
+        ];
+        for (status, body, want) in cases {
+            assert_eq!(is_refusal(*status, body), *want, "{status} {body}");
+        }
+    }
+
     #[test]
     fn calls_carry_the_token_file_s_token_only_when_given() {
         install_crypto_provider();

@@ -843,7 +843,7 @@ fn the_sync_port_refuses_callers_without_the_token() {
             extra,
         );
         assert_eq!(code, 401, "snapshot read without the token");
-        let settle = json!({"dispatcher": "mallory", "tenant": tenant, "reservationId": "x", "tokens": 1_000_000_000});
+        let settle = json!({"dispatcher": "mallory", "tenant": tenant, "reservationId": "0123456789abcdef0123456789abcdef", "tokens": 1_000_000_000});
         let (code, _) = http_post_with(&format!("{sync}/v1/budget/settle"), &settle, extra);
         assert_eq!(code, 401, "settle without the token");
     }

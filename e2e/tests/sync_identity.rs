@@ -88,7 +88,8 @@ fn each_dispatcher_proves_its_identity_and_acts_only_for_itself() {
         "{body}"
     );
     let out = std::process::Command::new("curl")
-        .args(["-s", "-D", "-", "-o", "/dev/null"])
+        .args(["-s", "-D", "-", "-o", "/dev/null", "--cacert"])
+        .arg(&agenthooks_e2e::stack::test_pki().ca)
         .arg(format!("{sync}/v1/dispatchers"))
         .output()
         .unwrap();

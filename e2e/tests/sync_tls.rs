@@ -293,6 +293,8 @@ fn start_up_refuses_clear_text_to_another_host_and_https_without_a_ca() {
         "budget-load",
         "--operator-url",
         "http://10.0.0.7:9090",
+        "--operator-token-file",
+        "/dev/null",
         "--dispatcher-id",
         "x",
         "--tenant",

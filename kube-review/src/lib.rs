@@ -67,6 +67,12 @@ pub const POD_UID_EXTRA: &str = "authentication.kubernetes.io/pod-uid";
 const SERVICE_ACCOUNT_PREFIX: &str = "system:serviceaccount:";
 /// Longest wait for the API server's answer; past it the request is answered 503.
 pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(5);
+/// Reviews (TokenReview and SubjectAccessReview together) one [`Reviewer`] has in flight
+/// at most: a flood of new tokens costs the API server at most this many requests at a
+/// time, whoever sends them.
+pub const MAX_REVIEWS_IN_FLIGHT: usize = 64;
+/// Longest wait for a free review slot; past it the request is answered 503.
+pub const REVIEW_SLOT_WAIT: Duration = Duration::from_secs(1);
 
 /// One question to RBAC: may a user do `verb` on `group` `resource/subresource` in
 /// `namespace` (empty: cluster-wide, i.e. in every namespace at once)? Every attribute is
@@ -219,8 +225,13 @@ pub struct Reviewer {
     client: kube::Client,
     audience: String,
     cache: CacheConfig,
-    tokens: TtlCache<[u8; 32], Option<Arc<KubeUser>>>,
+    /// Verified tokens.
+    tokens: TtlCache<[u8; 32], Arc<KubeUser>>,
+    /// Refused tokens, apart: a flood of bad tokens cannot evict the good ones.
+    refused: TtlCache<[u8; 32], ()>,
     access: TtlCache<[u8; 32], bool>,
+    /// [`MAX_REVIEWS_IN_FLIGHT`] slots.
+    slots: tokio::sync::Semaphore,
 }
 
 impl Reviewer {
@@ -231,30 +242,41 @@ impl Reviewer {
             audience: audience.into(),
             cache,
             tokens: TtlCache::new(cache.capacity),
+            refused: TtlCache::new(cache.capacity),
             access: TtlCache::new(cache.capacity),
+            slots: tokio::sync::Semaphore::new(MAX_REVIEWS_IN_FLIGHT),
         }
     }
 
-    /// Entries held by the token and RBAC caches (each at most
-    /// [`CacheConfig::capacity`]).
+    /// Entries held by the token caches (verified and refused together) and the RBAC
+    /// cache (each map at most [`CacheConfig::capacity`]).
     pub fn cached(&self) -> (usize, usize) {
-        (self.tokens.len(), self.access.len())
+        (self.tokens.len() + self.refused.len(), self.access.len())
     }
 
-    /// The user of `token`.
-    ///
     /// The audience tokens must be for.
     pub fn audience(&self) -> &str {
         &self.audience
     }
 
+    /// The user of `token`.
+    ///
+    /// A JWT whose own claims say it cannot pass (expired, or an `aud` without our
+    /// audience) is refused without asking the API server ([`cannot_pass`]); any other
+    /// token is reviewed (TokenReview), at most [`MAX_REVIEWS_IN_FLIGHT`] at a time.
+    ///
     /// Errors: [`ReviewError::Unauthenticated`] when the API server does not authenticate
     /// it for our audience, [`ReviewError::Unavailable`] when it could not be asked.
     pub async fn authenticate(&self, token: &str) -> Result<Arc<KubeUser>, ReviewError> {
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let now = Instant::now();
-        if let Some(known) = self.tokens.get(&key, now) {
-            return known.ok_or_else(|| self.not_authenticated());
+        if let Some(user) = self.tokens.get(&key, now) {
+            return Ok(user);
+        }
+        if self.refused.get(&key, now).is_some()
+            || cannot_pass(token, &self.audience, chrono::Utc::now().timestamp())
+        {
+            return Err(self.not_authenticated());
         }
         let review = TokenReview {
             spec: TokenReviewSpec {
@@ -265,12 +287,17 @@ impl Reviewer {
         };
         let answer = self.review(&review, "review the token").await?;
         let user = user_of(answer.status.as_ref(), &self.audience).map(Arc::new);
-        let ttl = match &user {
-            Some(_) => token_ttl(token, self.cache.token_ttl, chrono::Utc::now().timestamp()),
-            None => self.cache.denied_ttl,
-        };
-        self.tokens.insert(key, user.clone(), now, ttl);
-        user.ok_or_else(|| self.not_authenticated())
+        match user {
+            Some(user) => {
+                let ttl = token_ttl(token, self.cache.token_ttl, chrono::Utc::now().timestamp());
+                self.tokens.insert(key, user.clone(), now, ttl);
+                Ok(user)
+            }
+            None => {
+                self.refused.insert(key, (), now, self.cache.denied_ttl);
+                Err(self.not_authenticated())
+            }
+        }
     }
 
     fn not_authenticated(&self) -> ReviewError {
@@ -329,6 +356,12 @@ impl Reviewer {
             + serde::de::DeserializeOwned,
         K::DynamicType: Default,
     {
+        let Ok(Ok(_slot)) = tokio::time::timeout(REVIEW_SLOT_WAIT, self.slots.acquire()).await
+        else {
+            return Err(ReviewError::Unavailable(format!(
+                "too many reviews in flight ({MAX_REVIEWS_IN_FLIGHT}): could not {what}"
+            )));
+        };
         let api: Api<K> = Api::all(self.client.clone());
         match tokio::time::timeout(REVIEW_TIMEOUT, api.create(&PostParams::default(), object)).await
         {
@@ -420,15 +453,44 @@ pub fn token_ttl(token: &str, ttl: Duration, now_unix: i64) -> Duration {
 
 /// The `exp` claim of a JWT, read without checking the signature (the API server did).
 fn jwt_exp(token: &str) -> Option<i64> {
+    jwt_claims(token)?.get("exp")?.as_i64()
+}
+
+/// The claims of a JWT (`header.payload.signature`), read without checking anything.
+fn jwt_claims(token: &str) -> Option<serde_json::Value> {
     use base64::Engine;
-    let payload = token.split('.').nth(1)?;
+    let mut parts = token.split('.');
+    let (_, payload, _, None) = (parts.next()?, parts.next()?, parts.next()?, parts.next()) else {
+        return None;
+    };
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(payload.trim_end_matches('='))
         .ok()?;
-    serde_json::from_slice::<serde_json::Value>(&bytes)
-        .ok()?
-        .get("exp")?
-        .as_i64()
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// Whether `token` is a JWT whose own claims say no review can accept it for `audience`
+/// at `now_unix`: its `exp` has passed, or its `aud` (a string or a list) does not hold
+/// `audience`. Such a token is refused without a TokenReview (the API server would
+/// refuse it: a ServiceAccount token is valid only for the audiences it names, and
+/// [`user_of`] wants ours echoed back). Anything else — no JWT, no `aud`, no `exp` — is
+/// left to the API server. The signature is not checked, so this only ever refuses.
+pub fn cannot_pass(token: &str, audience: &str, now_unix: i64) -> bool {
+    let Some(claims) = jwt_claims(token) else {
+        return false;
+    };
+    if claims
+        .get("exp")
+        .and_then(serde_json::Value::as_i64)
+        .is_some_and(|exp| exp <= now_unix)
+    {
+        return true;
+    }
+    match claims.get("aud") {
+        Some(serde_json::Value::String(a)) => a != audience,
+        Some(serde_json::Value::Array(list)) => !list.iter().any(|a| a.as_str() == Some(audience)),
+        _ => false,
+    }
 }
 
 /// A fixed-size key for an RBAC answer: the user's whole identity and every attribute
@@ -465,6 +527,7 @@ fn access_key(user: &KubeUser, access: &Access<'_>) -> [u8; 32] {
 mod tests {
     use super::*;
     use k8s_openapi::api::authentication::v1::{TokenReviewStatus, UserInfo};
+    use serde_json::json;
 
     fn status(authenticated: bool, audiences: &[&str], user: &str) -> TokenReviewStatus {
         TokenReviewStatus {
@@ -587,6 +650,38 @@ mod tests {
             enc(br#"{"alg":"RS256"}"#),
             enc(claims.to_string().as_bytes())
         )
+    }
+
+    #[test]
+    fn a_jwt_that_says_it_cannot_pass_is_refused_without_a_review() {
+        let now = 1_000_000;
+        let cases = [
+            (
+                json!({"aud": ["agenthooks.io/sync"], "exp": now + 60}),
+                false,
+            ),
+            (json!({"aud": "agenthooks.io/sync", "exp": now + 60}), false),
+            (json!({"aud": ["x", "agenthooks.io/sync"]}), false),
+            (json!({"exp": now + 60}), false),
+            (json!({}), false),
+            // another audience (a caller's dispatch token on the sync port), expired
+            (json!({"aud": ["agenthooks.io"], "exp": now + 60}), true),
+            (json!({"aud": "agenthooks.io", "exp": now + 60}), true),
+            (json!({"aud": [], "exp": now + 60}), true),
+            (json!({"aud": ["agenthooks.io/sync"], "exp": now}), true),
+            (json!({"aud": ["agenthooks.io/sync"], "exp": now - 1}), true),
+        ];
+        for (claims, refused) in cases {
+            assert_eq!(
+                cannot_pass(&jwt(claims.clone()), "agenthooks.io/sync", now),
+                refused,
+                "{claims}"
+            );
+        }
+        // Not a JWT at all: the API server decides.
+        for token in ["opaque-token", "a.b", "a.b.c.d", "x.!!!.y", ""] {
+            assert!(!cannot_pass(token, "agenthooks.io/sync", now), "{token}");
+        }
     }
 
     #[test]

@@ -69,7 +69,16 @@ pub struct SyncAuthConfig {
     /// (`--sync-token-cache-seconds`, `--sync-access-cache-seconds`,
     /// `--sync-denied-cache-seconds`).
     pub cache: agenthooks_kube_review::CacheConfig,
+    /// Requests the sync port serves at once (`--sync-max-concurrent-requests`); past it
+    /// a request is answered 503 at once, before its token is looked at
+    /// ([`crate::sync_auth::limit`]).
+    pub max_concurrent_requests: usize,
 }
+
+/// Default of [`SyncAuthConfig::max_concurrent_requests`]: every dispatcher holds one
+/// long poll and now and then a report or a budget call, so this serves several hundred
+/// dispatchers.
+pub const DEFAULT_SYNC_MAX_CONCURRENT_REQUESTS: usize = 2048;
 
 impl Default for SyncAuthConfig {
     /// Audience `agenthooks.io/sync`, the dispatcher's cache defaults.
@@ -78,6 +87,7 @@ impl Default for SyncAuthConfig {
             audience: agenthooks_kube_review::SYNC_AUDIENCE.to_string(),
             namespace: None,
             cache: Default::default(),
+            max_concurrent_requests: DEFAULT_SYNC_MAX_CONCURRENT_REQUESTS,
         }
     }
 }

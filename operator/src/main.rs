@@ -72,6 +72,12 @@ struct Args {
     /// Seconds a refused token or an RBAC "denied" is kept.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=3600))]
     sync_denied_cache_seconds: u64,
+    /// Requests the sync port serves at once (long polls included: one per dispatcher);
+    /// past it a request is answered 503 at once (the dispatcher tries its next operator
+    /// URL and keeps its snapshot), before its token costs a TokenReview.
+    #[arg(long, default_value_t = agenthooks_operator::config::DEFAULT_SYNC_MAX_CONCURRENT_REQUESTS,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
+    sync_max_concurrent_requests: usize,
     /// Name of the leader-election Lease.
     #[arg(long, default_value = "agenthooks-operator")]
     lease_name: String,
@@ -188,6 +194,7 @@ async fn main() -> anyhow::Result<()> {
                 denied_ttl: Duration::from_secs(args.sync_denied_cache_seconds),
                 ..Default::default()
             },
+            max_concurrent_requests: args.sync_max_concurrent_requests,
         },
         dispatcher_ttl: Duration::from_secs(args.dispatcher_ttl_seconds),
         watch_grace: Duration::from_secs(args.watch_grace_seconds),

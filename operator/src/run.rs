@@ -83,31 +83,34 @@ pub async fn run(
         cancel.clone(),
         sync_server::serve(
             sync_listener,
-            sync_auth::protect(
-                sync_server::router(SyncState::from_shared(&shared, cancel.clone()))
-                    .merge(report::start(
-                        shared.clone(),
-                        client.clone(),
-                        cancel.clone(),
-                    ))
-                    .merge(budget::start(
-                        shared.clone(),
-                        client.clone(),
-                        cancel.clone(),
+            sync_auth::limit(
+                sync_auth::protect(
+                    sync_server::router(SyncState::from_shared(&shared, cancel.clone()))
+                        .merge(report::start(
+                            shared.clone(),
+                            client.clone(),
+                            cancel.clone(),
+                        ))
+                        .merge(budget::start(
+                            shared.clone(),
+                            client.clone(),
+                            cancel.clone(),
+                        )),
+                    Arc::new(sync_auth::SyncAuth::new(
+                        agenthooks_kube_review::Reviewer::new(
+                            client.clone(),
+                            shared.config.sync_auth.audience.clone(),
+                            shared.config.sync_auth.cache,
+                        ),
+                        shared
+                            .config
+                            .sync_auth
+                            .namespace
+                            .clone()
+                            .unwrap_or_else(|| shared.config.master_namespace.clone()),
                     )),
-                Arc::new(sync_auth::SyncAuth::new(
-                    agenthooks_kube_review::Reviewer::new(
-                        client.clone(),
-                        shared.config.sync_auth.audience.clone(),
-                        shared.config.sync_auth.cache,
-                    ),
-                    shared
-                        .config
-                        .sync_auth
-                        .namespace
-                        .clone()
-                        .unwrap_or_else(|| shared.config.master_namespace.clone()),
-                )),
+                ),
+                shared.config.sync_auth.max_concurrent_requests,
             ),
             cancel.clone(),
         ),

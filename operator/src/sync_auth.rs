@@ -46,6 +46,10 @@ pub const REALM: &str = "agenthooks-sync";
 /// The ClusterRole that grants `create` on `agenthooks/sync` (config/rbac and the chart
 /// ship it; a RoleBinding in the master namespace binds it to a dispatcher).
 pub const SYNC_CLUSTER_ROLE: &str = "agenthooks-sync";
+/// Longest dispatcher identity, in bytes: `NAMESPACE/POD`, a namespace (a DNS label, 63)
+/// and a Pod name (a DNS subdomain, 253). Every `dispatcher` field of the sync port is
+/// held to it (poll, report, reserve, settle), so any identity [`identity_of`] gives fits.
+pub const MAX_DISPATCHER_ID_LEN: usize = 63 + 1 + 253;
 /// Longest bearer token read, in bytes; a longer one is refused (401) unread.
 pub const MAX_TOKEN_BYTES: usize = 16 * 1024;
 
@@ -227,6 +231,40 @@ pub fn protect(app: Router, auth: Arc<SyncAuth>) -> Router {
     ))
 }
 
+/// `app` serving at most `max` requests at once (CONTRACT §10.2): past it a request is
+/// answered `503 {"error"}` at once, not queued, before [`protect`] looks at its token
+/// (so a flood of requests costs neither memory nor TokenReviews past the bound; the
+/// reviews themselves are bounded too, [`agenthooks_kube_review::MAX_REVIEWS_IN_FLIGHT`]).
+/// A dispatcher takes a `503` as an unavailable operator: it tries its next URL and
+/// keeps its snapshot. Wrap the protected app: `limit(protect(app, auth), max)`.
+pub fn limit(app: Router, max: usize) -> Router {
+    let slots = Arc::new(tokio::sync::Semaphore::new(
+        max.clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
+    ));
+    app.layer(axum::middleware::from_fn_with_state(slots, shed))
+}
+
+async fn shed(
+    State(slots): State<Arc<tokio::sync::Semaphore>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    match slots.try_acquire_owned() {
+        Ok(slot) => {
+            let answer = next.run(req).await;
+            drop(slot);
+            answer
+        }
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(serde_json::json!({
+                "error": "the sync port serves as many requests as it may at once (--sync-max-concurrent-requests); try again or another operator URL"
+            })),
+        )
+            .into_response(),
+    }
+}
+
 async fn require_dispatcher(
     State(auth): State<Arc<SyncAuth>>,
     mut req: Request,
@@ -297,6 +335,49 @@ mod tests {
     use http_body_util::BodyExt;
     use k8s_openapi::api::authentication::v1::{TokenReviewStatus, UserInfo};
     use tower::ServiceExt;
+
+    #[tokio::test]
+    async fn past_its_limit_the_port_answers_503_at_once_and_frees_the_slot_after() {
+        let gate = Arc::new(tokio::sync::Notify::new());
+        let held = gate.clone();
+        let app = limit(
+            Router::new().route(
+                "/v1/snapshot",
+                get(move || {
+                    let held = held.clone();
+                    async move {
+                        held.notified().await;
+                        "ok"
+                    }
+                }),
+            ),
+            1,
+        );
+        let call = |app: Router| async move {
+            let r = app
+                .oneshot(Request::get("/v1/snapshot").body(Body::empty()).unwrap())
+                .await
+                .unwrap();
+            let status = r.status();
+            let body = r.into_body().collect().await.unwrap().to_bytes();
+            (status, String::from_utf8_lossy(&body).into_owned())
+        };
+        let first = tokio::spawn(call(app.clone()));
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let started = std::time::Instant::now();
+        let (status, body) = call(app.clone()).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert!(body.contains("--sync-max-concurrent-requests"), "{body}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(1),
+            "not queued"
+        );
+        gate.notify_one();
+        assert_eq!(first.await.unwrap(), (StatusCode::OK, "ok".to_string()));
+        // The slot is free again.
+        gate.notify_one();
+        assert_eq!(call(app).await, (StatusCode::OK, "ok".to_string()));
+    }
 
     fn reviewed(name: &str, pod: Option<&str>) -> KubeUser {
         let extra = pod.map(|p| {

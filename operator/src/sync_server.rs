@@ -2,7 +2,7 @@
 //!
 //! `GET /v1/snapshot?after=N&epoch=E&dispatcher=ID&timeoutSeconds=T`
 //!
-//! - `dispatcher` (required, 1–253 characters, no control characters): the
+//! - `dispatcher` (required, 1–317 characters, no control characters): the
 //!   dispatcher's stable id, recorded for `Ready` tracking together with (E, N), which
 //!   the dispatcher says it serves.
 //! - `after` (default 0), `epoch` (default empty): the snapshot the dispatcher holds.
@@ -52,8 +52,8 @@ use crate::sync_auth::{SyncCaller, no_caller};
 pub const DEFAULT_TIMEOUT_SECONDS: u64 = 30;
 /// Longest wait of a long poll.
 pub const MAX_TIMEOUT_SECONDS: u64 = 60;
-/// Longest accepted dispatcher id.
-pub const MAX_DISPATCHER_ID_LEN: usize = 253;
+/// Longest accepted dispatcher id (any identity of [`crate::sync_auth::identity_of`]).
+pub const MAX_DISPATCHER_ID_LEN: usize = crate::sync_auth::MAX_DISPATCHER_ID_LEN;
 
 /// What the sync server reads.
 #[derive(Clone, Debug)]
@@ -486,7 +486,8 @@ mod tests {
         assert!(body["error"].as_str().unwrap().contains("dispatcher"));
         let (status, _) = get(&h.state, "/v1/snapshot?dispatcher=d&after=minus-one").await;
         assert_eq!(status, StatusCode::BAD_REQUEST);
-        let long = "x".repeat(300);
+        // Longer than any identity `NAMESPACE/POD` (63 + 1 + 253).
+        let long = "x".repeat(crate::sync_auth::MAX_DISPATCHER_ID_LEN + 1);
         let (status, _) = get(&h.state, &format!("/v1/snapshot?dispatcher={long}")).await;
         assert_eq!(status, StatusCode::BAD_REQUEST);
     }
@@ -613,7 +614,8 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let incoming = agenthooks_tls::Incoming::new(listener, Some(&server_cert)).unwrap();
         let shutdown = h.state.shutdown.clone();
-        let server = tokio::spawn(serve(incoming, router(h.state.clone()), shutdown.clone()));
+        let app = router(h.state.clone()).layer(axum::Extension(SyncCaller::new("d1")));
+        let server = tokio::spawn(serve(incoming, app, shutdown.clone()));
         let _stalled = tokio::net::TcpStream::connect(addr).await.unwrap();
 
         let _ = rustls::crypto::ring::default_provider().install_default();

@@ -225,7 +225,7 @@ async fn concurrent_settles_through_two_writers_sum_exactly() {
                     let tokens = (t * 25 + i) as i64 % 97 + 1;
                     let r = &replicas[(t + i) % 2];
                     // ids this replica never reserved (as after a failover): still counted
-                    let id = format!("t{t}-i{i}");
+                    let id = format!("{:032x}", t * 1000 + i);
                     // a dispatcher retries an unacknowledged settle with the same id
                     let mut retried = 0;
                     let v = loop {
@@ -322,7 +322,9 @@ async fn release_duplicates_and_unknown_tenants() {
         v,
         json!({"granted": false, "reason": "BudgetNotFound", "remaining": 0})
     );
-    let (status, v) = r.settle("d1", "no-such-tenant", "x", 5).await;
+    let (status, v) = r
+        .settle("d1", "no-such-tenant", &format!("{:032x}", 7), 5)
+        .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(v["reason"], "BudgetNotFound");
     r.stop().await;
@@ -375,7 +377,7 @@ async fn bad_requests_name_the_field() {
     }
     for (body, field) in [
         (
-            json!({"dispatcher": "d", "tenant": "t", "reservationId": "r", "tokens": -1}),
+            json!({"dispatcher": "d", "tenant": "t", "reservationId": "0123456789abcdef0123456789abcdef", "tokens": -1}),
             "tokens",
         ),
         (
@@ -384,6 +386,14 @@ async fn bad_requests_name_the_field() {
         ),
         (
             json!({"dispatcher": "d", "tenant": "t", "tokens": 1}),
+            "reservationId",
+        ),
+        (
+            json!({"dispatcher": "d", "tenant": "t", "reservationId": "x".repeat(253), "tokens": 1}),
+            "reservationId",
+        ),
+        (
+            json!({"dispatcher": "d", "tenant": "t", "reservationId": "0123456789ABCDEF0123456789ABCDEF", "tokens": 1}),
             "reservationId",
         ),
     ] {
@@ -417,12 +427,17 @@ async fn a_settle_counts_at_most_its_reservation_and_only_from_whoever_reserved(
         .await;
     let id = v["reservationId"].as_str().expect("id").to_string();
 
-    // another dispatcher, or the right one naming another tenant: 409, nothing counted
+    // another dispatcher: 403 naming reservationId (it does not hold it); the right one
+    // naming another tenant: 409; nothing counted either way
     let (status, v) = r.settle("d2", &tenant, &id, 300).await;
-    assert_eq!(status, StatusCode::CONFLICT, "{v}");
+    assert_eq!(
+        (status, v["field"].as_str()),
+        (StatusCode::FORBIDDEN, Some("reservationId")),
+        "{v}"
+    );
     let error = v["error"].as_str().unwrap_or("");
     assert!(
-        error.contains("\"d1\"") && error.contains("\"d2\""),
+        error.contains("dispatcher d1, not d2"),
         "names both dispatchers: {v}"
     );
     let (status, v) = r.settle("d1", &other_tenant, &id, 300).await;
@@ -435,7 +450,11 @@ async fn a_settle_counts_at_most_its_reservation_and_only_from_whoever_reserved(
     assert_eq!(get(cp, &other_ns, "b").await["status"]["used"], 0);
     assert_eq!(
         r.metric("agenthooks_budget_settles_total{result=\"mismatch\"}"),
-        2.0
+        1.0
+    );
+    assert_eq!(
+        r.metric("agenthooks_budget_settles_total{result=\"not_holder\"}"),
+        1.0
     );
 
     // its dispatcher settles far more than it reserved: 300 counted, the rest logged
@@ -451,7 +470,7 @@ async fn a_settle_counts_at_most_its_reservation_and_only_from_whoever_reserved(
     );
     // an id this leader never granted: at most the per-call maximum
     let (status, v) = r
-        .settle("d1", &tenant, "from-a-previous-leader", 3_000_000)
+        .settle("d1", &tenant, &format!("{:032x}", 0xfeed), 3_000_000)
         .await;
     assert_eq!(
         (status, v["used"].as_i64()),

@@ -358,7 +358,7 @@ async fn losing_leadership_stops_the_reconciler_and_the_endpoints() {
         v["error"].as_str().unwrap_or("").contains("not the leader"),
         "{v}"
     );
-    let (status, _) = r.settle("d1", &tenant, "x", 1).await;
+    let (status, _) = r.settle("d1", &tenant, &format!("{:032x}", 1), 1).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
 
     budget(cp, &ns, "b", 3000, None).await;

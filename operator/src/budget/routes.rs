@@ -7,8 +7,8 @@
 //!   "dispatcher"}` when `dispatcher` is not the authenticated caller
 //!   ([`crate::sync_auth`]): nothing reserved, settled or counted;
 //! - `400 {"error", "field"}` for a body that is not the request's JSON or a bad field
-//!   (`dispatcher`, `tenant`, `reservationId`: 1–253 characters without control
-//!   characters; `tokens` 1 to [`MAX_CALL_TOKENS`](super::ledger::MAX_CALL_TOKENS) on reserve, >= 0 on settle);
+//!   (`dispatcher`, `tenant`: 1–253 characters without control characters;
+//!   `reservationId`: 32 lowercase hex digits, as a reserve answers; `tokens` 1 to [`MAX_CALL_TOKENS`](super::ledger::MAX_CALL_TOKENS) on reserve, >= 0 on settle);
 //! - `503 {"error", "leader", "synced"}` on a replica that is not the synced leader or
 //!   has not installed the budgets yet (the dispatcher tries its next operator URL).
 //!
@@ -166,7 +166,11 @@ fn check_serving(budgets: &Budgets) -> Result<(), Answer> {
 }
 
 fn check_reserve(req: &ReserveRequest) -> Result<(), Answer> {
-    check_name("dispatcher", &req.dispatcher, MAX_NAME_LEN)?;
+    check_name(
+        "dispatcher",
+        &req.dispatcher,
+        crate::sync_auth::MAX_DISPATCHER_ID_LEN,
+    )?;
     check_name("tenant", &req.tenant, MAX_NAME_LEN)?;
     if let Some(h) = &req.hook {
         check_name("hook", h, MAX_HOOK_LEN)?;
@@ -174,10 +178,32 @@ fn check_reserve(req: &ReserveRequest) -> Result<(), Answer> {
     check_reserve_tokens(req.tokens).map_err(|e| bad_request("tokens", format!("tokens: {e}")))
 }
 
+/// A `reservationId` is what a reserve answered: 32 lowercase hex digits (a v4 UUID,
+/// simple form: every operator version issued these). Anything else is refused (`400`)
+/// before it is looked up, so a dispatcher cannot fill the leader's books of settled
+/// ids with long made-up ones.
+fn check_reservation_id(id: &str) -> Result<(), Answer> {
+    if id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        Ok(())
+    } else {
+        Err(bad_request(
+            "reservationId",
+            format!(
+                "reservationId: {:?} is not a reservation id (32 lowercase hex digits, as a reserve answers)",
+                id.chars().take(64).collect::<String>()
+            ),
+        ))
+    }
+}
+
 fn check_settle(req: &SettleRequest) -> Result<(), Answer> {
-    check_name("dispatcher", &req.dispatcher, MAX_NAME_LEN)?;
+    check_name(
+        "dispatcher",
+        &req.dispatcher,
+        crate::sync_auth::MAX_DISPATCHER_ID_LEN,
+    )?;
     check_name("tenant", &req.tenant, MAX_NAME_LEN)?;
-    check_name("reservationId", &req.reservation_id, MAX_NAME_LEN)?;
+    check_reservation_id(&req.reservation_id)?;
     check_settle_tokens(req.tokens).map_err(|e| bad_request("tokens", format!("tokens: {e}")))
 }
 

@@ -15,7 +15,7 @@ use super::times;
 use super::writer::HookRef;
 
 /// Longest `dispatcher` (as in the snapshot poll).
-pub const MAX_DISPATCHER_LEN: usize = 253;
+pub const MAX_DISPATCHER_LEN: usize = crate::sync_auth::MAX_DISPATCHER_ID_LEN;
 /// Longest `reportId`.
 pub const MAX_REPORT_ID_LEN: usize = 128;
 /// Longest uid.
