@@ -214,7 +214,7 @@ fn start_operator(
     .collect();
     let env = [("KUBECONFIG", kubeconfig.to_str().unwrap())];
     let proc = Proc::start(identity, &bin("agenthooks-operator"), &args, &env, logs);
-    serves(&format!("http://127.0.0.1:{sync_port}"), master);
+    serves(&agenthooks_e2e::stack::sync_url(sync_port), master);
     (
         proc,
         agenthooks_e2e::stack::sync_url(sync_port),
