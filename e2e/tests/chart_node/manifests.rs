@@ -359,7 +359,8 @@ pub fn run(tier: &mut Tier) {
 
     // The dispatcher may do nothing on resources but what every authenticated user may
     // (review its own access) and what system:auth-delegator gives it: review callers'
-    // tokens and access (CONTRACT §9.1–9.2).
+    // tokens and access (CONTRACT §9.1–9.2); and sync with the operator as itself
+    // (`agenthooks/sync` in its own namespace, §9.4).
     let list = node.kubectl_ok(&[
         "auth",
         "can-i",
@@ -379,7 +380,9 @@ pub fn run(tier: &mut Tier) {
             r.starts_with("self")
                 || [
                     "tokenreviews.authentication.k8s.io",
-                    "subjectaccessreviews.authorization.k8s.io"
+                    "subjectaccessreviews.authorization.k8s.io",
+                    // its own sync with the operator (agenthooks-sync, CONTRACT §9.4)
+                    "agenthooks.agenthooks.io/sync",
                 ]
                 .contains(r),
             "the dispatcher may touch {r}:\n{list}"
