@@ -39,7 +39,7 @@ pub use kubernetes::{Access, KubeCallers};
 pub use rule::{Grant, Refusal, TenantChoice};
 
 /// Longest bearer token read, in bytes; a longer one is refused (401) unread.
-pub const MAX_TOKEN_BYTES: usize = 16 * 1024;
+pub use agenthooks_kube_review::MAX_TOKEN_BYTES;
 
 /// Name of anonymous callers in logs and audit rows.
 pub const ANONYMOUS: &str = "anonymous";
@@ -169,25 +169,6 @@ pub struct Identity {
 /// The request's bearer token. Errors: 401 when there is none, it is not a bearer
 /// token, or it is longer than [`MAX_TOKEN_BYTES`].
 pub fn bearer(headers: &HeaderMap) -> Result<&str, Refusal> {
-    let Some(value) = headers.get(header::AUTHORIZATION) else {
-        return Err(Refusal::unauthenticated(
-            "missing `Authorization: Bearer <token>`",
-        ));
-    };
-    if value.len() > MAX_TOKEN_BYTES + 7 {
-        return Err(Refusal::unauthenticated(format!(
-            "the bearer token is longer than {MAX_TOKEN_BYTES} bytes"
-        )));
-    }
-    let value = value
-        .to_str()
-        .map_err(|_| Refusal::unauthenticated("the Authorization header is not ASCII"))?;
-    let (scheme, token) = value.split_once(' ').unwrap_or((value, ""));
-    let token = token.trim();
-    if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() {
-        return Err(Refusal::unauthenticated(
-            "the Authorization header is not `Bearer <token>`",
-        ));
-    }
-    Ok(token)
+    agenthooks_kube_review::bearer(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()))
+        .map_err(|e| Refusal::unauthenticated(e.to_string()))
 }

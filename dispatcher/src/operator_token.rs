@@ -24,7 +24,7 @@ use reqwest::header::HeaderValue;
 /// Least time between two reads of the token file.
 pub const RECHECK: Duration = Duration::from_secs(30);
 /// Longest token file read, in bytes.
-pub const MAX_TOKEN_BYTES: usize = 16 * 1024;
+pub use agenthooks_kube_review::MAX_TOKEN_BYTES;
 
 /// Why the token file cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -155,16 +155,8 @@ fn read(path: &Path) -> Result<(String, HeaderValue), TokenFileError> {
 ///
 /// Errors: [`NoIdentity`] for a token that is not such a JWT.
 pub fn identity(token: &str) -> Result<String, NoIdentity> {
-    use base64::Engine;
-    let payload = token
-        .split('.')
-        .nth(1)
-        .ok_or_else(|| NoIdentity("not a JWT".into()))?;
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(payload.trim_end_matches('='))
-        .map_err(|_| NoIdentity("its payload is not base64url".into()))?;
-    let claims: serde_json::Value =
-        serde_json::from_slice(&bytes).map_err(|_| NoIdentity("its payload is not JSON".into()))?;
+    let claims = agenthooks_kube_review::jwt_claims(token)
+        .ok_or_else(|| NoIdentity("not a JWT with a JSON payload".into()))?;
     let k = &claims["kubernetes.io"];
     let text = |v: &serde_json::Value| v.as_str().filter(|s| !s.is_empty()).map(str::to_string);
     let namespace =

@@ -67,6 +67,44 @@ pub const POD_UID_EXTRA: &str = "authentication.kubernetes.io/pod-uid";
 const SERVICE_ACCOUNT_PREFIX: &str = "system:serviceaccount:";
 /// Longest wait for the API server's answer; past it the request is answered 503.
 pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest bearer token read, in bytes; a longer one is refused unread ([`bearer`]).
+pub const MAX_TOKEN_BYTES: usize = 16 * 1024;
+
+/// Why a request carries no usable bearer token ([`bearer`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BearerError {
+    #[error("missing `Authorization: Bearer <token>`")]
+    Missing,
+    #[error("the bearer token is longer than {MAX_TOKEN_BYTES} bytes")]
+    TooLong,
+    #[error("the Authorization header is not ASCII")]
+    NotAscii,
+    #[error("the Authorization header is not `Bearer <token>`")]
+    NotBearer,
+}
+
+/// The token of an `Authorization: Bearer <token>` header (`value`: the header's bytes,
+/// `None` when absent); the scheme is case-insensitive and the token trimmed. The one
+/// parser of the dispatcher's callers and the operator's sync port.
+///
+/// Errors: [`BearerError`], checked in that order (length before anything is read).
+pub fn bearer(value: Option<&[u8]>) -> Result<&str, BearerError> {
+    let value = value.ok_or(BearerError::Missing)?;
+    if value.len() > MAX_TOKEN_BYTES + "Bearer ".len() {
+        return Err(BearerError::TooLong);
+    }
+    let value = std::str::from_utf8(value)
+        .ok()
+        .filter(|v| v.is_ascii())
+        .ok_or(BearerError::NotAscii)?;
+    let (scheme, token) = value.split_once(' ').unwrap_or((value, ""));
+    let token = token.trim();
+    if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() {
+        return Err(BearerError::NotBearer);
+    }
+    Ok(token)
+}
+
 /// Reviews (TokenReview and SubjectAccessReview together) one [`Reviewer`] has in flight
 /// at most: a flood of new tokens costs the API server at most this many requests at a
 /// time, whoever sends them.
@@ -456,8 +494,9 @@ fn jwt_exp(token: &str) -> Option<i64> {
     jwt_claims(token)?.get("exp")?.as_i64()
 }
 
-/// The claims of a JWT (`header.payload.signature`), read without checking anything.
-fn jwt_claims(token: &str) -> Option<serde_json::Value> {
+/// The claims of a JWT (`header.payload.signature`), read without checking anything
+/// (`None` when it is not one).
+pub fn jwt_claims(token: &str) -> Option<serde_json::Value> {
     use base64::Engine;
     let mut parts = token.split('.');
     let (_, payload, _, None) = (parts.next()?, parts.next()?, parts.next()?, parts.next()) else {

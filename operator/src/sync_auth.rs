@@ -51,7 +51,7 @@ pub const SYNC_CLUSTER_ROLE: &str = "agenthooks-sync";
 /// held to it (poll, report, reserve, settle), so any identity [`identity_of`] gives fits.
 pub const MAX_DISPATCHER_ID_LEN: usize = 63 + 1 + 253;
 /// Longest bearer token read, in bytes; a longer one is refused (401) unread.
-pub const MAX_TOKEN_BYTES: usize = 16 * 1024;
+pub use agenthooks_kube_review::MAX_TOKEN_BYTES;
 
 /// A dispatcher the sync port authenticated and RBAC allowed: what the handlers see.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,7 +199,7 @@ impl SyncAuth {
     ///
     /// Errors: the [`SyncRefusal`] (401, 403 or 503).
     pub async fn caller(&self, headers: &HeaderMap) -> Result<SyncCaller, SyncRefusal> {
-        let token = bearer(headers).map_err(unauthenticated)?;
+        let token = bearer(headers).map_err(|e| unauthenticated(&e.to_string()))?;
         let user = self
             .reviewer
             .authenticate(token)
@@ -283,24 +283,8 @@ async fn require_dispatcher(
 }
 
 /// The request's bearer token. Errors: why there is none.
-fn bearer(headers: &HeaderMap) -> Result<&str, &'static str> {
-    let value = headers
-        .get(header::AUTHORIZATION)
-        .ok_or("missing `Authorization: Bearer <token>` (the dispatcher's ServiceAccount token)")?;
-    if value.len() > MAX_TOKEN_BYTES + 7 {
-        return Err("the bearer token is too long");
-    }
-    let value = value
-        .to_str()
-        .map_err(|_| "the Authorization header is not ASCII")?;
-    match value.split_once(' ') {
-        Some((scheme, token))
-            if scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty() =>
-        {
-            Ok(token.trim())
-        }
-        _ => Err("the Authorization header is not `Bearer <token>`"),
-    }
+fn bearer(headers: &HeaderMap) -> Result<&str, agenthooks_kube_review::BearerError> {
+    agenthooks_kube_review::bearer(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()))
 }
 
 fn refusal(status: StatusCode, why: impl Into<String>) -> SyncRefusal {
