@@ -463,6 +463,20 @@ impl OperatorProc {
         let (code, text) = http_get(&format!("{}/metrics", self.admin));
         code == 200 && metric(&text, "agenthooks_operator_leader", "") == 1.0
     }
+
+    /// Waits (up to 60 s) until it leads and has finished the initial sync of its leader
+    /// session (`/readyz` says `"leader": true, "synced": true`): before that the sync port
+    /// answers 503 to every authenticated request. Panics naming what it last said.
+    pub fn wait_serving(&self) {
+        let mut last = String::new();
+        let ok = wait_for(Duration::from_secs(60), || {
+            let (_, text) = http_get(&format!("{}/readyz", self.admin));
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+            last = text;
+            v["leader"] == true && v["synced"] == true
+        });
+        assert!(ok, "operator {} never served: {last}", self.identity);
+    }
 }
 
 /// One operator and `n` dispatchers following it on the shared control plane, with a

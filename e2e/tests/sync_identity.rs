@@ -69,6 +69,7 @@ fn each_dispatcher_proves_its_identity_and_acts_only_for_itself() {
         &[],
         &logs,
     );
+    op.wait_serving();
     let sync = op.sync.clone();
     let procs = [&op.proc];
     // A's token is bound to a Pod object (the pod-name extra path); B's to its account.
