@@ -26,6 +26,7 @@ deps:
 ## `make test-node` packs a release build)
 test: deps
 	bash scripts/install-deps.sh node
+	bash scripts/install-deps.sh runtimes
 	bash e2e/controlplane/build.sh >/dev/null
 	bash e2e/controlplane/build-helm.sh >/dev/null
 	bash e2e/argocd-health/build.sh >/dev/null

@@ -1,7 +1,31 @@
 #!/usr/bin/env bash
 # Installs what `make test` needs and a fresh Debian machine may lack. Idempotent.
-#   scripts/install-deps.sh node   also what the real node of `make test-node` needs
+#   scripts/install-deps.sh node       also what the real node of `make test-node` needs
+#   scripts/install-deps.sh runtimes   the agent runtimes of the runtimes tier (scripts/runtimes.pins)
 set -euo pipefail
+if [ "${1:-}" = runtimes ]; then
+  # Each pinned runtime from the npm registry into its own prefix; skipped when its binary
+  # already answers --version with the pinned version. Node.js >= 20 and npm are needed.
+  command -v npm >/dev/null || { echo "[deps] npm (Node.js >= 20) is required for the runtimes tier" >&2; exit 1; }
+  root="${AGENTHOOKS_RUNTIMES_DIR:-$HOME/.cache/agenthooks/runtimes}"
+  pins="$(dirname "$0")/runtimes.pins"
+  while read -r name version pkg bin; do
+    case "$name" in ''|'#'*) continue ;; esac
+    prefix="$root/$name-$version"
+    exe="$prefix/node_modules/.bin/$bin"
+    if [ -x "$exe" ] && "$exe" --version 2>/dev/null | grep -qF "$version"; then
+      continue
+    fi
+    echo "[deps] installing $pkg@$version into $prefix" >&2
+    mkdir -p "$prefix"
+    npm install --no-audit --no-fund --prefix "$prefix" "$pkg@$version" >"$prefix.install.log" 2>&1 \
+      || { tail -20 "$prefix.install.log" >&2; exit 1; }
+    "$exe" --version 2>/dev/null | grep -qF "$version" \
+      || { echo "[deps] $exe does not answer --version with $version" >&2; exit 1; }
+  done < "$pins"
+  echo "[deps] runtimes ok in $root" >&2
+  exit 0
+fi
 need=()
 if [ "${1:-}" = node ]; then
   command -v iptables >/dev/null || need+=(iptables)        # kube-proxy, kubelet, CNI
