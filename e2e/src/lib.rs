@@ -54,7 +54,9 @@ pub mod argocd;
 pub mod node;
 pub mod postgres;
 pub mod procs;
+pub mod runtimes;
 pub mod stack;
+pub mod standin;
 
 use std::ffi::OsStr;
 use std::fs;
