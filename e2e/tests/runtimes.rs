@@ -1,0 +1,615 @@
+//! The runtimes tier: the real agent runtimes (Claude Code, Codex CLI, Gemini CLI; versions
+//! in `scripts/runtimes.pins`) driven headless and offline against stand-in model servers
+//! (`agenthooks_e2e::standin`), their hooks wired to a standalone dispatcher
+//! (docs/runtimes.md).
+//!
+//! Re-run one runtime: `cargo test -p agenthooks-e2e --test runtimes -- claude_code`
+//! (or `codex`, `gemini`).
+
+use std::path::Path;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use agenthooks_e2e::runtimes::{HookWiring, Outcome, Runtime, RuntimeRun, StandaloneDispatcher};
+use agenthooks_e2e::stack::log_dir;
+use agenthooks_e2e::standin::{Script, StandIn, Turn};
+use serde_json::{Value, json};
+
+/// The prompt of every run (the stand-in's script decides what the "model" does).
+const PROMPT: &str = "Do the scripted task.";
+/// The reason the shell guard gives, which every runtime must show the model.
+const REASON: &str = "destructive command refused by policy";
+/// The guard, as its rows and reasons name it.
+const GUARD: &str = "agenthooks-system/rm-guard";
+/// The hook that sees every shell call (one allow row per call).
+const SEEN: &str = "agenthooks-system/shell-seen";
+/// What the context hook adds for the model.
+const NOTE: &str = "NOTE-7f3a: this repository is frozen for the release";
+/// How long audit rows may take to appear after the answer.
+const ROWS_WITHIN: Duration = Duration::from_secs(10);
+
+/// An AgentHook of the master namespace, global, on pre_tool_use shell calls.
+fn shell_hook(name: &str, priority: i64, if_expr: Option<&str>, command: &str) -> Value {
+    let mut spec = json!({
+        "event": "pre_tool_use",
+        "scope": "global",
+        "priority": priority,
+        "toolKinds": ["shell"],
+        "timeoutMs": 5000,
+        "handler": {"type": "command", "command": {"command": command}},
+    });
+    if let Some(e) = if_expr {
+        spec["ifExpr"] = json!(e);
+    }
+    json!({"apiVersion": "agenthooks.io/v1alpha1", "kind": "AgentHook",
+           "metadata": {"name": name, "namespace": "agenthooks-system"}, "spec": spec})
+}
+
+/// The hooks of the tier: one shell guard for all three runtimes, one that sees every shell
+/// call, one adding context, one rewriting a command.
+fn tier_hooks() -> Vec<Value> {
+    vec![
+        shell_hook(
+            "rm-guard",
+            100,
+            Some(r#"tool.command.contains("rm -rf")"#),
+            &format!("echo \"{REASON}\" >&2; exit 2"),
+        ),
+        shell_hook("shell-seen", 1, None, "cat >/dev/null; exit 0"),
+        shell_hook(
+            "context-note",
+            50,
+            Some(r#"tool.command.contains("ctx-probe")"#),
+            &format!(
+                "cat >/dev/null; printf '%s' '{}'",
+                json!({"additionalContext": NOTE})
+            ),
+        ),
+        shell_hook(
+            "rewrite",
+            50,
+            Some(r#"tool.command.contains("rewrite-me")"#),
+            &format!(
+                "cat >/dev/null; printf '%s' '{}'",
+                json!({"updatedInput": {"command": "touch rewritten-by-agenthooks.txt"}})
+            ),
+        ),
+    ]
+}
+
+/// The dispatcher shared by the scenarios of this file.
+fn dispatcher() -> &'static StandaloneDispatcher {
+    static D: OnceLock<StandaloneDispatcher> = OnceLock::new();
+    D.get_or_init(|| {
+        StandaloneDispatcher::start("runtimes-tier", &tier_hooks(), &log_dir("runtimes"))
+    })
+}
+
+/// Prints how long a scenario's run took (collected into docs/runtimes.md).
+fn timing(rt: Runtime, scenario: &str, out: &Outcome) {
+    eprintln!(
+        "[runtimes] {} {} {scenario}: {:.1}s",
+        rt.dialect(),
+        rt.pin().version,
+        out.elapsed.as_secs_f64()
+    );
+}
+
+/// The session of a run, or a failure naming the run.
+fn session(out: &Outcome) -> String {
+    out.session_id()
+        .unwrap_or_else(|| panic!("no session id in the transcript\n{}", out.describe()))
+}
+
+/// A directory `precious/` with a file in the project: what `rm -rf` must not remove.
+fn precious(run: &RuntimeRun) -> std::path::PathBuf {
+    let dir = run.project.join("precious");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("data.txt"), "keep me").unwrap();
+    dir.join("data.txt")
+}
+
+/// The hook payloads a recording command hook appended to `file`, one JSON document each.
+fn recorded_payloads(file: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    serde_json::Deserializer::from_str(&text)
+        .into_iter::<Value>()
+        .filter_map(Result::ok)
+        .collect()
+}
+
+/// Without any dispatcher: the runtime, against its stand-in, runs `echo` and its hook (a
+/// command recording its stdin) sees the call. Proves install, stand-in, settings and (for
+/// Codex) the trust step.
+fn smoke(rt: Runtime) {
+    let marker = format!("smoke-{}", rt.dialect());
+    let standin = StandIn::start(Script::new(vec![
+        rt.shell_call(&format!("echo {marker}")),
+        Turn::text("Finished."),
+    ]));
+    let record = tempfile::NamedTempFile::new().unwrap();
+    let run = RuntimeRun::new(
+        rt,
+        &standin,
+        HookWiring::Command(format!("cat >> '{}'", record.path().display())),
+    )
+    .allow(&["echo"]);
+    let out: Outcome = run.run("run the command");
+    assert_eq!(out.exit_code, Some(0), "{}", out.describe());
+    let payloads = recorded_payloads(record.path());
+    let pre = payloads
+        .iter()
+        .find(|p| p["tool_name"] == rt.hook_shell_tool())
+        .unwrap_or_else(|| panic!("no shell payload among {payloads:?}\n{}", out.describe()));
+    assert_eq!(
+        pre["tool_input"]["command"].as_str(),
+        Some(format!("echo {marker}").as_str()),
+        "{pre}"
+    );
+    assert_eq!(
+        pre["hook_event_name"].as_str(),
+        Some(match rt {
+            Runtime::GeminiCli => "BeforeTool",
+            _ => "PreToolUse",
+        })
+    );
+    assert_eq!(pre["session_id"].as_str(), out.session_id().as_deref());
+    if rt == Runtime::Codex {
+        assert!(out.trusted_hooks >= 1, "{}", out.describe());
+    }
+    // The command ran: its output came back to the model as the tool result.
+    let results = standin.tool_results();
+    assert!(
+        results.iter().any(|r| r.contains(&marker)),
+        "tool results {results:?}\n{}",
+        out.describe()
+    );
+    eprintln!(
+        "[runtimes] smoke {} {}: {:.1}s",
+        rt.dialect(),
+        rt.pin().version,
+        out.elapsed.as_secs_f64()
+    );
+}
+
+#[test]
+fn claude_code_smoke_without_dispatcher() {
+    smoke(Runtime::ClaudeCode);
+}
+
+#[test]
+fn codex_smoke_without_dispatcher() {
+    smoke(Runtime::Codex);
+}
+
+#[test]
+fn gemini_smoke_without_dispatcher() {
+    smoke(Runtime::GeminiCli);
+}
+
+/// `rm -rf precious` is refused by the one shell guard: the directory stays, the model is
+/// shown our reason naming the guard, one block row.
+fn blocks_rm_rf(rt: Runtime) {
+    let d = dispatcher();
+    let standin = StandIn::start(Script::new(vec![
+        rt.shell_call("rm -rf precious"),
+        Turn::text("Finished."),
+    ]));
+    // The runtime's own rules allow rm: only the hook stands in the way.
+    let run = RuntimeRun::new(rt, &standin, d.wiring(rt)).allow(&["rm"]);
+    let kept = precious(&run);
+    let out = run.run(PROMPT);
+    timing(rt, "blocks rm -rf", &out);
+    assert_eq!(out.exit_code, Some(0), "{}", out.describe());
+    assert!(kept.exists(), "rm -rf went through\n{}", out.describe());
+    let refusals: Vec<String> = standin
+        .tool_results()
+        .into_iter()
+        .filter(|r| r.contains(REASON))
+        .collect();
+    assert_eq!(
+        refusals.len(),
+        1,
+        "{:?}\n{}",
+        standin.tool_results(),
+        out.describe()
+    );
+    assert!(
+        refusals[0].contains(GUARD),
+        "the reason names the guard: {}",
+        refusals[0]
+    );
+    if rt != Runtime::Codex {
+        // Codex's --json stream has no item for a refused call; the model request has it.
+        assert!(out.transcript_text().contains(REASON), "{}", out.describe());
+    }
+    let rows = d.wait_rows(&session(&out), Some(GUARD), Some("block"), 1, ROWS_WITHIN);
+    assert_eq!(rows.len(), 1, "{rows:?}\n{}", d.proc.log_tail(30));
+}
+
+#[test]
+fn claude_code_blocks_rm_rf() {
+    blocks_rm_rf(Runtime::ClaudeCode);
+}
+
+#[test]
+fn codex_blocks_rm_rf() {
+    blocks_rm_rf(Runtime::Codex);
+}
+
+#[test]
+fn gemini_blocks_rm_rf() {
+    blocks_rm_rf(Runtime::GeminiCli);
+}
+
+/// A harmless call is allowed (`{}`), and the runtime's own permission rules still hold:
+/// `echo` (allowed by a rule) runs, `mkdir` (no rule) is refused by the runtime itself
+/// after our hook allowed it. Codex runs without rules here, so only the first half.
+fn allows_harmless_keeping_own_rules(rt: Runtime) {
+    let d = dispatcher();
+    let mut turns = vec![rt.shell_call("echo harmless-ok")];
+    if rt != Runtime::Codex {
+        turns.push(rt.shell_call("mkdir not-allowed-dir"));
+    }
+    turns.push(Turn::text("Finished."));
+    let standin = StandIn::start(Script::new(turns));
+    let run = RuntimeRun::new(rt, &standin, d.wiring(rt)).allow(&["echo"]);
+    let out = run.run(PROMPT);
+    timing(rt, "allows harmless, own rules hold", &out);
+    assert_eq!(out.exit_code, Some(0), "{}", out.describe());
+    let results = standin.tool_results();
+    assert!(
+        results.iter().any(|r| r.contains("harmless-ok")),
+        "{results:?}\n{}",
+        out.describe()
+    );
+    let calls = if rt == Runtime::Codex { 1 } else { 2 };
+    if rt != Runtime::Codex {
+        assert!(
+            !out.project.join("not-allowed-dir").exists(),
+            "{}",
+            out.describe()
+        );
+        assert_eq!(results.len(), 2, "{results:?}");
+        assert!(
+            !results[1].contains(REASON),
+            "refused by the runtime, not by us: {results:?}"
+        );
+    }
+    // Our hook saw (and allowed) every call, the refused one included.
+    let rows = d.wait_rows(&session(&out), Some(SEEN), None, calls, ROWS_WITHIN);
+    assert_eq!(rows.len(), calls, "{rows:?}");
+    assert!(rows.iter().all(|r| r["decision"] == "allow"), "{rows:?}");
+}
+
+#[test]
+fn claude_code_allows_harmless_keeping_own_rules() {
+    let rt = Runtime::ClaudeCode;
+    allows_harmless_keeping_own_rules(rt);
+    // The allow that leaves Claude Code's own rules in charge is exactly `{}`.
+    let payload = json!({"session_id": "direct-allow", "transcript_path": "/tmp/t.jsonl",
+        "cwd": "/tmp", "hook_event_name": "PreToolUse", "tool_name": "Bash",
+        "tool_input": {"command": "echo hi"}, "tool_use_id": "toolu_1"});
+    assert_eq!(
+        dispatcher().post_hook(rt.dialect(), &payload),
+        (200, json!({}))
+    );
+}
+
+#[test]
+fn codex_allows_harmless() {
+    allows_harmless_keeping_own_rules(Runtime::Codex);
+}
+
+#[test]
+fn gemini_allows_harmless_keeping_own_rules() {
+    allows_harmless_keeping_own_rules(Runtime::GeminiCli);
+}
+
+/// A hook's `additionalContext` reaches the model in its next request.
+fn additional_context(rt: Runtime) {
+    let d = dispatcher();
+    let standin = StandIn::start(Script::new(vec![
+        rt.shell_call("echo ctx-probe"),
+        Turn::text("Finished."),
+    ]));
+    let run = RuntimeRun::new(rt, &standin, d.wiring(rt)).allow(&["echo"]);
+    let out = run.run(PROMPT);
+    timing(rt, "additionalContext", &out);
+    assert_eq!(out.exit_code, Some(0), "{}", out.describe());
+    // The request that carries the call's result carries the note; the one before did not.
+    let requests = standin.model_requests();
+    let after: Vec<_> = requests
+        .iter()
+        .filter(|r| r.tool_results().iter().any(|t| t.contains("ctx-probe")))
+        .collect();
+    assert!(!after.is_empty(), "{}", out.describe());
+    assert!(
+        after.iter().all(|r| r.text().contains(NOTE)),
+        "the model never saw the note: {}\n{}",
+        after[0].text(),
+        out.describe()
+    );
+    assert!(!requests[0].text().contains(NOTE));
+    assert!(
+        standin
+            .tool_results()
+            .iter()
+            .any(|r| r.contains("ctx-probe"))
+    );
+    let rows = d.wait_rows(
+        &session(&out),
+        Some("agenthooks-system/context-note"),
+        None,
+        1,
+        ROWS_WITHIN,
+    );
+    assert_eq!(rows.len(), 1, "{rows:?}");
+}
+
+#[test]
+fn claude_code_additional_context() {
+    additional_context(Runtime::ClaudeCode);
+}
+
+#[test]
+fn codex_additional_context() {
+    additional_context(Runtime::Codex);
+}
+
+/// A hook rewrites the command (`updatedInput`): the rewritten one ran, the original did
+/// not.
+fn updated_input(rt: Runtime) {
+    let d = dispatcher();
+    let standin = StandIn::start(Script::new(vec![
+        rt.shell_call("touch rewrite-me.txt"),
+        Turn::text("Finished."),
+    ]));
+    let run = RuntimeRun::new(rt, &standin, d.wiring(rt)).allow(&["touch"]);
+    let out = run.run(PROMPT);
+    timing(rt, "updatedInput", &out);
+    assert_eq!(out.exit_code, Some(0), "{}", out.describe());
+    assert!(
+        out.project.join("rewritten-by-agenthooks.txt").exists(),
+        "the rewritten command ran\n{}",
+        out.describe()
+    );
+    assert!(
+        !out.project.join("rewrite-me.txt").exists(),
+        "{}",
+        out.describe()
+    );
+    let rows = d.wait_rows(
+        &session(&out),
+        Some("agenthooks-system/rewrite"),
+        None,
+        1,
+        ROWS_WITHIN,
+    );
+    assert_eq!(rows.len(), 1, "{rows:?}");
+}
+
+#[test]
+fn claude_code_updated_input() {
+    updated_input(Runtime::ClaudeCode);
+}
+
+#[test]
+fn codex_updated_input() {
+    updated_input(Runtime::Codex);
+}
+
+#[test]
+fn gemini_updated_input() {
+    updated_input(Runtime::GeminiCli);
+}
+
+/// Claude Code: the main thread starts a sub-agent, which starts one, which starts one;
+/// the third asks for `rm -rf precious`: refused there too.
+#[test]
+fn claude_code_blocks_three_sub_agents_deep() {
+    let rt = Runtime::ClaudeCode;
+    let d = dispatcher();
+    let agent = |level: u32| {
+        Turn::tool(
+            "Agent",
+            json!({"description": format!("level {level}"),
+                   "prompt": format!("LEVEL-{level}: do the scripted task"),
+                   "subagent_type": "general-purpose"}),
+        )
+    };
+    let done = || Turn::text("Finished.");
+    let standin = StandIn::start(
+        Script::new(vec![agent(1), done()])
+            .lane("LEVEL-1:", vec![agent(2), done()])
+            .lane("LEVEL-2:", vec![agent(3), done()])
+            .lane("LEVEL-3:", vec![rt.shell_call("rm -rf precious"), done()]),
+    );
+    let run = RuntimeRun::new(rt, &standin, d.wiring(rt)).allow(&["rm"]);
+    let kept = precious(&run);
+    let out = run.run(PROMPT);
+    timing(rt, "blocks 3 sub-agents deep", &out);
+    assert_eq!(out.exit_code, Some(0), "{}", out.describe());
+    assert!(kept.exists(), "{}", out.describe());
+    // Each level asked for its turn; the third one was shown our refusal.
+    let lanes: Vec<Option<String>> = standin
+        .model_requests()
+        .iter()
+        .map(|r| r.lane.clone())
+        .collect();
+    for l in ["LEVEL-1:", "LEVEL-2:", "LEVEL-3:"] {
+        assert!(
+            lanes.contains(&Some(l.to_string())),
+            "{l} never asked: {lanes:?}"
+        );
+    }
+    let deepest: Vec<String> = standin
+        .model_requests()
+        .iter()
+        .filter(|r| r.lane.as_deref() == Some("LEVEL-3:"))
+        .flat_map(|r| r.tool_results())
+        .collect();
+    assert!(
+        deepest.iter().any(|r| r.contains(REASON)),
+        "{deepest:?}\n{}",
+        out.describe()
+    );
+    let rows = d.wait_rows(&session(&out), Some(GUARD), Some("block"), 1, ROWS_WITHIN);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    eprintln!("[runtimes] claude-code depth-3 block row: {}", rows[0]);
+}
+
+/// A model that asks for the refused call ten times never gets it through: every call is
+/// refused, the directory stays, one block row per call.
+fn retries_never_get_through(rt: Runtime) {
+    let d = dispatcher();
+    let mut turns: Vec<Turn> = (0..10).map(|_| rt.shell_call("rm -rf precious")).collect();
+    turns.push(Turn::text("Finished."));
+    let standin = StandIn::start(Script::new(turns));
+    let run = RuntimeRun::new(rt, &standin, d.wiring(rt)).allow(&["rm"]);
+    let kept = precious(&run);
+    let out = run.run(PROMPT);
+    timing(rt, "10 retries refused", &out);
+    assert!(kept.exists(), "{}", out.describe());
+    // The calls the model made (Gemini's loop detection may end the turn early).
+    let asked = standin
+        .model_requests()
+        .iter()
+        .filter(|r| matches!(r.answer, Some(Turn::Tool { .. })))
+        .count();
+    let refused = standin
+        .tool_results()
+        .iter()
+        .filter(|r| r.contains(REASON))
+        .count();
+    let rows = d.wait_rows(
+        &session(&out),
+        Some(GUARD),
+        Some("block"),
+        asked,
+        ROWS_WITHIN,
+    );
+    eprintln!(
+        "[runtimes] {} retries: asked {asked}, refused {refused}, rows {}",
+        rt.dialect(),
+        rows.len()
+    );
+    if rt != Runtime::GeminiCli {
+        assert_eq!(asked, 10, "{}", out.describe());
+    }
+    assert!(asked >= 1);
+    assert_eq!(rows.len(), asked, "one block row per call");
+    // Every answered call came back refused (the model was never told it ran).
+    let ran = standin
+        .tool_results()
+        .iter()
+        .filter(|r| !r.contains(REASON))
+        .count();
+    assert_eq!(ran, 0, "{:?}", standin.tool_results());
+}
+
+#[test]
+fn claude_code_retries_never_get_through() {
+    retries_never_get_through(Runtime::ClaudeCode);
+}
+
+#[test]
+fn codex_retries_never_get_through() {
+    retries_never_get_through(Runtime::Codex);
+}
+
+#[test]
+fn gemini_retries_never_get_through() {
+    retries_never_get_through(Runtime::GeminiCli);
+}
+
+/// The dispatcher is gone (killed): the runtime refuses the call. `wiring` picks Claude
+/// Code's http hook (`onFailure: "block"`) or the shim (exit 2).
+fn refuses_when_dispatcher_down(rt: Runtime, http: bool) {
+    let logs = log_dir("runtimes-down");
+    let mut down = StandaloneDispatcher::start("runtimes-down", &tier_hooks(), &logs);
+    let wiring = if http {
+        down.http_wiring()
+    } else {
+        down.shim_wiring()
+    };
+    down.kill();
+    let standin = StandIn::start(Script::new(vec![
+        rt.shell_call("touch made-while-down.txt"),
+        Turn::text("Finished."),
+    ]));
+    let run = RuntimeRun::new(rt, &standin, wiring).allow(&["touch"]);
+    let started = Instant::now();
+    let out = run.run(PROMPT);
+    timing(
+        rt,
+        if http {
+            "dispatcher down (http)"
+        } else {
+            "dispatcher down (shim)"
+        },
+        &out,
+    );
+    assert!(started.elapsed() < Duration::from_secs(60));
+    assert!(
+        !out.project.join("made-while-down.txt").exists(),
+        "the call ran with the dispatcher down\n{}",
+        out.describe()
+    );
+    let results = standin.tool_results();
+    assert_eq!(results.len(), 1, "{results:?}\n{}", out.describe());
+    eprintln!(
+        "[runtimes] {} down ({}): model saw {:?}",
+        rt.dialect(),
+        if http { "http" } else { "shim" },
+        results[0]
+    );
+}
+
+#[test]
+fn claude_code_refuses_when_dispatcher_down_http() {
+    refuses_when_dispatcher_down(Runtime::ClaudeCode, true);
+}
+
+#[test]
+fn claude_code_refuses_when_dispatcher_down_shim() {
+    refuses_when_dispatcher_down(Runtime::ClaudeCode, false);
+}
+
+#[test]
+fn codex_refuses_when_dispatcher_down() {
+    refuses_when_dispatcher_down(Runtime::Codex, false);
+}
+
+#[test]
+fn gemini_refuses_when_dispatcher_down() {
+    refuses_when_dispatcher_down(Runtime::GeminiCli, false);
+}
+
+/// Without the trust step Codex skips our hook without a word: the run "succeeds", the
+/// directory is gone — and the tier notices, because the dispatcher never saw the session.
+/// (The same check passes in every trusted scenario above.)
+#[test]
+fn codex_untrusted_hook_skip_is_caught() {
+    let rt = Runtime::Codex;
+    let d = dispatcher();
+    let standin = StandIn::start(Script::new(vec![
+        rt.shell_call("rm -rf precious"),
+        Turn::text("Finished."),
+    ]));
+    let run = RuntimeRun::new(rt, &standin, d.wiring(rt)).without_codex_trust();
+    let kept = precious(&run);
+    let out = run.run(PROMPT);
+    timing(rt, "untrusted hook skipped", &out);
+    assert_eq!(out.exit_code, Some(0), "{}", out.describe());
+    assert_eq!(out.trusted_hooks, 0);
+    assert!(
+        !kept.exists(),
+        "Codex ran the untrusted hook after all?\n{}",
+        out.describe()
+    );
+    assert!(
+        !d.saw_session(&session(&out), Duration::from_secs(3)),
+        "the dispatcher saw an untrusted hook's call"
+    );
+}
