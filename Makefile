@@ -90,6 +90,8 @@ bench: deps
 	$(CARGO) bench -p agenthooks-e2e --bench safeguards
 	$(CARGO) bench -p agenthooks-e2e --bench audit
 	$(CARGO) bench -p agenthooks-e2e --bench callers
+	bash scripts/install-deps.sh runtimes
+	$(CARGO) bench -p agenthooks-e2e --bench runtimes
 	bash bench/before-after.sh $(BENCH_BASE)
 	bash scripts/install-deps.sh node
 	bash e2e/node/build.sh >/dev/null
