@@ -28,6 +28,7 @@ pub mod breaker;
 pub mod budget;
 pub mod chain;
 pub mod decision;
+pub mod dialect;
 pub mod dry_run;
 pub mod event;
 pub mod handlers;

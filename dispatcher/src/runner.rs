@@ -120,7 +120,12 @@ impl LazyScope {
     }
     fn get(&mut self, event: &Event) -> &EvalScope {
         self.0.get_or_insert_with(|| {
-            EvalScope::new(event.tool().unwrap_or(""), &event.tool_input, event.depth)
+            EvalScope::with_tool(
+                event.tool().unwrap_or(""),
+                &event.tool_input,
+                event.depth,
+                event.tool.as_ref(),
+            )
         })
     }
 }
@@ -137,6 +142,10 @@ pub fn filters_match(
             Some(tool) if re.is_match(tool) => {}
             _ => return Ok(false),
         }
+    }
+    let kinds = &hook.compiled.tool_kinds;
+    if !kinds.is_empty() && !event.tool.as_ref().is_some_and(|t| kinds.contains(&t.kind)) {
+        return Ok(false);
     }
     match &hook.compiled.if_expr {
         Some(expr) => expr.evaluate(scope.get(event)),
