@@ -43,5 +43,6 @@ pub mod report;
 pub mod runner;
 pub mod sandbox;
 pub mod server;
+pub mod shim;
 pub mod sync;
 pub mod telemetry;

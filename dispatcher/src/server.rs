@@ -476,7 +476,7 @@ async fn native_hook(
     };
     let options = match call_options(request.uri().query().unwrap_or("")) {
         Ok(o) => o,
-        Err(refused) => return refused,
+        Err((field, message)) => return error(StatusCode::BAD_REQUEST, &field, message),
     };
     let (parts, body) = request.into_parts();
     let (identity, trace_parent, body, set) = match admit(&state, &parts, body).await {
@@ -529,7 +529,8 @@ async fn native_hook(
 }
 
 /// The query of a native hook route: `event`, `agent_id`, `tenant_id`, each at most once.
-fn call_options(query: &str) -> Result<CallOptions, Response> {
+/// Errors are (field, message) for a 400.
+fn call_options(query: &str) -> Result<CallOptions, (String, String)> {
     let mut options = CallOptions::default();
     for (key, value) in url::form_urlencoded::parse(query.as_bytes()) {
         let slot = match key.as_ref() {
@@ -537,9 +538,8 @@ fn call_options(query: &str) -> Result<CallOptions, Response> {
             "agent_id" => &mut options.agent_id,
             "tenant_id" => &mut options.tenant_id,
             other => {
-                return Err(error(
-                    StatusCode::BAD_REQUEST,
-                    "query",
+                return Err((
+                    "query".into(),
                     format!(
                         "query: unknown parameter {other:?}; this route takes event, agent_id and tenant_id"
                     ),
@@ -547,11 +547,7 @@ fn call_options(query: &str) -> Result<CallOptions, Response> {
             }
         };
         if slot.replace(value.into_owned()).is_some() {
-            return Err(error(
-                StatusCode::BAD_REQUEST,
-                &key,
-                format!("{key}: given more than once"),
-            ));
+            return Err((key.to_string(), format!("{key}: given more than once")));
         }
     }
     Ok(options)

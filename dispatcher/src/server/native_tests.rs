@@ -138,7 +138,10 @@ async fn failures_are_non_2xx_naming_the_field_and_unmapped_events_run_nothing()
     // Who calls is checked first, as on /v1/dispatch.
     let (status, body) = hook(&base, "claude-code", None, &pre).await;
     assert_eq!(status, 401, "{body}");
-    assert!(body["error"].as_str().unwrap().contains("Authorization"), "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("Authorization"),
+        "{body}"
+    );
     let (status, body) = hook(&base, "vim", Some("acme-token"), &pre).await;
     assert_eq!(
         (status, body["field"].as_str()),
