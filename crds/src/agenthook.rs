@@ -190,6 +190,33 @@ pub struct CommandHandlerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 4096))]
     pub cwd: Option<String>,
+    /// The hook language the command speaks: `agenthooks` (default: our event JSON on
+    /// stdin; exit 2 blocks, stdout `{"continue": false}`, `additionalContext`,
+    /// `updatedInput`) or `claude-code` (a team's existing Claude Code hook, unchanged:
+    /// Claude Code's payload on stdin, its answers read — `decision: "block"`,
+    /// `hookSpecificOutput.permissionDecision`, `additionalContext`, `updatedInput`).
+    #[serde(default, skip_serializing_if = "CommandDialect::is_default")]
+    pub dialect: CommandDialect,
+}
+
+/// The hook language of a command hook (`spec.handler.command.dialect`).
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum CommandDialect {
+    /// Our event JSON in, our answers out.
+    #[default]
+    Agenthooks,
+    /// Claude Code's hook payload in, its answers out.
+    ClaudeCode,
+}
+
+impl CommandDialect {
+    /// Whether this is the default (`agenthooks`): not written out.
+    pub fn is_default(&self) -> bool {
+        *self == CommandDialect::Agenthooks
+    }
 }
 
 /// `http` handler: POST of the event JSON (CONTRACT §5 http).

@@ -176,6 +176,11 @@ pub async fn run_handler(
                 let Some(c) = &hook.spec.handler.command else {
                     return HandlerResult::error(ErrorKind::BadSpec, "handler.command is missing");
                 };
+                if c.dialect == agenthooks_crds::agenthook::CommandDialect::ClaudeCode {
+                    let payload = crate::dialect::claude_code_payload(event);
+                    let stdin = serde_json::to_vec(&payload).expect("a payload serializes");
+                    return command::run(&engine.command_runner, c, &stdin, timeout).await;
+                }
                 command::run(&engine.command_runner, c, event_json, timeout).await
             }
             HandlerType::Http => {

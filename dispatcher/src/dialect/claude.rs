@@ -147,3 +147,125 @@ fn refuse_rewrite(r: &Reply<'_>, flavour: Flavour) -> Value {
         _ => json!({"continue": false, "stopReason": text}),
     }
 }
+
+/// Claude Code's hook payload for one of our events: what a command hook with
+/// `dialect: claude-code` gets on stdin, so a team's existing Claude Code hook runs
+/// centrally unchanged. The session, cwd and ids come from the runtime's own payload when
+/// the event came from Claude Code or Codex; the tool is named as Claude Code names it
+/// (a Gemini CLI `run_shell_command` arrives as `Bash` with its `command`), and the input
+/// is the event's current one (after any rewrite).
+pub fn payload_for(event: &Event) -> Value {
+    let raw = event.raw_input.as_ref().and_then(Value::as_object);
+    let from_raw = |key: &str| raw.and_then(|r| r.get(key)).cloned();
+    let name = match event.event {
+        HookEvent::SessionStart => "SessionStart",
+        HookEvent::UserPromptSubmit => "UserPromptSubmit",
+        HookEvent::PreToolUse => "PreToolUse",
+        HookEvent::PostToolUse => "PostToolUse",
+        HookEvent::Stop => "Stop",
+        HookEvent::SubagentStart => "SubagentStart",
+        HookEvent::SubagentStop => "SubagentStop",
+    };
+    let mut p = Map::new();
+    p.insert("session_id".into(), event.session_id.clone().into());
+    p.insert(
+        "transcript_path".into(),
+        from_raw("transcript_path").unwrap_or_else(|| "".into()),
+    );
+    p.insert("cwd".into(), from_raw("cwd").unwrap_or_else(|| "".into()));
+    p.insert("hook_event_name".into(), name.into());
+    for key in ["permission_mode", "agent_id", "agent_type"] {
+        if let Some(v) = from_raw(key) {
+            p.insert(key.into(), v);
+        }
+    }
+    match event.event {
+        HookEvent::PreToolUse | HookEvent::PostToolUse => {
+            let (tool_name, tool_input) = claude_tool(event);
+            p.insert("tool_name".into(), tool_name.into());
+            p.insert("tool_input".into(), tool_input);
+            if let Some(id) = from_raw("tool_use_id") {
+                p.insert("tool_use_id".into(), id);
+            }
+            if event.event == HookEvent::PostToolUse
+                && let Some(r) = from_raw("tool_response")
+            {
+                p.insert("tool_response".into(), r);
+            }
+        }
+        HookEvent::UserPromptSubmit => {
+            let prompt = event
+                .tool_input
+                .get("prompt")
+                .cloned()
+                .unwrap_or_else(|| "".into());
+            p.insert("prompt".into(), prompt);
+        }
+        HookEvent::Stop | HookEvent::SubagentStop => {
+            p.insert("stop_hook_active".into(), false.into());
+        }
+        HookEvent::SessionStart => {
+            p.insert(
+                "source".into(),
+                from_raw("source").unwrap_or_else(|| "startup".into()),
+            );
+        }
+        HookEvent::SubagentStart => {}
+    }
+    Value::Object(p)
+}
+
+/// The tool as Claude Code names it: its own names unchanged; another runtime's tool of a
+/// known kind renamed, with the input Claude Code's tool takes built from the normalised
+/// fields.
+fn claude_tool(event: &Event) -> (String, Value) {
+    use agenthooks_crds::tool::ToolKind;
+    let name = event.tool_name.clone().unwrap_or_default();
+    let Some(facts) = &event.tool else {
+        return (name, event.tool_input.clone());
+    };
+    let claude_names = [
+        "Bash",
+        "Read",
+        "Write",
+        "Edit",
+        "MultiEdit",
+        "NotebookEdit",
+        "WebFetch",
+        "WebSearch",
+        "Agent",
+        "Task",
+        "Glob",
+        "Grep",
+        "LS",
+        "PowerShell",
+        "NotebookRead",
+    ];
+    if claude_names.contains(&name.as_str()) || name.starts_with("mcp__") {
+        return (name, event.tool_input.clone());
+    }
+    let first = |v: &[String]| v.first().cloned().unwrap_or_default();
+    match facts.kind {
+        ToolKind::Shell => ("Bash".into(), json!({"command": facts.command})),
+        ToolKind::FileRead => ("Read".into(), json!({"file_path": first(&facts.paths)})),
+        ToolKind::FileWrite => (
+            "Write".into(),
+            json!({"file_path": first(&facts.paths), "content": event.tool_input.get("content").or(event.tool_input.get("file_text")).cloned().unwrap_or_else(|| "".into())}),
+        ),
+        ToolKind::FileEdit => ("Edit".into(), json!({"file_path": first(&facts.paths)})),
+        ToolKind::WebFetch => (
+            "WebFetch".into(),
+            json!({"url": first(&facts.urls), "prompt": event.tool_input.get("prompt").cloned().unwrap_or_else(|| "".into())}),
+        ),
+        ToolKind::WebSearch => ("WebSearch".into(), json!({"query": facts.query})),
+        ToolKind::Mcp if !facts.mcp_server.is_empty() && !facts.mcp_tool.is_empty() => (
+            format!("mcp__{}__{}", facts.mcp_server, facts.mcp_tool),
+            event.tool_input.clone(),
+        ),
+        ToolKind::Subagent => (
+            "Agent".into(),
+            json!({"subagent_type": facts.agent_type, "prompt": event.tool_input.get("prompt").or(event.tool_input.get("message")).cloned().unwrap_or_else(|| "".into())}),
+        ),
+        _ => (name, event.tool_input.clone()),
+    }
+}

@@ -30,6 +30,7 @@
 //!   refusal.
 
 mod claude;
+pub use claude::payload_for as claude_code_payload;
 mod copilot;
 mod cursor;
 pub mod depth;

@@ -249,3 +249,88 @@ async fn depth_comes_from_the_sessions_sub_agent_tree() {
         (200, json!({}))
     );
 }
+
+/// A team's existing Claude Code hook (`dialect: claude-code`), run centrally: it gets
+/// Claude Code's payload — also for a Gemini CLI call, renamed `Bash` — and its
+/// `permissionDecision: "deny"` blocks.
+#[tokio::test]
+async fn an_existing_claude_code_hook_runs_unchanged_for_every_runtime() {
+    let dir = tempfile::tempdir().unwrap();
+    let seen = dir.path().join("stdin.json");
+    let script = format!(
+        r#"input=$(cat); printf '%s' "$input" > {seen}
+case "$input" in *'"tool_name":"Bash"'*) case "$input" in *'rm -rf'*)
+  echo '{{"hookSpecificOutput":{{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"rm -rf is not for agents"}}}}'; exit 0 ;;
+esac ;; esac
+echo '{{}}'"#,
+        seen = seen.display()
+    );
+    let spec = serde_norway::from_str(&format!(
+        "event: pre_tool_use\nhandler: {{type: command, command: {{dialect: claude-code, command: {}}}}}",
+        serde_json::to_string(&script).unwrap()
+    ))
+    .unwrap();
+    let src = SnapshotHook {
+        uid: "u".into(),
+        namespace: "tenant-acme".into(),
+        name: "team-hook".into(),
+        generation: 1,
+        created_at: String::new(),
+        namespace_tenant: "acme".into(),
+        spec,
+        sealed_headers: vec![],
+        open_breakers: Vec::new(),
+        reset_token: None,
+    };
+    let state = AppState::new(Engine::new(
+        HttpCaller::new(vec![]),
+        Edition::Lite,
+        SealKey::generate(),
+    ));
+    state.set_authenticator(crate::identity::Authenticator::Callers(callers()));
+    state.set_hooks(HookSet::build(vec![src], "agenthooks-system", Edition::Lite, 7, None).0);
+    let base = serve_state(state).await;
+    let gemini = with_command(
+        fixture("gemini-cli-0.61.0/BeforeTool.command.stdin.json"),
+        "tool_input",
+        "rm -rf /data",
+    );
+    let (status, body) = hook(&base, "gemini-cli", Some("acme-token"), &gemini).await;
+    assert_eq!(
+        (status, body),
+        (
+            200,
+            json!({"decision": "deny", "reason": "agenthooks: rm -rf is not for agents (hook tenant-acme/team-hook)"})
+        )
+    );
+    let stdin: Value = serde_json::from_slice(&std::fs::read(&seen).unwrap()).unwrap();
+    assert_eq!(
+        stdin,
+        json!({
+            "session_id": "0162d172-ef5c-4358-9632-c1d23ac8d229",
+            "transcript_path": "/tmp/i13/gm1/home/.gemini/tmp/proj/chats/session-2026-12-03T13-09-0162d172.jsonl",
+            "cwd": "/tmp/i13/gm1/proj",
+            "hook_event_name": "PreToolUse",
+            "tool_name": "Bash",
+            "tool_input": {"command": "rm -rf /data"},
+        })
+    );
+    // The same hook through /v1/dispatch with our own vocabulary (`exec` + `cmd`).
+    let r = reqwest::Client::new()
+        .post(format!("{base}/v1/dispatch"))
+        .bearer_auth("acme-token")
+        .body(json!({"event": "pre_tool_use", "tool_name": "exec", "tool_input": {"cmd": "rm -rf /data"}}).to_string())
+        .send()
+        .await
+        .unwrap();
+    let body: Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+    assert_eq!(body["decision"], "block", "{body}");
+    let (status, body) = hook(
+        &base,
+        "claude-code",
+        Some("acme-token"),
+        &fixture("claude-code-2.1.332/PreToolUse.command.stdin.json"),
+    )
+    .await;
+    assert_eq!((status, body), (200, json!({})));
+}
