@@ -63,7 +63,7 @@ pub const DEFAULT_MAX_INVOCATIONS_PER_TURN: u32 = 5;
 )]
 #[x_kube(validation = Rule::new("self.scope != 'agent' || size(self.agentIds) > 0").message("spec.agentIds: scope agent needs at least one agent id").field_path(".agentIds"))]
 #[x_kube(validation = Rule::new("self.scope == 'agent' || size(self.agentIds) == 0").message("spec.agentIds: only scope agent takes agent ids").field_path(".agentIds"))]
-#[x_kube(validation = Rule::new("self.handler.type != 'prompt' || self.matcher != '' || self.ifExpr != ''").message("spec.matcher/spec.ifExpr: a prompt hook needs a non-empty matcher or ifExpr (runaway-cost guard)").field_path(".matcher"))]
+#[x_kube(validation = Rule::new("self.handler.type != 'prompt' || self.matcher != '' || self.ifExpr != '' || (has(self.toolKinds) && size(self.toolKinds) > 0)").message("spec.matcher/spec.toolKinds/spec.ifExpr: a prompt hook needs a non-empty matcher, toolKinds or ifExpr (runaway-cost guard)").field_path(".matcher"))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AgentHookSpec {
     /// The lifecycle event this hook runs at.
@@ -91,7 +91,17 @@ pub struct AgentHookSpec {
     #[serde(default)]
     #[schemars(length(max = 1024))]
     pub matcher: String,
-    /// CEL over `{tool_name, tool_input, depth}`; must be boolean; empty matches all.
+    /// Tool kinds the hook applies to (the canonical tool vocabulary: `shell`,
+    /// `file_read`, `file_write`, `file_edit`, `web_fetch`, `web_search`, `mcp`,
+    /// `subagent`, `other`), whatever each runtime calls the tool; empty matches all
+    /// events, non-empty never matches an event without a tool. Both this and `matcher`
+    /// must match when both are set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 9))]
+    pub tool_kinds: Vec<crate::tool::ToolKind>,
+    /// CEL over `{tool_name, tool_input, depth, tool_kind, tool}` (`tool`: the call's
+    /// normalised `command`, `cwd`, `paths`, `urls`, `query`, `mcp_server`, `mcp_tool`,
+    /// `agent_type`, each present, empty when unknown); must be boolean; empty matches all.
     #[serde(default)]
     #[schemars(length(max = 2048))]
     pub if_expr: String,
@@ -180,6 +190,33 @@ pub struct CommandHandlerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 4096))]
     pub cwd: Option<String>,
+    /// The hook language the command speaks: `agenthooks` (default: our event JSON on
+    /// stdin; exit 2 blocks, stdout `{"continue": false}`, `additionalContext`,
+    /// `updatedInput`) or `claude-code` (a team's existing Claude Code hook, unchanged:
+    /// Claude Code's payload on stdin, its answers read — `decision: "block"`,
+    /// `hookSpecificOutput.permissionDecision`, `additionalContext`, `updatedInput`).
+    #[serde(default, skip_serializing_if = "CommandDialect::is_default")]
+    pub dialect: CommandDialect,
+}
+
+/// The hook language of a command hook (`spec.handler.command.dialect`).
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum CommandDialect {
+    /// Our event JSON in, our answers out.
+    #[default]
+    Agenthooks,
+    /// Claude Code's hook payload in, its answers out.
+    ClaudeCode,
+}
+
+impl CommandDialect {
+    /// Whether this is the default (`agenthooks`): not written out.
+    pub fn is_default(&self) -> bool {
+        *self == CommandDialect::Agenthooks
+    }
 }
 
 /// `http` handler: POST of the event JSON (CONTRACT §5 http).

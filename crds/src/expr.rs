@@ -144,6 +144,8 @@ impl IfExpr {
             ctx.add_variable_from_value("tool_name", scope.tool_name.clone());
             ctx.add_variable_from_value("tool_input", scope.tool_input.clone());
             ctx.add_variable_from_value("depth", scope.depth.clone());
+            ctx.add_variable_from_value("tool_kind", scope.tool_kind.clone());
+            ctx.add_variable_from_value("tool", scope.tool.clone());
             match self.program.execute(&ctx) {
                 Ok(Value::Bool(b)) => Ok(b),
                 Ok(other) => Err(format!("ifExpr returned {:?}, not a bool", other.type_of())),
@@ -158,16 +160,35 @@ pub struct EvalScope {
     tool_name: Value,
     tool_input: Value,
     depth: Value,
+    tool_kind: Value,
+    tool: Value,
 }
 
 impl EvalScope {
     /// Converts the event's fields; `tool_input` should be a JSON object (other values
     /// are passed as they are and typically fail map access).
     pub fn new(tool_name: &str, tool_input: &serde_json::Value, depth: i64) -> EvalScope {
+        EvalScope::with_tool(tool_name, tool_input, depth, None)
+    }
+
+    /// As [`EvalScope::new`], with the call in the canonical vocabulary: `tool_kind` is
+    /// its kind (`""` without a tool) and `tool` its normalised fields (every key
+    /// present, empty when unknown or without a tool).
+    pub fn with_tool(
+        tool_name: &str,
+        tool_input: &serde_json::Value,
+        depth: i64,
+        facts: Option<&crate::tool::ToolFacts>,
+    ) -> EvalScope {
+        let kind = facts.map_or("", |f| f.kind.as_str());
+        let none = crate::tool::ToolFacts::none();
+        let tool = serde_json::to_value(facts.unwrap_or(&none)).expect("tool facts serialize");
         EvalScope {
             tool_name: Value::from(tool_name.to_string()),
             tool_input: json_to_cel(tool_input),
             depth: Value::Int(depth),
+            tool_kind: Value::from(kind.to_string()),
+            tool: json_to_cel(&tool),
         }
     }
 }
@@ -383,7 +404,7 @@ impl Checker {
             Expr::Ident(name) => {
                 let size = match name.as_str() {
                     "depth" => 1,
-                    "tool_name" | "tool_input" => MAX_LIST_LEN,
+                    "tool_name" | "tool_input" | "tool_kind" | "tool" => MAX_LIST_LEN,
                     other => match self.bound.iter().rev().find(|(b, _)| b == other) {
                         Some((_, size)) => *size,
                         None => return Err(ExprError::UnknownVariable(name.clone())),
@@ -639,7 +660,7 @@ mod tests {
     }
 
     #[test]
-    fn only_the_three_variables_exist() {
+    fn only_the_five_variables_exist() {
         assert_eq!(
             IfExpr::compile("request.user == 'x'").unwrap_err(),
             ExprError::UnknownVariable("request".into())
@@ -651,6 +672,32 @@ mod tests {
             IfExpr::compile("[1].exists(x, x == 1) && x == 1").unwrap_err(),
             ExprError::UnknownVariable("x".into())
         );
+    }
+
+    #[test]
+    fn tool_kind_and_tool_hold_the_canonical_call() {
+        use crate::tool::{ToolHints, classify};
+        let e =
+            IfExpr::compile(r#"tool_kind == "shell" && tool.command.contains("rm -rf")"#).unwrap();
+        for (name, key) in [
+            ("Bash", "command"),
+            ("run_shell_command", "command"),
+            ("exec", "cmd"),
+        ] {
+            let input = json!({key: "rm -rf /data"});
+            let facts = classify(name, &input, &ToolHints::default());
+            let scope = EvalScope::with_tool(name, &input, 0, Some(&facts));
+            assert_eq!(e.evaluate(&scope), Ok(true), "{name}");
+        }
+        // Without a tool: `tool_kind` is "" and every `tool` key is there, empty.
+        let scope = EvalScope::with_tool("", &json!({}), 0, None);
+        assert_eq!(e.evaluate(&scope), Ok(false));
+        let e =
+            IfExpr::compile(r#"tool_kind == "" && size(tool.paths) == 0 && tool.mcp_server == """#)
+                .unwrap();
+        assert_eq!(e.evaluate(&scope), Ok(true));
+        // The plain constructor knows no tool.
+        assert_eq!(e.evaluate(&EvalScope::new("Bash", &json!({}), 0)), Ok(true));
     }
 
     #[test]

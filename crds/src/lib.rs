@@ -12,6 +12,7 @@
 //!   budget ledger, CONTRACT §5.5).
 //! - [`sealed`]: AES-256-GCM sealing of secret header values inside snapshots.
 //! - [`tenancy`]: namespace → tenant, editions.
+//! - [`tool`]: the canonical tool vocabulary (`tool_kind` and normalised fields).
 
 pub mod agenthook;
 pub mod budget;
@@ -22,6 +23,7 @@ pub mod rules;
 pub mod sealed;
 pub mod snapshot;
 pub mod tenancy;
+pub mod tool;
 pub mod validation;
 
 pub use agenthook::{AgentHook, AgentHookSpec, AgentHookStatus};

@@ -245,6 +245,7 @@ pub async fn drive<'h, O: RunObserver>(
                 }
                 if let Some(new_input) = rewrite {
                     event.tool_input = new_input;
+                    event.refresh_tool();
                     decision.updated_input = Some(event.tool_input.clone());
                     event_json = None;
                     scope.reset();

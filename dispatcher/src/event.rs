@@ -4,6 +4,7 @@
 
 use agenthooks_crds::HookEvent;
 use agenthooks_crds::expr::MAX_LIST_LEN;
+use agenthooks_crds::tool::{ToolFacts, ToolHints, classify};
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -61,6 +62,16 @@ pub struct Event {
     /// Set by the server, never read from or written to the JSON.
     #[serde(skip)]
     pub caller: Option<std::sync::Arc<str>>,
+    /// The call in the canonical tool vocabulary (`tool_kind` and normalised fields,
+    /// [`agenthooks_crds::tool`]), derived from `tool_name` and `tool_input` by
+    /// [`Event::refresh_tool`]: handlers see it as `"tool"`, a caller can never set it
+    /// (a `"tool"` key in a request is an unknown field). `None` without a tool name.
+    #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<ToolFacts>,
+    /// What the runtime's payload said about the call beside its name (an MCP server),
+    /// kept for [`Event::refresh_tool`]. Set by the dialect adapters only.
+    #[serde(skip)]
+    pub tool_hints: ToolHints,
 }
 
 fn empty_object() -> Value {
@@ -86,7 +97,7 @@ impl EventError {
             EventError::TooLarge { .. } => 413,
         }
     }
-    fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
         EventError::Invalid {
             field: field.into(),
             message: message.into(),
@@ -203,7 +214,46 @@ impl Event {
         if ev.event_id.is_empty() {
             ev.event_id = uuid::Uuid::new_v4().to_string();
         }
+        ev.refresh_tool();
         Ok(ev)
+    }
+
+    /// An event of this kind with a fresh id and every other field empty: what the
+    /// dialect adapters fill in before [`Event::finish`].
+    pub fn of(kind: HookEvent) -> Event {
+        Event {
+            event: kind,
+            event_id: uuid::Uuid::new_v4().to_string(),
+            session_id: String::new(),
+            tenant_id: String::new(),
+            agent_id: String::new(),
+            tool_name: None,
+            tool_input: empty_object(),
+            raw_input: None,
+            depth: 0,
+            turn_id: None,
+            trace_parent: None,
+            caller: None,
+            tool: None,
+            tool_hints: ToolHints::default(),
+        }
+    }
+
+    /// The checks of [`Event::parse`] ([`Event::check`]) and the tool facts, for an event
+    /// built field by field.
+    pub fn finish(mut self) -> Result<Event, EventError> {
+        self.check()?;
+        self.refresh_tool();
+        Ok(self)
+    }
+
+    /// Derives [`Event::tool`] from the tool name, `tool_input` and the hints: after
+    /// parsing, and again whenever `tool_input` is rewritten, so no hook sees the facts of
+    /// an input that is no longer the one to run.
+    pub fn refresh_tool(&mut self) {
+        self.tool = self
+            .tool()
+            .map(|name| classify(name, &self.tool_input, &self.tool_hints));
     }
 
     /// Checks shapes serde cannot: `tool_input` is an object within the caps, `depth`

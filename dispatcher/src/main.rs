@@ -1,7 +1,8 @@
 //! `agenthooks-dispatcher`: serve decisions (standalone on a hooks file, or synced from
 //! the operator), `check` one event against a hooks file, drive a budget with
 //! `budget-load` (e2e tests), or run command hooks for a dispatcher as its
-//! `command-runner` (CONTRACT §10.1).
+//! `command-runner` (CONTRACT §10.1), or stand in as an agent runtime's hook command
+//! (`hook`, [`agenthooks_dispatcher::shim`]).
 //!
 //! Exit codes of `check`: 0 allow, 2 block, 1 error (bad hooks, bad event). Of
 //! `budget-load`: 0 once it ran (refusals and settle errors are in its JSON line), 1
@@ -70,6 +71,50 @@ enum Command {
     /// the dispatcher Pod, with no secrets and another uid.
     #[command(name = "command-runner")]
     Runner(CommandRunnerArgs),
+    /// The hook command of an agent runtime: reads the runtime's hook payload on stdin,
+    /// asks the dispatcher's native route (POST <url>/v1/hooks/<dialect>) and prints its
+    /// answer (exit 0). Any failure — unreachable, past --timeout-seconds, a non-2xx
+    /// answer — prints the reason to stderr and exits 2, which every runtime reads as a
+    /// refusal.
+    Hook(HookArgs),
+}
+
+#[derive(Args)]
+struct HookArgs {
+    /// The runtime's dialect: claude-code, codex, gemini-cli, cursor, copilot.
+    #[arg(long, value_parser = parse_dialect)]
+    dialect: agenthooks_dispatcher::dialect::Dialect,
+    /// The dispatcher's base URL, e.g. http://127.0.0.1:8080.
+    #[arg(long)]
+    url: String,
+    /// File holding the caller's token (default: the AGENTHOOKS_TOKEN environment
+    /// variable; neither: no credential).
+    #[arg(long, value_name = "PATH")]
+    token_file: Option<PathBuf>,
+    /// The runtime's event name, for payloads that carry none (Copilot's camelCase hooks:
+    /// preToolUse, userPromptSubmitted, …).
+    #[arg(long)]
+    event: Option<String>,
+    /// Our name for the agent (what `scope: agent` hooks select); its sub-agents keep it.
+    #[arg(long)]
+    agent_id: Option<String>,
+    /// The tenant, for a caller that may act for several.
+    #[arg(long)]
+    tenant_id: Option<String>,
+    /// Deadline of the whole call, in seconds; keep the runtime's own hook timeout above it.
+    #[arg(long, default_value_t = agenthooks_dispatcher::shim::DEFAULT_TIMEOUT_SECONDS, value_parser = clap::value_parser!(u64).range(1..=600))]
+    timeout_seconds: u64,
+    /// CA bundle an https dispatcher's certificate must chain to.
+    #[arg(long, value_name = "PATH")]
+    ca_file: Option<PathBuf>,
+}
+
+fn parse_dialect(s: &str) -> Result<agenthooks_dispatcher::dialect::Dialect, String> {
+    use agenthooks_dispatcher::dialect::Dialect;
+    Dialect::parse(s).ok_or_else(|| {
+        let known: Vec<&str> = Dialect::ALL.iter().map(|d| d.as_str()).collect();
+        format!("one of {}", known.join(", "))
+    })
 }
 
 #[derive(Args)]
@@ -390,7 +435,19 @@ struct CheckArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // A shim with bad flags refuses: exit 2, never clap's usual 2-or-0 by accident.
+        Err(e) if is_hook_invocation() && e.use_stderr() => {
+            eprintln!("agenthooks: refused: {e}");
+            return ExitCode::from(agenthooks_dispatcher::shim::EXIT_REFUSED);
+        }
+        Err(e) => e.exit(),
+    };
+    let command = match cli.command {
+        Some(Command::Hook(args)) => return hook(args),
+        other => other,
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -401,7 +458,8 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    match cli.command {
+    match command {
+        Some(Command::Hook(_)) => unreachable!("answered above"),
         Some(Command::BudgetLoad(args)) => match runtime.block_on(budget_load(args)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -431,6 +489,64 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
+    }
+}
+
+/// Whether the binary was started as `agenthooks-dispatcher hook …`.
+fn is_hook_invocation() -> bool {
+    std::env::args().nth(1).as_deref() == Some("hook")
+}
+
+/// The shim ([`agenthooks_dispatcher::shim`]): no logging (stdout is the runtime's, stderr
+/// carries only a refusal's reason), a current-thread runtime (it starts in a few
+/// milliseconds), exit 2 on any failure.
+fn hook(args: HookArgs) -> ExitCode {
+    use agenthooks_dispatcher::shim::{self, EXIT_REFUSED, ShimConfig, TOKEN_ENV};
+    use std::io::{Read, Write};
+    let refuse = |e: &dyn std::fmt::Display| {
+        eprintln!("agenthooks: refused: {e}");
+        ExitCode::from(EXIT_REFUSED)
+    };
+    let token = match &args.token_file {
+        Some(path) => match shim::read_token(path) {
+            Ok(t) => Some(t),
+            Err(e) => return refuse(&e),
+        },
+        None => std::env::var(TOKEN_ENV)
+            .ok()
+            .filter(|t| !t.trim().is_empty()),
+    };
+    let mut payload = Vec::new();
+    let cap = agenthooks_dispatcher::event::MAX_BODY_BYTES as u64 + 1;
+    if let Err(e) = std::io::stdin().take(cap).read_to_end(&mut payload) {
+        return refuse(&format!("stdin: {e}"));
+    }
+    let config = ShimConfig {
+        dialect: args.dialect,
+        url: args.url,
+        token,
+        event: args.event,
+        agent_id: args.agent_id,
+        tenant_id: args.tenant_id,
+        timeout: Duration::from_secs(args.timeout_seconds),
+        ca_file: args.ca_file,
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => return refuse(&e),
+    };
+    match runtime.block_on(shim::call(&config, payload)) {
+        Ok(answer) => {
+            let mut out = std::io::stdout().lock();
+            match out.write_all(&answer).and_then(|()| out.flush()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => refuse(&format!("stdout: {e}")),
+            }
+        }
+        Err(e) => refuse(&e),
     }
 }
 

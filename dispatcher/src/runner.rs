@@ -120,7 +120,12 @@ impl LazyScope {
     }
     fn get(&mut self, event: &Event) -> &EvalScope {
         self.0.get_or_insert_with(|| {
-            EvalScope::new(event.tool().unwrap_or(""), &event.tool_input, event.depth)
+            EvalScope::with_tool(
+                event.tool().unwrap_or(""),
+                &event.tool_input,
+                event.depth,
+                event.tool.as_ref(),
+            )
         })
     }
 }
@@ -137,6 +142,10 @@ pub fn filters_match(
             Some(tool) if re.is_match(tool) => {}
             _ => return Ok(false),
         }
+    }
+    let kinds = &hook.compiled.tool_kinds;
+    if !kinds.is_empty() && !event.tool.as_ref().is_some_and(|t| kinds.contains(&t.kind)) {
+        return Ok(false);
     }
     match &hook.compiled.if_expr {
         Some(expr) => expr.evaluate(scope.get(event)),
@@ -167,6 +176,11 @@ pub async fn run_handler(
                 let Some(c) = &hook.spec.handler.command else {
                     return HandlerResult::error(ErrorKind::BadSpec, "handler.command is missing");
                 };
+                if c.dialect == agenthooks_crds::agenthook::CommandDialect::ClaudeCode {
+                    let payload = crate::dialect::claude_code_payload(event);
+                    let stdin = serde_json::to_vec(&payload).expect("a payload serializes");
+                    return command::run(&engine.command_runner, c, &stdin, timeout).await;
+                }
                 command::run(&engine.command_runner, c, event_json, timeout).await
             }
             HandlerType::Http => {

@@ -39,6 +39,7 @@ use axum::routing::{get, post};
 use serde_json::json;
 
 use crate::chain::{decide, observe};
+use crate::dialect::{self, CallOptions, Dialect};
 use crate::event::{Event, MAX_BODY_BYTES};
 use crate::hookset::HookSet;
 use crate::identity::{Authenticator, Refusal};
@@ -62,6 +63,8 @@ pub struct AppState {
     max_requests: usize,
     /// Shutting down: `/readyz` answers 503 while requests are still served.
     draining: std::sync::atomic::AtomicBool,
+    /// The sub-agent tree of each session seen on the native hook routes.
+    pub sessions: dialect::depth::SessionTree,
 }
 
 impl AppState {
@@ -83,6 +86,7 @@ impl AppState {
             request_slots: Arc::new(tokio::sync::Semaphore::new(max_requests)),
             max_requests,
             draining: std::sync::atomic::AtomicBool::new(false),
+            sessions: Default::default(),
         })
     }
 
@@ -211,6 +215,7 @@ pub async fn serve(
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/dispatch", post(dispatch))
+        .route("/v1/hooks/{dialect}", post(native_hook))
         .route("/v1/hooks", get(list_hooks))
         .route("/v1/executions", get(executions::list))
         .route("/v1/executions/{id}", get(executions::get_one))
@@ -332,79 +337,220 @@ fn refused(r: Refusal) -> Response {
 
 async fn dispatch(State(state): State<Arc<AppState>>, request: axum::extract::Request) -> Response {
     let (parts, body) = request.into_parts();
-    // Who is calling, before a byte of the body is read (CONTRACT §9.1).
-    let Some(authenticator) = state.authenticator() else {
-        return refused(Refusal::unauthenticated(
-            "this dispatcher has no caller authentication configured",
-        ));
-    };
-    let identity = match authenticator.authenticate(&parts.headers).await {
-        Ok(i) => i,
-        Err(r) => return refused(r),
-    };
-    // The caller's span (W3C `traceparent`), read only when tracing is on (CONTRACT §8.1).
-    let trace_parent = state.engine.telemetry.extract(&parts.headers);
-    let body = match read_body(&parts.headers, body).await {
-        Ok(b) => b,
+    let (identity, trace_parent, body, set) = match admit(&state, &parts, body).await {
+        Ok(admitted) => admitted,
         Err(refused) => return refused,
-    };
-    let Some(set) = state.hooks() else {
-        return error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "",
-            "no hooks loaded yet; treat as block".into(),
-        );
     };
     let event = match Event::parse(&body) {
         Ok(e) => e,
-        Err(e) => {
-            let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST);
-            let field = match &e {
-                crate::event::EventError::Invalid { field, .. }
-                | crate::event::EventError::TooLarge { field, .. } => field.clone(),
-            };
-            return error(status, &field, e.to_string());
-        }
+        Err(e) => return event_error(e),
     };
-    // The tenant is one the caller may act for (CONTRACT §9.2): refused before any hook
-    // runs, so nothing is written in another tenant's name.
-    let authorized = match authenticator
+    let event = match authorize(&state, identity, &set, trace_parent, event).await {
+        Ok(e) => e,
+        Err(refused) => return refused,
+    };
+    match run(&state, &parts, set, event).await {
+        Ok(decision) => axum::Json(decision).into_response(),
+        Err(failed) => failed,
+    }
+}
+
+/// What every decision route does before it reads the event: the caller's credential
+/// (before a byte of the body is read, CONTRACT §9.1), its span, the body within its
+/// bounds, and hooks to decide with (503 "treat as block" before any are loaded).
+async fn admit(
+    state: &Arc<AppState>,
+    parts: &axum::http::request::Parts,
+    body: axum::body::Body,
+) -> Result<
+    (
+        crate::identity::Identity,
+        Option<opentelemetry::trace::SpanContext>,
+        bytes::Bytes,
+        Arc<HookSet>,
+    ),
+    Response,
+> {
+    let Some(authenticator) = state.authenticator() else {
+        return Err(refused(Refusal::unauthenticated(
+            "this dispatcher has no caller authentication configured",
+        )));
+    };
+    let identity = authenticator
+        .authenticate(&parts.headers)
+        .await
+        .map_err(refused)?;
+    // The caller's span (W3C `traceparent`), read only when tracing is on (CONTRACT §8.1).
+    let trace_parent = state.engine.telemetry.extract(&parts.headers);
+    let body = read_body(&parts.headers, body).await?;
+    let Some(set) = state.hooks() else {
+        return Err(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "",
+            "no hooks loaded yet; treat as block".into(),
+        ));
+    };
+    Ok((identity, trace_parent, body, set))
+}
+
+/// 400 or 413 naming the field of an event that could not be read.
+fn event_error(e: crate::event::EventError) -> Response {
+    let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST);
+    let field = match &e {
+        crate::event::EventError::Invalid { field, .. }
+        | crate::event::EventError::TooLarge { field, .. } => field.clone(),
+    };
+    error(status, &field, e.to_string())
+}
+
+/// The event with the tenant the caller may act for (CONTRACT §9.2): refused before any
+/// hook runs, so nothing is written in another tenant's name.
+async fn authorize(
+    state: &AppState,
+    identity: crate::identity::Identity,
+    set: &HookSet,
+    trace_parent: Option<opentelemetry::trace::SpanContext>,
+    event: Event,
+) -> Result<Event, Response> {
+    let authenticator = state
+        .authenticator()
+        .expect("admit checked an authenticator is configured");
+    let authorized = authenticator
         .authorize(identity, &event.tenant_id, &set.tenants)
         .await
-    {
-        Ok(a) => a,
-        Err(r) => return refused(r),
-    };
-    let event = Event {
+        .map_err(refused)?;
+    Ok(Event {
         trace_parent,
         tenant_id: authorized.tenant,
         caller: Some(authorized.caller),
         ..event
+    })
+}
+
+/// Runs the chain for a blocking event, or starts the non-blocking path.
+async fn run(
+    state: &Arc<AppState>,
+    parts: &axum::http::request::Parts,
+    set: Arc<HookSet>,
+    event: Event,
+) -> Result<crate::chain::Decision, Response> {
+    if !event.event.is_blocking() {
+        return Ok(observe(&state.engine, set, event).0);
+    }
+    // Detached (CONTRACT §10.3): if the client goes away, this handler is dropped but
+    // the chain runs on, so every hook run that started finishes, settles its budget
+    // and writes its audit row. It keeps the request's slot.
+    let slot = parts.extensions.get::<RequestSlot>().cloned();
+    let state = Arc::clone(state);
+    let chain = finish_detached(async move {
+        let _slot = slot;
+        decide(&state.engine, &set, event).await
+    });
+    chain.await.map_err(|e| {
+        tracing::error!(error = %e, "the decision task failed");
+        error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "",
+            "the decision failed; treat as block".into(),
+        )
+    })
+}
+
+/// `POST /v1/hooks/{dialect}`: a runtime's own hook payload, answered in its own shape
+/// ([`crate::dialect`]). Identity, bounds and failures as `/v1/dispatch` (non-2xx, which
+/// the runtime's documented fail-closed setting or the shim turns into a refusal). The
+/// query may name `event` (for payloads without one), `agent_id` and `tenant_id`
+/// ([`crate::dialect::CallOptions`]); any other key is a 400 naming it.
+async fn native_hook(
+    State(state): State<Arc<AppState>>,
+    axum::extract::Path(dialect): axum::extract::Path<String>,
+    request: axum::extract::Request,
+) -> Response {
+    let Some(dialect) = Dialect::parse(&dialect) else {
+        let known: Vec<&str> = Dialect::ALL.iter().map(|d| d.as_str()).collect();
+        return error(
+            StatusCode::NOT_FOUND,
+            "dialect",
+            format!("dialect: {dialect:?} is not one of {}", known.join(", ")),
+        );
     };
-    let decision = if event.event.is_blocking() {
-        // Detached (CONTRACT §10.3): if the client goes away, this handler is dropped but
-        // the chain runs on, so every hook run that started finishes, settles its budget
-        // and writes its audit row. It keeps the request's slot.
-        let slot = parts.extensions.get::<RequestSlot>().cloned();
-        let chain = finish_detached(async move {
-            let _slot = slot;
-            decide(&state.engine, &set, event).await
-        });
-        match chain.await {
-            Ok(d) => d,
-            Err(e) => {
-                tracing::error!(error = %e, "the decision task failed");
-                return error(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "",
-                    "the decision failed; treat as block".into(),
-                );
+    let options = match call_options(request.uri().query().unwrap_or("")) {
+        Ok(o) => o,
+        Err((field, message)) => return error(StatusCode::BAD_REQUEST, &field, message),
+    };
+    let (parts, body) = request.into_parts();
+    let (identity, trace_parent, body, set) = match admit(&state, &parts, body).await {
+        Ok(admitted) => admitted,
+        Err(refused) => return refused,
+    };
+    let mut call = match dialect::parse(dialect, &body, &options) {
+        Ok(c) => c,
+        Err(e) => return event_error(e),
+    };
+    let Some(event) = call.event.take() else {
+        // No counterpart among our events: nothing runs, no opinion.
+        return axum::Json(dialect::answer(&call, &crate::chain::Decision::allow("")))
+            .into_response();
+    };
+    let mut event = match authorize(&state, identity, &set, trace_parent, event).await {
+        Ok(e) => e,
+        Err(refused) => return refused,
+    };
+    // No runtime sends a depth: the session's sub-agent tree gives it.
+    let runtime_agent = call.runtime_agent.as_deref();
+    event.depth = state.sessions.depth_of(
+        &event.tenant_id,
+        &event.session_id,
+        event.event,
+        runtime_agent,
+    );
+    let spawn = (event.event == agenthooks_crds::HookEvent::PreToolUse
+        && event
+            .tool
+            .as_ref()
+            .is_some_and(|t| t.kind == agenthooks_crds::tool::ToolKind::Subagent))
+    .then(|| {
+        (
+            event.tenant_id.clone(),
+            event.session_id.clone(),
+            event.depth,
+        )
+    });
+    let decision = match run(&state, &parts, set, event).await {
+        Ok(d) => d,
+        Err(failed) => return failed,
+    };
+    if let Some((tenant, session, depth)) = spawn
+        && decision.decision == crate::chain::Verdict::Allow
+    {
+        state.sessions.spawn_allowed(&tenant, &session, depth);
+    }
+    axum::Json(dialect::answer(&call, &decision)).into_response()
+}
+
+/// The query of a native hook route: `event`, `agent_id`, `tenant_id`, each at most once.
+/// Errors are (field, message) for a 400.
+fn call_options(query: &str) -> Result<CallOptions, (String, String)> {
+    let mut options = CallOptions::default();
+    for (key, value) in url::form_urlencoded::parse(query.as_bytes()) {
+        let slot = match key.as_ref() {
+            "event" => &mut options.event,
+            "agent_id" => &mut options.agent_id,
+            "tenant_id" => &mut options.tenant_id,
+            other => {
+                return Err((
+                    "query".into(),
+                    format!(
+                        "query: unknown parameter {other:?}; this route takes event, agent_id and tenant_id"
+                    ),
+                ));
             }
+        };
+        if slot.replace(value.into_owned()).is_some() {
+            return Err((key.to_string(), format!("{key}: given more than once")));
         }
-    } else {
-        observe(&state.engine, set, event).0
-    };
-    axum::Json(decision).into_response()
+    }
+    Ok(options)
 }
 
 async fn list_hooks(State(state): State<Arc<AppState>>) -> Response {
@@ -484,6 +630,10 @@ mod access;
 pub mod admin;
 mod dry_run;
 mod executions;
+#[cfg(test)]
+mod native_tests;
 mod outlive;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_support;

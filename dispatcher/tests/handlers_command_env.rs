@@ -37,6 +37,7 @@ fn only_allow_listed_variables_reach_the_command() {
                 "AGENTHOOKS_TEST_NOT_SET".to_owned(),
             ],
             cwd: None,
+            dialect: Default::default(),
         };
         let r = run(&spec, b"{}", Duration::from_secs(5)).await;
         assert_eq!(r.outcome, Outcome::Allow, "{r:?}");
@@ -67,6 +68,7 @@ fn only_allow_listed_variables_reach_the_command() {
             command: "echo \"$PATH\"; echo \"${AGENTHOOKS_TEST_SECRET_TOKEN:-unset}\"".to_owned(),
             allowed_env_vars: vec!["PATH".to_owned()],
             cwd: None,
+            dialect: Default::default(),
         };
         let r = run(&spec, b"{}", Duration::from_secs(5)).await;
         assert_eq!(
@@ -79,6 +81,7 @@ fn only_allow_listed_variables_reach_the_command() {
             command: "env".to_owned(),
             allowed_env_vars: vec![],
             cwd: None,
+            dialect: Default::default(),
         };
         let r = run(&spec, b"{}", Duration::from_secs(5)).await;
         let out = r.metadata.stdout.unwrap();

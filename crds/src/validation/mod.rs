@@ -145,6 +145,8 @@ pub struct CompiledHook {
     pub matcher: Option<regex::Regex>,
     /// Compiled `ifExpr`, `None` when empty.
     pub if_expr: Option<IfExpr>,
+    /// `spec.toolKinds`, sorted and without repeats; empty matches every event.
+    pub tool_kinds: Vec<crate::tool::ToolKind>,
     /// Effective prompt per-turn cap.
     pub max_invocations_per_turn: u32,
 }
@@ -255,11 +257,11 @@ pub fn validate(
     // §2.3 prompt
     let mut max_invocations_per_turn = DEFAULT_MAX_INVOCATIONS_PER_TURN;
     if h.type_ == HandlerType::Prompt {
-        if spec.matcher.is_empty() && spec.if_expr.is_empty() {
+        if spec.matcher.is_empty() && spec.if_expr.is_empty() && spec.tool_kinds.is_empty() {
             err(
                 "spec.matcher",
                 Reason::PromptNeedsFilter,
-                "a prompt hook needs a non-empty matcher or ifExpr, so the model is not called on every event".into(),
+                "a prompt hook needs a non-empty matcher, toolKinds or ifExpr, so the model is not called on every event".into(),
             );
         }
         if let Some(p) = &h.prompt {
@@ -395,6 +397,10 @@ pub fn validate(
         _ => ctx.namespace_tenant.to_string(),
     };
 
+    let mut tool_kinds = spec.tool_kinds.clone();
+    tool_kinds.sort();
+    tool_kinds.dedup();
+
     if !errors.is_empty() {
         return Err(ValidationErrors(errors));
     }
@@ -405,6 +411,7 @@ pub fn validate(
         on_timeout,
         matcher,
         if_expr,
+        tool_kinds,
         max_invocations_per_turn,
     })
 }

@@ -30,6 +30,7 @@ use super::{HandlerResult, MAX_OUTPUT_BYTES, cut};
 use crate::decision::outcome::ErrorKind;
 use crate::sandbox::CommandRunner;
 use crate::sandbox::protocol::{RunOutcome, RunRequest, Stream};
+use agenthooks_crds::agenthook::CommandDialect;
 
 /// The `PATH` a command gets unless `PATH` itself is in `allowed_env_vars`
 /// (CONTRACT §5 command.2).
@@ -86,6 +87,10 @@ pub fn build_env(
 /// `spawn_failed` (sh could not start), `output_too_large`, `runner_unavailable` (the
 /// command runner could not be reached or refused the run). `metadata.stdout_len`,
 /// `metadata.stdout` and `metadata.stderr` (cut) are filled whenever the run completed.
+///
+/// With `dialect: claude-code` the caller passes Claude Code's payload as `event_json`
+/// ([`crate::dialect::claude_code_payload`]) and stdout is read as Claude Code reads it
+/// ([`claude_code_output`]).
 pub async fn run(
     runner: &CommandRunner,
     spec: &CommandSpec,
@@ -107,12 +112,12 @@ pub async fn run(
         Ok(o) => o,
         Err(_) => RunOutcome::Timeout,
     };
-    from_outcome(outcome, timeout_ms)
+    from_outcome(outcome, timeout_ms, spec.dialect)
 }
 
 /// Turns what the runner reported into a result; output over the cap is refused here
 /// too, whatever the runner did.
-fn from_outcome(outcome: RunOutcome, timeout_ms: u64) -> HandlerResult {
+fn from_outcome(outcome: RunOutcome, timeout_ms: u64, dialect: CommandDialect) -> HandlerResult {
     let too_large = |stream: Stream| {
         HandlerResult::error(
             ErrorKind::OutputTooLarge,
@@ -145,7 +150,7 @@ fn from_outcome(outcome: RunOutcome, timeout_ms: u64) -> HandlerResult {
                     );
                 }
             };
-            interpret(ExitStatus::from_raw(raw), &stdout, &stderr)
+            interpret(ExitStatus::from_raw(raw), &stdout, &stderr, dialect)
         }
         RunOutcome::Timeout => HandlerResult::timeout(timeout_ms),
         RunOutcome::OutputTooLarge { stream } => too_large(stream),
@@ -161,12 +166,18 @@ fn from_outcome(outcome: RunOutcome, timeout_ms: u64) -> HandlerResult {
 }
 
 /// Turns a finished run into a result (CONTRACT §5 command.3).
-fn interpret(status: ExitStatus, stdout: &[u8], stderr: &[u8]) -> HandlerResult {
+fn interpret(
+    status: ExitStatus,
+    stdout: &[u8],
+    stderr: &[u8],
+    dialect: CommandDialect,
+) -> HandlerResult {
     let out_text = String::from_utf8_lossy(stdout).into_owned();
     let err_text = String::from_utf8_lossy(stderr).into_owned();
     let err_trimmed = err_text.trim();
 
     let mut result = match status.code() {
+        Some(0) if dialect == CommandDialect::ClaudeCode => claude_code_output(stdout, err_trimmed),
         Some(0) => on_success(stdout, err_trimmed),
         Some(2) => {
             if err_trimmed.is_empty() {
@@ -228,6 +239,85 @@ fn on_success(stdout: &[u8], stderr: &str) -> HandlerResult {
     result
 }
 
+/// Exit 0 of a `dialect: claude-code` hook, read as Claude Code reads it: `continue:
+/// false` and `decision: "block"` block (reason `stopReason`/`reason`, else stderr);
+/// `hookSpecificOutput.permissionDecision: "deny"` blocks with its
+/// `permissionDecisionReason`; `"ask"` blocks too (no person can be asked here);
+/// `"allow"`, `"defer"` or none allow, with `hookSpecificOutput.additionalContext` and
+/// `updatedInput`; a value Claude Code would refuse (`decision: "allow"`) is an error, as
+/// there. Plain-text stdout allows.
+pub fn claude_code_output(stdout: &[u8], stderr: &str) -> HandlerResult {
+    let Ok(Value::Object(obj)) = serde_json::from_slice::<Value>(stdout) else {
+        return HandlerResult::allow();
+    };
+    let text = |v: Option<&Value>| {
+        v.and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+    };
+    let or_stderr = |reason: Option<String>, default: &str| {
+        reason
+            .or(Some(stderr.to_owned()).filter(|s| !s.is_empty()))
+            .unwrap_or_else(|| default.to_owned())
+    };
+    if obj.get("continue") == Some(&Value::Bool(false)) {
+        let reason = text(obj.get("stopReason")).or(text(obj.get("reason")));
+        return HandlerResult::block(or_stderr(
+            reason,
+            "blocked by Claude Code hook (\"continue\": false)",
+        ));
+    }
+    match obj.get("decision") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(d)) if d == "approve" => {}
+        Some(Value::String(d)) if d == "block" => {
+            return HandlerResult::block(or_stderr(
+                text(obj.get("reason")),
+                "blocked by Claude Code hook (decision: block)",
+            ));
+        }
+        Some(other) => {
+            return HandlerResult::error(
+                ErrorKind::BadDecision,
+                format!(
+                    "decision: {other} is not one of \"approve\", \"block\" (Claude Code's hook output schema)"
+                ),
+            );
+        }
+    }
+    let specific = obj.get("hookSpecificOutput").and_then(Value::as_object);
+    let field = |k: &str| specific.and_then(|s| s.get(k));
+    match field("permissionDecision").and_then(Value::as_str) {
+        None | Some("allow" | "defer") => {}
+        Some("deny") => {
+            return HandlerResult::block(or_stderr(
+                text(field("permissionDecisionReason")),
+                "denied by Claude Code hook",
+            ));
+        }
+        Some("ask") => {
+            let why =
+                text(field("permissionDecisionReason")).unwrap_or_else(|| "no reason given".into());
+            return HandlerResult::block(format!(
+                "the hook asks for a person's approval, and none can be asked here: {why}"
+            ));
+        }
+        Some(other) => {
+            return HandlerResult::error(
+                ErrorKind::BadDecision,
+                format!(
+                    "hookSpecificOutput.permissionDecision: {other:?} is not one of allow, deny, ask, defer"
+                ),
+            );
+        }
+    }
+    let mut result = HandlerResult::allow();
+    result.additional_context = text(field("additionalContext"));
+    result.updated_input = field("updatedInput").filter(|v| !v.is_null()).cloned();
+    result
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,6 +333,7 @@ mod tests {
             command: command.to_owned(),
             allowed_env_vars: vec![],
             cwd: None,
+            dialect: Default::default(),
         }
     }
 
@@ -898,32 +989,122 @@ mod tests {
     }
 
     #[test]
+    fn claude_code_answers_are_read_as_claude_code_reads_them() {
+        use crate::handlers::Outcome::{Allow, Block, Error};
+        let pd = |d: &str| {
+            format!(
+                r#"{{"hookSpecificOutput":{{"hookEventName":"PreToolUse","permissionDecision":"{d}","permissionDecisionReason":"why"}}}}"#
+            )
+        };
+        // (stdout, stderr, outcome, reason)
+        let rows: Vec<(String, &str, Outcome, Option<&str>)> = vec![
+            ("".into(), "", Allow, None),
+            ("plain text".into(), "", Allow, None),
+            ("{}".into(), "", Allow, None),
+            (pd("allow"), "", Allow, None),
+            (pd("defer"), "", Allow, None),
+            (pd("deny"), "", Block, Some("why")),
+            (
+                r#"{"hookSpecificOutput":{"permissionDecision":"deny"}}"#.into(),
+                "from stderr",
+                Block,
+                Some("from stderr"),
+            ),
+            (
+                pd("ask"),
+                "",
+                Block,
+                Some("the hook asks for a person's approval, and none can be asked here: why"),
+            ),
+            (
+                r#"{"decision":"block","reason":"no"}"#.into(),
+                "",
+                Block,
+                Some("no"),
+            ),
+            (r#"{"decision":"approve"}"#.into(), "", Allow, None),
+            (
+                r#"{"continue":false,"stopReason":"halt"}"#.into(),
+                "",
+                Block,
+                Some("halt"),
+            ),
+            // What Claude Code's schema refuses is an error here too (the issue's report).
+            (r#"{"decision":"allow"}"#.into(), "", Error, None),
+            (pd("maybe"), "", Error, None),
+        ];
+        for (stdout, stderr, outcome, reason) in rows {
+            let r = claude_code_output(stdout.as_bytes(), stderr);
+            assert_eq!(r.outcome, outcome, "{stdout}");
+            if outcome == Block {
+                assert_eq!(r.reason.as_deref(), reason, "{stdout}");
+            }
+        }
+        let r = claude_code_output(
+            br#"{"hookSpecificOutput":{"hookEventName":"PreToolUse","additionalContext":"ctx","updatedInput":{"command":"ls"}}}"#,
+            "",
+        );
+        assert_eq!(
+            (r.outcome, r.additional_context.as_deref(), r.updated_input),
+            (
+                Allow,
+                Some("ctx"),
+                Some(serde_json::json!({"command": "ls"}))
+            )
+        );
+        // Exit 2 still blocks with stderr, whatever the dialect.
+        let r = interpret(
+            ExitStatus::from_raw(2 << 8),
+            b"",
+            b"nope",
+            CommandDialect::ClaudeCode,
+        );
+        assert_eq!((r.outcome, r.reason.as_deref()), (Block, Some("nope")));
+    }
+
+    #[test]
     fn interpret_maps_exit_statuses() {
         let st = |code: i32| ExitStatus::from_raw(code << 8);
-        assert_eq!(interpret(st(0), b"", b"").outcome, Outcome::Allow);
-        assert_eq!(interpret(st(2), b"", b"x").outcome, Outcome::Block);
         assert_eq!(
-            interpret(st(1), b"", b"").error_kind,
+            interpret(st(0), b"", b"", CommandDialect::Agenthooks).outcome,
+            Outcome::Allow
+        );
+        assert_eq!(
+            interpret(st(2), b"", b"x", CommandDialect::Agenthooks).outcome,
+            Outcome::Block
+        );
+        assert_eq!(
+            interpret(st(1), b"", b"", CommandDialect::Agenthooks).error_kind,
             Some(ErrorKind::ExitStatus)
         );
         assert_eq!(
-            interpret(st(126), b"", b"").error_kind,
+            interpret(st(126), b"", b"", CommandDialect::Agenthooks).error_kind,
             Some(ErrorKind::SpawnFailed)
         );
         assert_eq!(
-            interpret(st(127), b"", b"").error_kind,
+            interpret(st(127), b"", b"", CommandDialect::Agenthooks).error_kind,
             Some(ErrorKind::SpawnFailed)
         );
         // Raw status 9 = killed by SIGKILL.
-        let killed = interpret(ExitStatus::from_raw(9), b"", b"");
+        let killed = interpret(
+            ExitStatus::from_raw(9),
+            b"",
+            b"",
+            CommandDialect::Agenthooks,
+        );
         assert_eq!(killed.error_kind, Some(ErrorKind::ExitStatus));
         assert!(killed.reason.unwrap().contains("signal 9"));
         // Exit 2 wins over a stdout that says allow.
-        let r = interpret(st(2), br#"{"continue": true}"#, b"nope");
+        let r = interpret(
+            st(2),
+            br#"{"continue": true}"#,
+            b"nope",
+            CommandDialect::Agenthooks,
+        );
         assert_eq!(r.outcome, Outcome::Block);
         assert_eq!(r.reason.as_deref(), Some("nope"));
         // Non-UTF-8 output is kept lossily.
-        let r = interpret(st(0), b"\xff\xfe", b"");
+        let r = interpret(st(0), b"\xff\xfe", b"", CommandDialect::Agenthooks);
         assert_eq!(r.metadata.stdout_len, Some(2));
         assert_eq!(r.metadata.stdout.as_deref(), Some("\u{fffd}\u{fffd}"));
     }

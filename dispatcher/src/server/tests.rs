@@ -1,5 +1,6 @@
 //! The API over a real loopback socket.
 
+use super::tests_support::{callers, serve_state};
 use super::*;
 use crate::handlers::http::HttpCaller;
 use agenthooks_crds::Edition;
@@ -16,22 +17,6 @@ fn new_state() -> Arc<AppState> {
     ));
     state.set_authenticator(crate::identity::Authenticator::Anonymous);
     state
-}
-
-async fn serve_state(state: Arc<AppState>) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let stop = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(async move {
-        serve(
-            agenthooks_tls::Incoming::Plain(listener),
-            router(state),
-            stop,
-        )
-        .await
-        .unwrap()
-    });
-    format!("http://{addr}")
 }
 
 fn hooks(cmd: &str) -> HookSet {
@@ -692,16 +677,6 @@ async fn an_unavailable_hook_is_listed_blocks_and_its_dry_run_says_so() {
 }
 
 /// A callers file: `acme-runtime` for acme only, `platform` for acme and beta.
-fn callers() -> crate::identity::CallersFile {
-    use crate::identity::callers_file::token_sha256;
-    crate::identity::CallersFile::parse(&format!(
-        "callers:\n  - name: acme-runtime\n    tokenSha256: {}\n    tenants: [acme]\n  - name: platform\n    tokenSha256: {}\n    tenants: [acme, beta]\n",
-        token_sha256("acme-token"),
-        token_sha256("platform-token")
-    ))
-    .unwrap()
-}
-
 async fn post_as(base: &str, auth: Option<&str>, body: &Value) -> (u16, Value, Option<String>) {
     let mut req = reqwest::Client::new()
         .post(format!("{base}/v1/dispatch"))

@@ -110,7 +110,7 @@ pub fn anonymous_unless_told(cmd: &mut Command) {
         .collect();
     let subcommand = args
         .first()
-        .is_some_and(|a| ["check", "budget-load", "command-runner"].contains(&a.as_str()));
+        .is_some_and(|a| ["check", "budget-load", "command-runner", "hook"].contains(&a.as_str()));
     let told = args.iter().any(|a| {
         [
             "--callers-file",

@@ -1,0 +1,321 @@
+//! The agent runtimes' own hook dialects (issue 13): their payloads in, our [`Event`] out,
+//! our [`Decision`] in, their answer out. Pure: no I/O, no clock (the sub-agent depth a
+//! payload lacks is looked up at the edge, [`depth`]).
+//!
+//! | dialect | route | runtimes |
+//! |---|---|---|
+//! | [`Dialect::ClaudeCode`] | `POST /v1/hooks/claude-code` | Claude Code (command and `http` hooks) |
+//! | [`Dialect::Codex`] | `POST /v1/hooks/codex` | Codex CLI (command hooks, through the shim) |
+//! | [`Dialect::GeminiCli`] | `POST /v1/hooks/gemini-cli` | Gemini CLI (command hooks, through the shim) |
+//! | [`Dialect::Cursor`] | `POST /v1/hooks/cursor` | Cursor (`.cursor/hooks.json`; from its documentation) |
+//! | [`Dialect::Copilot`] | `POST /v1/hooks/copilot` | GitHub Copilot CLI and coding agent (`.github/hooks/*.json`) |
+//!
+//! The rules, from the runtimes' documentation and from runs of Claude Code 2.1.332, Codex
+//! CLI 0.171.0, Gemini CLI 0.61.0 and Copilot CLI 1.0.102 (`docs/dialects.md`):
+//! - Unknown keys in a payload are ignored (the runtimes add keys in minor versions);
+//!   `/v1/dispatch` still refuses them.
+//! - A runtime event with no counterpart among our seven (Claude Code's `Notification`,
+//!   Gemini CLI's `BeforeModel`, …) runs nothing and is answered with no opinion.
+//! - Allow is the answer that overrides none of the runtime's own rules (`{}`: its
+//!   permission prompts, allow and deny lists and sandbox stay in force).
+//! - Block is the runtime's deny with our reason and the deciding hook
+//!   ([`refusal_text`]); where an event has no deny (Claude Code's `SubagentStart`), the
+//!   runtime is told to stop (`continue: false`).
+//! - A rewrite (`updatedInput`) the runtime cannot apply at that event is a block: the
+//!   call as the model wrote it is not the one a master hook let through.
+//! - `additionalContext` goes where the runtime feeds it to the model, and is dropped
+//!   where it has no such field (Gemini CLI's `BeforeTool`).
+//! - Failures are not answered here: the route answers non-2xx, which Claude Code's
+//!   `onFailure: "block"` and the shim (`agenthooks-dispatcher hook`, exit 2) turn into a
+//!   refusal.
+
+mod claude;
+pub use claude::payload_for as claude_code_payload;
+mod copilot;
+mod cursor;
+pub mod depth;
+mod gemini;
+#[cfg(test)]
+mod tests;
+
+use serde_json::{Map, Value};
+
+use crate::chain::{Decision, Verdict};
+use crate::event::{Event, EventError};
+
+/// A hook dialect: one route, one payload and answer format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dialect {
+    ClaudeCode,
+    Codex,
+    GeminiCli,
+    Cursor,
+    Copilot,
+}
+
+impl Dialect {
+    /// Every dialect, in route order.
+    pub const ALL: [Dialect; 5] = [
+        Dialect::ClaudeCode,
+        Dialect::Codex,
+        Dialect::GeminiCli,
+        Dialect::Cursor,
+        Dialect::Copilot,
+    ];
+
+    /// The route segment and `--dialect` value (`claude-code`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dialect::ClaudeCode => "claude-code",
+            Dialect::Codex => "codex",
+            Dialect::GeminiCli => "gemini-cli",
+            Dialect::Cursor => "cursor",
+            Dialect::Copilot => "copilot",
+        }
+    }
+
+    /// Parses a route segment; `None` for anything else.
+    pub fn parse(s: &str) -> Option<Dialect> {
+        Dialect::ALL.into_iter().find(|d| d.as_str() == s)
+    }
+
+    /// The runtime's name, for messages.
+    pub fn runtime(self) -> &'static str {
+        match self {
+            Dialect::ClaudeCode => "Claude Code",
+            Dialect::Codex => "Codex CLI",
+            Dialect::GeminiCli => "Gemini CLI",
+            Dialect::Cursor => "Cursor",
+            Dialect::Copilot => "GitHub Copilot",
+        }
+    }
+}
+
+impl std::fmt::Display for Dialect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the route knows besides the payload: the query string of the hook's URL (or the
+/// shim's flags).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallOptions {
+    /// The runtime's event name, for payloads that do not carry one (Copilot's camelCase
+    /// hooks); a payload that names its event must name the same one.
+    pub event: Option<String>,
+    /// Our `agent_id` for every call of this runtime (the platform's name for the agent:
+    /// what `scope: agent` hooks select). Its sub-agents keep it: a model cannot leave an
+    /// agent's hooks behind by starting a sub-agent.
+    pub agent_id: Option<String>,
+    /// The tenant, for a caller that may act for several (as `tenant_id` in `/v1/dispatch`).
+    pub tenant_id: Option<String>,
+}
+
+/// A runtime's hook call, read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NativeCall {
+    pub dialect: Dialect,
+    /// The runtime's event name as it sent it (`PreToolUse`, `BeforeTool`, `preToolUse`).
+    pub native_event: String,
+    /// Our event's kind, or `None` when the runtime's event has no counterpart: nothing
+    /// runs and the answer is no opinion.
+    pub kind: Option<agenthooks_crds::HookEvent>,
+    /// Our event to decide (taken by the route to run it; [`answer`] needs only `kind`).
+    pub event: Option<Event>,
+    /// The runtime's own id of the (sub-)agent that made the call (`agent_id` of Claude
+    /// Code and Codex; `None` on the main thread): what [`depth`] keys on.
+    pub runtime_agent: Option<String>,
+    /// Copilot: the camelCase hooks (`preToolUse`), answered in their own shape; the
+    /// PascalCase ones take Claude Code's.
+    pub camel_case: bool,
+}
+
+/// The answer to the runtime: a JSON body for a 200.
+pub type NativeAnswer = Value;
+
+/// Reads a runtime's payload (a JSON object; unknown keys ignored). Errors name the
+/// runtime's field (400) or a cap (413), as `/v1/dispatch` does.
+pub fn parse(
+    dialect: Dialect,
+    body: &[u8],
+    options: &CallOptions,
+) -> Result<NativeCall, EventError> {
+    let first = body
+        .iter()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
+    if first != Some(&b'{') {
+        return Err(EventError::invalid("body", "must be a JSON object"));
+    }
+    let payload: Map<String, Value> = serde_json::from_slice(body)
+        .map_err(|e| EventError::invalid("body", format!("not a JSON object: {e}")))?;
+    let named = payload.get("hook_event_name").map(|v| {
+        v.as_str()
+            .map(str::to_string)
+            .ok_or_else(|| EventError::invalid("hook_event_name", "must be a string"))
+    });
+    let native_event = match (named.transpose()?, &options.event) {
+        (Some(n), Some(q)) if n != *q => {
+            return Err(EventError::invalid(
+                "event",
+                format!("the query names {q:?} but the payload's hook_event_name is {n:?}"),
+            ));
+        }
+        (Some(n), _) => n,
+        (None, Some(q)) => q.clone(),
+        (None, None) => {
+            return Err(EventError::invalid(
+                "hook_event_name",
+                "missing: the payload names no event; give it as ?event=<the runtime's event name> (Copilot's camelCase hooks send none)",
+            ));
+        }
+    };
+    let p = Payload(&payload);
+    let read = match dialect {
+        Dialect::ClaudeCode | Dialect::Codex => claude::read(&native_event, &p)?,
+        Dialect::GeminiCli => gemini::read(&native_event, &p)?,
+        Dialect::Cursor => cursor::read(&native_event, &p)?,
+        Dialect::Copilot => copilot::read(&native_event, &p)?,
+    };
+    let event = match read.event {
+        Some(mut ev) => {
+            if let Some(a) = &options.agent_id {
+                ev.agent_id = a.clone();
+            }
+            if let Some(t) = &options.tenant_id {
+                ev.tenant_id = t.clone();
+            }
+            Some(ev.finish()?)
+        }
+        None => None,
+    };
+    Ok(NativeCall {
+        dialect,
+        kind: event.as_ref().map(|e| e.event),
+        camel_case: dialect == Dialect::Copilot && copilot::is_camel_case(&native_event),
+        native_event,
+        event,
+        runtime_agent: read.runtime_agent,
+    })
+}
+
+/// The runtime's answer to `decision` for `call` (see module docs for the rules).
+pub fn answer(call: &NativeCall, decision: &Decision) -> NativeAnswer {
+    let Some(kind) = call.kind else {
+        return no_opinion();
+    };
+    let reply = Reply {
+        event: kind,
+        native_event: &call.native_event,
+        decision,
+    };
+    match call.dialect {
+        Dialect::ClaudeCode => claude::answer(&reply, claude::Flavour::ClaudeCode),
+        Dialect::Codex => claude::answer(&reply, claude::Flavour::Codex),
+        Dialect::GeminiCli => gemini::answer(&reply),
+        Dialect::Cursor => cursor::answer(&reply),
+        Dialect::Copilot if call.camel_case => copilot::answer(&reply),
+        Dialect::Copilot => claude::answer(&reply, claude::Flavour::Copilot),
+    }
+}
+
+/// The text a runtime shows the model and the user for a block: our reason and the
+/// deciding hook (`agenthooks: destructive command refused by policy (hook
+/// tenant-acme/block-rm-rf)`).
+pub fn refusal_text(decision: &Decision) -> String {
+    let reason = decision
+        .reason
+        .as_deref()
+        .filter(|r| !r.trim().is_empty())
+        .unwrap_or("blocked");
+    match &decision.deciding_hook {
+        Some(hook) => format!("agenthooks: {} (hook {hook})", reason.trim()),
+        None => format!("agenthooks: {}", reason.trim()),
+    }
+}
+
+/// The refusal of a rewrite the runtime cannot apply at this event.
+fn unapplied_rewrite(runtime: &str, native_event: &str) -> String {
+    format!(
+        "agenthooks: a master hook rewrote this call and {runtime} cannot apply a rewrite at {native_event}; refused rather than run the call as written"
+    )
+}
+
+/// `{}`: no opinion; the runtime's own rules decide.
+fn no_opinion() -> Value {
+    Value::Object(Map::new())
+}
+
+/// What the per-dialect answer functions get.
+struct Reply<'a> {
+    event: agenthooks_crds::HookEvent,
+    native_event: &'a str,
+    decision: &'a Decision,
+}
+
+impl Reply<'_> {
+    fn blocked(&self) -> bool {
+        self.decision.decision == Verdict::Block
+    }
+    fn context(&self) -> Option<&str> {
+        self.decision.additional_context.as_deref()
+    }
+    fn rewrite(&self) -> Option<&Value> {
+        self.decision.updated_input.as_ref()
+    }
+}
+
+/// What a per-dialect reader returns.
+struct Read {
+    event: Option<Event>,
+    runtime_agent: Option<String>,
+}
+
+impl Read {
+    fn unmapped() -> Read {
+        Read {
+            event: None,
+            runtime_agent: None,
+        }
+    }
+}
+
+/// Typed access to a payload's fields; errors name the runtime's field.
+struct Payload<'a>(&'a Map<String, Value>);
+
+impl Payload<'_> {
+    /// A string field; `None` when absent or null.
+    fn str(&self, key: &str) -> Result<Option<String>, EventError> {
+        match self.0.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(EventError::invalid(key, "must be a string")),
+        }
+    }
+
+    /// A string field, `""` when absent.
+    fn string(&self, key: &str) -> Result<String, EventError> {
+        Ok(self.str(key)?.unwrap_or_default())
+    }
+
+    /// A JSON object field (a string holding a JSON object is read as one: older Copilot
+    /// and Cursor versions send tool arguments that way); `{}` when absent.
+    fn object(&self, key: &str) -> Result<Value, EventError> {
+        match self.0.get(key) {
+            None | Some(Value::Null) => Ok(Value::Object(Map::new())),
+            Some(v @ Value::Object(_)) => Ok(v.clone()),
+            Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
+                Ok(v @ Value::Object(_)) => Ok(v),
+                _ => Err(EventError::invalid(
+                    key,
+                    "must be a JSON object (or a string holding one)",
+                )),
+            },
+            Some(_) => Err(EventError::invalid(key, "must be a JSON object")),
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<&Value> {
+        self.0.get(key)
+    }
+}

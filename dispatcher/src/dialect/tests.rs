@@ -1,0 +1,869 @@
+//! Every mapping both ways, on payloads recorded from the real runtimes
+//! (`dispatcher/tests/fixtures/dialects/<runtime>-<version>/`) and Cursor's documented ones.
+
+use agenthooks_crds::HookEvent;
+use agenthooks_crds::tool::ToolKind;
+use serde_json::{Value, json};
+
+use super::depth::Session;
+use super::*;
+use crate::chain::{Decision, Verdict};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/dialects");
+
+fn fixture(path: &str) -> Vec<u8> {
+    std::fs::read(format!("{FIXTURES}/{path}")).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn read(dialect: Dialect, body: &[u8], event: Option<&str>) -> NativeCall {
+    let options = CallOptions {
+        event: event.map(str::to_string),
+        ..CallOptions::default()
+    };
+    parse(dialect, body, &options).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// (file, dialect, ?event=, our event, tool name, tool kind, command, session id)
+type Row = (
+    &'static str,
+    Dialect,
+    Option<&'static str>,
+    Option<HookEvent>,
+    Option<&'static str>,
+    Option<ToolKind>,
+    &'static str,
+    &'static str,
+);
+
+#[test]
+fn recorded_payloads_map_to_our_events() {
+    use Dialect::*;
+    use HookEvent as E;
+    let cc = "e1deccff-0d36-470c-82c2-f72952379293";
+    let cx = "01a23c04-b91f-7c80-af9a-4753b29fa412";
+    let gm = "0162d172-ef5c-4358-9632-c1d23ac8d229";
+    let cp = "58c918dc-d34c-4b42-bf6e-ff48bcddeddc";
+    let echo = "echo hello-from-standin";
+    let rows: Vec<Row> = vec![
+        (
+            "claude-code-2.1.332/PreToolUse.command.stdin.json",
+            ClaudeCode,
+            None,
+            Some(E::PreToolUse),
+            Some("Bash"),
+            Some(ToolKind::Shell),
+            echo,
+            cc,
+        ),
+        (
+            "claude-code-2.1.332/PostToolUse.command.stdin.json",
+            ClaudeCode,
+            None,
+            Some(E::PostToolUse),
+            Some("Bash"),
+            Some(ToolKind::Shell),
+            echo,
+            cc,
+        ),
+        (
+            "claude-code-2.1.332/UserPromptSubmit.command.stdin.json",
+            ClaudeCode,
+            None,
+            Some(E::UserPromptSubmit),
+            None,
+            None,
+            "",
+            cc,
+        ),
+        (
+            "claude-code-2.1.332/SessionStart.command.stdin.json",
+            ClaudeCode,
+            None,
+            Some(E::SessionStart),
+            None,
+            None,
+            "",
+            cc,
+        ),
+        (
+            "claude-code-2.1.332/Stop.command.stdin.json",
+            ClaudeCode,
+            None,
+            Some(E::Stop),
+            None,
+            None,
+            "",
+            cc,
+        ),
+        (
+            "claude-code-2.1.332/SessionEnd.command.stdin.json",
+            ClaudeCode,
+            None,
+            None,
+            None,
+            None,
+            "",
+            "",
+        ),
+        (
+            "codex-0.171.0/PreToolUse.command.stdin.json",
+            Codex,
+            None,
+            Some(E::PreToolUse),
+            Some("Bash"),
+            Some(ToolKind::Shell),
+            echo,
+            cx,
+        ),
+        (
+            "codex-0.171.0/PreToolUse.apply_patch.command.stdin.json",
+            Codex,
+            None,
+            Some(E::PreToolUse),
+            Some("apply_patch"),
+            Some(ToolKind::FileWrite),
+            "",
+            "01a23c09-984c-7882-b64a-face425bee22",
+        ),
+        (
+            "codex-0.171.0/PreToolUse.code-mode-nested-Bash.command.stdin.json",
+            Codex,
+            None,
+            Some(E::PreToolUse),
+            Some("Bash"),
+            Some(ToolKind::Shell),
+            "",
+            "",
+        ),
+        (
+            "codex-0.171.0/UserPromptSubmit.command.stdin.json",
+            Codex,
+            None,
+            Some(E::UserPromptSubmit),
+            None,
+            None,
+            "",
+            cx,
+        ),
+        (
+            "codex-0.171.0/SessionStart.command.stdin.json",
+            Codex,
+            None,
+            Some(E::SessionStart),
+            None,
+            None,
+            "",
+            cx,
+        ),
+        (
+            "codex-0.171.0/Stop.command.stdin.json",
+            Codex,
+            None,
+            Some(E::Stop),
+            None,
+            None,
+            "",
+            cx,
+        ),
+        (
+            "gemini-cli-0.61.0/BeforeTool.command.stdin.json",
+            GeminiCli,
+            None,
+            Some(E::PreToolUse),
+            Some("run_shell_command"),
+            Some(ToolKind::Shell),
+            echo,
+            gm,
+        ),
+        (
+            "gemini-cli-0.61.0/AfterTool.command.stdin.json",
+            GeminiCli,
+            None,
+            Some(E::PostToolUse),
+            Some("run_shell_command"),
+            Some(ToolKind::Shell),
+            echo,
+            gm,
+        ),
+        (
+            "gemini-cli-0.61.0/BeforeAgent.command.stdin.json",
+            GeminiCli,
+            None,
+            Some(E::UserPromptSubmit),
+            None,
+            None,
+            "",
+            gm,
+        ),
+        (
+            "gemini-cli-0.61.0/AfterAgent.command.stdin.json",
+            GeminiCli,
+            None,
+            Some(E::Stop),
+            None,
+            None,
+            "",
+            gm,
+        ),
+        (
+            "gemini-cli-0.61.0/BeforeModel.command.stdin.json",
+            GeminiCli,
+            None,
+            None,
+            None,
+            None,
+            "",
+            "",
+        ),
+        (
+            "gemini-cli-0.61.0/BeforeToolSelection.command.stdin.json",
+            GeminiCli,
+            None,
+            None,
+            None,
+            None,
+            "",
+            "",
+        ),
+        (
+            "copilot-cli-1.0.102/preToolUse.camelCase.command.stdin.json",
+            Copilot,
+            Some("preToolUse"),
+            Some(E::PreToolUse),
+            Some("bash"),
+            Some(ToolKind::Shell),
+            echo,
+            cp,
+        ),
+        (
+            "copilot-cli-1.0.102/postToolUse.camelCase.command.stdin.json",
+            Copilot,
+            Some("postToolUse"),
+            Some(E::PostToolUse),
+            Some("bash"),
+            Some(ToolKind::Shell),
+            echo,
+            cp,
+        ),
+        (
+            "copilot-cli-1.0.102/userPromptSubmitted.camelCase.command.stdin.json",
+            Copilot,
+            Some("userPromptSubmitted"),
+            Some(E::UserPromptSubmit),
+            None,
+            None,
+            "",
+            cp,
+        ),
+        (
+            "copilot-cli-1.0.102/sessionEnd.camelCase.command.stdin.json",
+            Copilot,
+            Some("sessionEnd"),
+            None,
+            None,
+            None,
+            "",
+            "",
+        ),
+        (
+            "copilot-cli-1.0.102/PreToolUse.PascalCase.command.stdin.json",
+            Copilot,
+            None,
+            Some(E::PreToolUse),
+            Some("Bash"),
+            Some(ToolKind::Shell),
+            echo,
+            "b5c992a6-39d1-4253-90b9-3ef1d861eae6",
+        ),
+    ];
+    for (file, dialect, event, want, tool, kind, command, session) in rows {
+        let call = read(dialect, &fixture(file), event);
+        assert_eq!(call.event.as_ref().map(|e| e.event), want, "{file}");
+        let Some(ev) = call.event else { continue };
+        assert_eq!(ev.tool_name.as_deref(), tool, "{file}");
+        assert_eq!(ev.tool.as_ref().map(|t| t.kind), kind, "{file}");
+        if !command.is_empty() {
+            assert_eq!(ev.tool.as_ref().unwrap().command, command, "{file}");
+        }
+        if !session.is_empty() {
+            assert_eq!(ev.session_id, session, "{file}");
+        }
+        assert!(ev.tenant_id.is_empty() && ev.agent_id.is_empty(), "{file}");
+        assert_eq!(ev.depth, 0, "{file}");
+        assert!(
+            ev.raw_input.as_ref().is_some_and(Value::is_object),
+            "{file}"
+        );
+        if ev.event == HookEvent::UserPromptSubmit {
+            assert!(
+                ev.tool_input["prompt"]
+                    .as_str()
+                    .is_some_and(|p| !p.is_empty()),
+                "{file}"
+            );
+        }
+    }
+}
+
+#[test]
+fn codex_patches_and_turns_and_claude_prompt_ids() {
+    let call = read(
+        Dialect::Codex,
+        &fixture("codex-0.171.0/PreToolUse.apply_patch.command.stdin.json"),
+        None,
+    );
+    let ev = call.event.unwrap();
+    assert_eq!(ev.tool.unwrap().paths, ["hello.txt"]);
+    assert_eq!(
+        ev.turn_id.as_deref(),
+        Some("01a23c09-98e1-7661-972f-e7af40e9cf19")
+    );
+    let call = read(
+        Dialect::ClaudeCode,
+        &fixture("claude-code-2.1.332/PreToolUse.command.stdin.json"),
+        None,
+    );
+    assert!(
+        call.event
+            .unwrap()
+            .turn_id
+            .unwrap()
+            .starts_with("f45817d6-")
+    );
+}
+
+#[test]
+fn unknown_keys_are_ignored_and_bad_fields_are_named() {
+    let body = br#"{"hook_event_name":"PreToolUse","session_id":"s","tool_name":"Bash","tool_input":{"command":"ls"},"brand_new_key":{"x":1}}"#;
+    let call = read(Dialect::ClaudeCode, body, None);
+    assert_eq!(call.event.unwrap().tool.unwrap().command, "ls");
+    let refused = |dialect: Dialect, body: &str, event: Option<&str>| {
+        let options = CallOptions {
+            event: event.map(str::to_string),
+            ..CallOptions::default()
+        };
+        match parse(dialect, body.as_bytes(), &options) {
+            Err(EventError::Invalid { field, .. }) => field,
+            other => panic!("{body}: {other:?}"),
+        }
+    };
+    assert_eq!(refused(Dialect::ClaudeCode, "[]", None), "body");
+    assert_eq!(
+        refused(Dialect::ClaudeCode, r#"{"session_id":"s"}"#, None),
+        "hook_event_name"
+    );
+    assert_eq!(
+        refused(Dialect::ClaudeCode, r#"{"hook_event_name":7}"#, None),
+        "hook_event_name"
+    );
+    assert_eq!(
+        refused(
+            Dialect::ClaudeCode,
+            r#"{"hook_event_name":"PreToolUse","session_id":5}"#,
+            None
+        ),
+        "session_id"
+    );
+    assert_eq!(
+        refused(
+            Dialect::ClaudeCode,
+            r#"{"hook_event_name":"PreToolUse","tool_input":[1]}"#,
+            None
+        ),
+        "tool_input"
+    );
+    assert_eq!(
+        refused(
+            Dialect::ClaudeCode,
+            r#"{"hook_event_name":"PreToolUse"}"#,
+            Some("Stop")
+        ),
+        "event"
+    );
+    assert_eq!(
+        refused(
+            Dialect::Copilot,
+            r#"{"sessionId":"s","toolName":"bash"}"#,
+            None
+        ),
+        "hook_event_name"
+    );
+    // Our own checks still hold: ids are bounded and free of control characters.
+    let long = format!(
+        r#"{{"hook_event_name":"PreToolUse","session_id":"{}"}}"#,
+        "s".repeat(300)
+    );
+    assert_eq!(refused(Dialect::ClaudeCode, &long, None), "session_id");
+    // A Copilot toolArgs string holding an object is read as one; anything else is not.
+    let call = read(
+        Dialect::Copilot,
+        br#"{"sessionId":"s","toolName":"bash","toolArgs":"{\"command\":\"ls\"}"}"#,
+        Some("preToolUse"),
+    );
+    assert_eq!(call.event.unwrap().tool.unwrap().command, "ls");
+    assert_eq!(
+        refused(
+            Dialect::Copilot,
+            r#"{"toolName":"bash","toolArgs":"ls"}"#,
+            Some("preToolUse")
+        ),
+        "toolArgs"
+    );
+}
+
+#[test]
+fn the_query_names_the_agent_and_tenant_and_subagents_keep_the_agent() {
+    let body = fixture("claude-code-2.1.332/subagents-3-deep/09-PreToolUse-Bash.json");
+    let options = CallOptions {
+        event: None,
+        agent_id: Some("coder".into()),
+        tenant_id: Some("acme".into()),
+    };
+    let call = parse(Dialect::ClaudeCode, &body, &options).unwrap();
+    let ev = call.event.unwrap();
+    // The sub-agent's call is still the agent "coder"'s: its hooks apply.
+    assert_eq!(
+        (ev.agent_id.as_str(), ev.tenant_id.as_str()),
+        ("coder", "acme")
+    );
+    assert_eq!(call.runtime_agent.as_deref(), Some("aafc41d0dec799e67"));
+}
+
+#[test]
+fn cursor_documented_payloads() {
+    let shell = br#"{"hook_event_name":"beforeShellExecution","conversation_id":"conv-123","generation_id":"gen-456","workspace_roots":["/p"],"command":"rm -rf /","cwd":"/p"}"#;
+    let ev = read(Dialect::Cursor, shell, None).event.unwrap();
+    assert_eq!(
+        (
+            ev.event,
+            ev.tool_name.as_deref(),
+            ev.session_id.as_str(),
+            ev.turn_id.as_deref()
+        ),
+        (
+            HookEvent::PreToolUse,
+            Some("Shell"),
+            "conv-123",
+            Some("gen-456")
+        )
+    );
+    let t = ev.tool.unwrap();
+    assert_eq!(
+        (t.kind, t.command.as_str(), t.cwd.as_str()),
+        (ToolKind::Shell, "rm -rf /", "/p")
+    );
+    let mcp = br#"{"hook_event_name":"beforeMCPExecution","conversation_id":"c","tool_name":"database_query","tool_input":"{\"query\":\"DROP TABLE users\"}","url":"http://localhost:3000"}"#;
+    let ev = read(Dialect::Cursor, mcp, None).event.unwrap();
+    let t = ev.tool.unwrap();
+    assert_eq!(
+        (t.kind, t.mcp_server.as_str(), t.mcp_tool.as_str()),
+        (ToolKind::Mcp, "http://localhost:3000", "database_query")
+    );
+    assert_eq!(ev.tool_input["query"], "DROP TABLE users");
+    let read_file = br#"{"hook_event_name":"beforeReadFile","conversation_id":"c","file_path":"/p/secrets.env","content":"API_KEY=x"}"#;
+    let ev = read(Dialect::Cursor, read_file, None).event.unwrap();
+    assert_eq!(ev.tool.unwrap().paths, ["/p/secrets.env"]);
+    // The file's content is not the call: it is not kept in tool_input.
+    assert_eq!(ev.tool_input, json!({"file_path": "/p/secrets.env"}));
+    let pre = br#"{"hook_event_name":"preToolUse","conversation_id":"c","tool_name":"Shell","tool_input":{"command":"ls","working_directory":"/p"},"tool_use_id":"t"}"#;
+    assert_eq!(
+        read(Dialect::Cursor, pre, None)
+            .event
+            .unwrap()
+            .tool
+            .unwrap()
+            .kind,
+        ToolKind::Shell
+    );
+    let prompt = br#"{"hook_event_name":"beforeSubmitPrompt","conversation_id":"c","prompt":"hi","attachments":[]}"#;
+    assert_eq!(
+        read(Dialect::Cursor, prompt, None).event.unwrap().event,
+        HookEvent::UserPromptSubmit
+    );
+    let thought = br#"{"hook_event_name":"afterAgentThought","conversation_id":"c"}"#;
+    assert!(read(Dialect::Cursor, thought, None).event.is_none());
+}
+
+fn decision(verdict: Verdict) -> Decision {
+    let mut d = Decision::allow("e1");
+    d.decision = verdict;
+    if verdict == Verdict::Block {
+        d.reason = Some("destructive command refused by policy".into());
+        d.deciding_hook = Some("tenant-acme/block-rm-rf".into());
+    }
+    d
+}
+
+fn with_context(mut d: Decision) -> Decision {
+    d.additional_context = Some("remember the style guide".into());
+    d
+}
+
+fn with_rewrite(mut d: Decision) -> Decision {
+    d.updated_input = Some(json!({"command": "echo rewritten"}));
+    d
+}
+
+fn call(dialect: Dialect, native_event: &str, body: Value) -> NativeCall {
+    let mut body = body;
+    if dialect != Dialect::Copilot || !native_event.starts_with(char::is_lowercase) {
+        body["hook_event_name"] = native_event.into();
+    }
+    let options = CallOptions {
+        event: Some(native_event.into()),
+        ..CallOptions::default()
+    };
+    parse(dialect, body.to_string().as_bytes(), &options).unwrap()
+}
+
+#[test]
+fn answers_in_each_runtimes_shape() {
+    use Dialect::*;
+    let reason = "agenthooks: destructive command refused by policy (hook tenant-acme/block-rm-rf)";
+    let tool =
+        json!({"session_id": "s", "tool_name": "Bash", "tool_input": {"command": "rm -rf x"}});
+    let copilot_tool =
+        json!({"sessionId": "s", "toolName": "bash", "toolArgs": {"command": "rm -rf x"}});
+    let prompt = json!({"session_id": "s", "prompt": "hi"});
+    let allow = decision(Verdict::Allow);
+    let block = decision(Verdict::Block);
+    let pre_cc = |v: Value| json!({"hookSpecificOutput": v});
+    // (dialect, runtime event, payload, decision, answer)
+    let rows: Vec<(Dialect, &str, Value, Decision, Value)> = vec![
+        // Allow overrides nothing: no permissionDecision, which would skip the runtime's prompts.
+        (
+            ClaudeCode,
+            "PreToolUse",
+            tool.clone(),
+            allow.clone(),
+            json!({}),
+        ),
+        (
+            ClaudeCode,
+            "PreToolUse",
+            tool.clone(),
+            block.clone(),
+            pre_cc(
+                json!({"hookEventName": "PreToolUse", "permissionDecision": "deny", "permissionDecisionReason": reason}),
+            ),
+        ),
+        (
+            ClaudeCode,
+            "PreToolUse",
+            tool.clone(),
+            with_context(allow.clone()),
+            pre_cc(
+                json!({"hookEventName": "PreToolUse", "additionalContext": "remember the style guide"}),
+            ),
+        ),
+        (
+            ClaudeCode,
+            "PreToolUse",
+            tool.clone(),
+            with_rewrite(allow.clone()),
+            pre_cc(
+                json!({"hookEventName": "PreToolUse", "updatedInput": {"command": "echo rewritten"}}),
+            ),
+        ),
+        (
+            ClaudeCode,
+            "UserPromptSubmit",
+            prompt.clone(),
+            block.clone(),
+            json!({"decision": "block", "reason": reason}),
+        ),
+        (
+            ClaudeCode,
+            "UserPromptSubmit",
+            prompt.clone(),
+            with_context(allow.clone()),
+            pre_cc(
+                json!({"hookEventName": "UserPromptSubmit", "additionalContext": "remember the style guide"}),
+            ),
+        ),
+        (
+            ClaudeCode,
+            "SubagentStart",
+            json!({"session_id": "s", "agent_id": "a"}),
+            block.clone(),
+            json!({"continue": false, "stopReason": reason}),
+        ),
+        (
+            ClaudeCode,
+            "PostToolUse",
+            tool.clone(),
+            with_context(allow.clone()),
+            json!({}),
+        ),
+        (
+            ClaudeCode,
+            "Notification",
+            json!({"session_id": "s"}),
+            block.clone(),
+            json!({}),
+        ),
+        // Codex applies a rewrite only beside allow.
+        (Codex, "PreToolUse", tool.clone(), allow.clone(), json!({})),
+        (
+            Codex,
+            "PreToolUse",
+            tool.clone(),
+            block.clone(),
+            pre_cc(
+                json!({"hookEventName": "PreToolUse", "permissionDecision": "deny", "permissionDecisionReason": reason}),
+            ),
+        ),
+        (
+            Codex,
+            "PreToolUse",
+            tool.clone(),
+            with_rewrite(allow.clone()),
+            pre_cc(
+                json!({"hookEventName": "PreToolUse", "permissionDecision": "allow", "updatedInput": {"command": "echo rewritten"}}),
+            ),
+        ),
+        (
+            Codex,
+            "PreToolUse",
+            tool.clone(),
+            with_context(allow.clone()),
+            pre_cc(
+                json!({"hookEventName": "PreToolUse", "additionalContext": "remember the style guide"}),
+            ),
+        ),
+        (
+            Codex,
+            "UserPromptSubmit",
+            prompt.clone(),
+            block.clone(),
+            json!({"decision": "block", "reason": reason}),
+        ),
+        (
+            GeminiCli,
+            "BeforeTool",
+            json!({"session_id": "s", "tool_name": "run_shell_command", "tool_input": {"command": "rm -rf x"}}),
+            allow.clone(),
+            json!({}),
+        ),
+        (
+            GeminiCli,
+            "BeforeTool",
+            json!({"session_id": "s", "tool_name": "run_shell_command", "tool_input": {"command": "rm -rf x"}}),
+            block.clone(),
+            json!({"decision": "deny", "reason": reason}),
+        ),
+        (
+            GeminiCli,
+            "BeforeTool",
+            json!({"session_id": "s", "tool_name": "run_shell_command", "tool_input": {}}),
+            with_rewrite(allow.clone()),
+            json!({"hookSpecificOutput": {"hookEventName": "BeforeTool", "tool_input": {"command": "echo rewritten"}}}),
+        ),
+        // Gemini CLI has no context at BeforeTool: dropped, not turned into something else.
+        (
+            GeminiCli,
+            "BeforeTool",
+            json!({"session_id": "s", "tool_name": "run_shell_command"}),
+            with_context(allow.clone()),
+            json!({}),
+        ),
+        (
+            GeminiCli,
+            "BeforeAgent",
+            prompt.clone(),
+            with_context(allow.clone()),
+            json!({"hookSpecificOutput": {"hookEventName": "BeforeAgent", "additionalContext": "remember the style guide"}}),
+        ),
+        (
+            GeminiCli,
+            "BeforeAgent",
+            prompt.clone(),
+            block.clone(),
+            json!({"decision": "deny", "reason": reason}),
+        ),
+        (Cursor, "preToolUse", tool.clone(), allow.clone(), json!({})),
+        (
+            Cursor,
+            "beforeShellExecution",
+            json!({"conversation_id": "c", "command": "rm -rf x"}),
+            block.clone(),
+            json!({"permission": "deny", "user_message": reason, "agent_message": reason}),
+        ),
+        (
+            Cursor,
+            "preToolUse",
+            tool.clone(),
+            with_rewrite(allow.clone()),
+            json!({"updated_input": {"command": "echo rewritten"}}),
+        ),
+        (
+            Cursor,
+            "beforeSubmitPrompt",
+            json!({"conversation_id": "c", "prompt": "hi"}),
+            allow.clone(),
+            json!({"continue": true}),
+        ),
+        (
+            Cursor,
+            "beforeSubmitPrompt",
+            json!({"conversation_id": "c", "prompt": "hi"}),
+            block.clone(),
+            json!({"continue": false, "user_message": reason}),
+        ),
+        (
+            Copilot,
+            "preToolUse",
+            copilot_tool.clone(),
+            allow.clone(),
+            json!({}),
+        ),
+        (
+            Copilot,
+            "preToolUse",
+            copilot_tool.clone(),
+            block.clone(),
+            json!({"permissionDecision": "deny", "permissionDecisionReason": reason}),
+        ),
+        (
+            Copilot,
+            "preToolUse",
+            copilot_tool.clone(),
+            with_rewrite(allow.clone()),
+            json!({"modifiedArgs": {"command": "echo rewritten"}}),
+        ),
+        (
+            Copilot,
+            "PreToolUse",
+            tool.clone(),
+            block.clone(),
+            pre_cc(
+                json!({"hookEventName": "PreToolUse", "permissionDecision": "deny", "permissionDecisionReason": reason}),
+            ),
+        ),
+    ];
+    for (dialect, native_event, payload, decision, want) in rows {
+        let c = call(dialect, native_event, payload);
+        assert_eq!(answer(&c, &decision), want, "{dialect} {native_event}");
+    }
+}
+
+#[test]
+fn a_rewrite_the_runtime_cannot_apply_is_a_refusal() {
+    let allow_rewritten = with_rewrite(decision(Verdict::Allow));
+    let cases = [
+        (
+            Dialect::Cursor,
+            "beforeShellExecution",
+            json!({"conversation_id": "c", "command": "x"}),
+        ),
+        (
+            Dialect::Copilot,
+            "PreToolUse",
+            json!({"session_id": "s", "tool_name": "Bash", "tool_input": {}}),
+        ),
+        (
+            Dialect::ClaudeCode,
+            "UserPromptSubmit",
+            json!({"session_id": "s", "prompt": "p"}),
+        ),
+        (
+            Dialect::GeminiCli,
+            "BeforeAgent",
+            json!({"session_id": "s", "prompt": "p"}),
+        ),
+    ];
+    for (dialect, native_event, payload) in cases {
+        let text = answer(&call(dialect, native_event, payload), &allow_rewritten).to_string();
+        assert!(
+            text.contains("cannot apply a rewrite")
+                && (text.contains("deny") || text.contains("block")),
+            "{dialect} {native_event}: {text}"
+        );
+    }
+}
+
+#[test]
+fn refusal_text_names_reason_and_hook() {
+    let mut d = decision(Verdict::Block);
+    assert_eq!(
+        refusal_text(&d),
+        "agenthooks: destructive command refused by policy (hook tenant-acme/block-rm-rf)"
+    );
+    d.reason = None;
+    d.deciding_hook = None;
+    assert_eq!(refusal_text(&d), "agenthooks: blocked");
+}
+
+#[test]
+fn recorded_sub_agents_three_deep_get_depths_from_the_session() {
+    // Claude Code 2.1.332: main → Agent → Agent → Agent → Bash, as recorded.
+    let dir = format!("{FIXTURES}/claude-code-2.1.332/subagents-3-deep");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    let mut session = Session::default();
+    let mut seen = Vec::new();
+    for f in files {
+        let c = read(Dialect::ClaudeCode, &std::fs::read(&f).unwrap(), None);
+        let Some(ev) = c.event else { continue };
+        let depth = session.depth_of(ev.event, c.runtime_agent.as_deref());
+        if ev.event == HookEvent::PreToolUse && ev.tool.as_ref().unwrap().kind == ToolKind::Subagent
+        {
+            session.spawn_allowed(depth);
+        }
+        seen.push(format!(
+            "{}:{}:{depth}",
+            ev.event,
+            ev.tool_name.unwrap_or_default()
+        ));
+    }
+    assert_eq!(
+        seen,
+        [
+            "session_start::0",
+            "user_prompt_submit::0",
+            "pre_tool_use:Agent:0",
+            "subagent_start::1",
+            "pre_tool_use:Agent:1",
+            "subagent_start::2",
+            "pre_tool_use:Agent:2",
+            "subagent_start::3",
+            "pre_tool_use:Bash:3",
+            "post_tool_use:Bash:3",
+            "subagent_stop::3",
+            "post_tool_use:Agent:2",
+            "subagent_stop::2",
+            "post_tool_use:Agent:1",
+            "subagent_stop::1",
+            "post_tool_use:Agent:0",
+            "stop::0",
+        ]
+    );
+}
+
+#[test]
+fn recorded_codex_sub_agent_gets_depth_one() {
+    let dir = format!("{FIXTURES}/codex-0.171.0/subagent");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    let mut session = Session::default();
+    let mut bash_depth = None;
+    for f in files {
+        let c = read(Dialect::Codex, &std::fs::read(&f).unwrap(), None);
+        let Some(ev) = c.event else { continue };
+        let depth = session.depth_of(ev.event, c.runtime_agent.as_deref());
+        if ev.event == HookEvent::PreToolUse && ev.tool.as_ref().unwrap().kind == ToolKind::Subagent
+        {
+            session.spawn_allowed(depth);
+        }
+        if ev.tool_name.as_deref() == Some("Bash") && ev.event == HookEvent::PreToolUse {
+            bash_depth = Some(depth);
+        }
+    }
+    assert_eq!(bash_depth, Some(1));
+}
