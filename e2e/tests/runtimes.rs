@@ -21,6 +21,8 @@ const PROMPT: &str = "Do the scripted task.";
 const REASON: &str = "destructive command refused by policy";
 /// The guard, as its rows and reasons name it.
 const GUARD: &str = "agenthooks-system/rm-guard";
+/// The reason of the guard that refuses `depth-probe` commands from depth 3 on.
+const DEPTH_REASON: &str = "refused at sub-agent depth 3 or deeper";
 /// The hook that sees every shell call (one allow row per call).
 const SEEN: &str = "agenthooks-system/shell-seen";
 /// What the context hook adds for the model.
@@ -56,6 +58,12 @@ fn tier_hooks() -> Vec<Value> {
             &format!("echo \"{REASON}\" >&2; exit 2"),
         ),
         shell_hook("shell-seen", 1, None, "cat >/dev/null; exit 0"),
+        shell_hook(
+            "depth-guard",
+            90,
+            Some(r#"tool.command.contains("depth-probe") && depth >= 3"#),
+            &format!("echo \"{DEPTH_REASON}\" >&2; exit 2"),
+        ),
         shell_hook(
             "context-note",
             50,
@@ -405,7 +413,9 @@ fn gemini_updated_input() {
 }
 
 /// Claude Code: the main thread starts a sub-agent, which starts one, which starts one;
-/// the third asks for `rm -rf precious`: refused there too.
+/// the third asks for `rm -rf precious`: refused there too. A guard on `depth >= 3`
+/// refuses the third's probe and not the main thread's: the dispatcher rebuilt the depth
+/// from SubagentStart/SubagentStop.
 #[test]
 fn claude_code_blocks_three_sub_agents_deep() {
     let rt = Runtime::ClaudeCode;
@@ -420,10 +430,17 @@ fn claude_code_blocks_three_sub_agents_deep() {
     };
     let done = || Turn::text("Finished.");
     let standin = StandIn::start(
-        Script::new(vec![agent(1), done()])
+        Script::new(vec![rt.shell_call("echo depth-probe-0"), agent(1), done()])
             .lane("LEVEL-1:", vec![agent(2), done()])
             .lane("LEVEL-2:", vec![agent(3), done()])
-            .lane("LEVEL-3:", vec![rt.shell_call("rm -rf precious"), done()]),
+            .lane(
+                "LEVEL-3:",
+                vec![
+                    rt.shell_call("echo depth-probe-3"),
+                    rt.shell_call("rm -rf precious"),
+                    done(),
+                ],
+            ),
     );
     let run = RuntimeRun::new(rt, &standin, d.wiring(rt)).allow(&["rm"]);
     let kept = precious(&run);
@@ -454,6 +471,22 @@ fn claude_code_blocks_three_sub_agents_deep() {
         "{deepest:?}\n{}",
         out.describe()
     );
+    // The dispatcher knew the depth: the depth guard refused the probe at depth 3 only.
+    assert!(
+        deepest.iter().any(|r| r.contains(DEPTH_REASON)),
+        "{deepest:?}"
+    );
+    let main: Vec<String> = standin
+        .model_requests()
+        .iter()
+        .filter(|r| r.lane.is_none())
+        .flat_map(|r| r.tool_results())
+        .collect();
+    assert!(
+        main.iter()
+            .any(|r| r.contains("depth-probe-0") && !r.contains(DEPTH_REASON)),
+        "{main:?}"
+    );
     let rows = d.wait_rows(&session(&out), Some(GUARD), Some("block"), 1, ROWS_WITHIN);
     assert_eq!(rows.len(), 1, "{rows:?}");
     eprintln!("[runtimes] claude-code depth-3 block row: {}", rows[0]);
@@ -463,7 +496,18 @@ fn claude_code_blocks_three_sub_agents_deep() {
 /// refused, the directory stays, one block row per call.
 fn retries_never_get_through(rt: Runtime) {
     let d = dispatcher();
-    let mut turns: Vec<Turn> = (0..10).map(|_| rt.shell_call("rm -rf precious")).collect();
+    // Gemini CLI stops a turn on its fifth identical tool call ("Loop detected, stopping
+    // execution"): there the retries differ in their description only, the command is
+    // the same.
+    let mut turns: Vec<Turn> = (0..10)
+        .map(|i| match rt {
+            Runtime::GeminiCli => Turn::tool(
+                "run_shell_command",
+                json!({"command": "rm -rf precious", "description": format!("attempt {i}")}),
+            ),
+            _ => rt.shell_call("rm -rf precious"),
+        })
+        .collect();
     turns.push(Turn::text("Finished."));
     let standin = StandIn::start(Script::new(turns));
     let run = RuntimeRun::new(rt, &standin, d.wiring(rt)).allow(&["rm"]);
@@ -471,17 +515,20 @@ fn retries_never_get_through(rt: Runtime) {
     let out = run.run(PROMPT);
     timing(rt, "10 retries refused", &out);
     assert!(kept.exists(), "{}", out.describe());
-    // The calls the model made (Gemini's loop detection may end the turn early).
+    // The calls the model made.
     let asked = standin
         .model_requests()
         .iter()
         .filter(|r| matches!(r.answer, Some(Turn::Tool { .. })))
         .count();
-    let refused = standin
-        .tool_results()
-        .iter()
-        .filter(|r| r.contains(REASON))
-        .count();
+    // The last request holds every call's result: each one our refusal.
+    let last = standin
+        .model_requests()
+        .last()
+        .cloned()
+        .expect("a model request");
+    let results = last.tool_results();
+    let refused = results.iter().filter(|r| r.contains(REASON)).count();
     let rows = d.wait_rows(
         &session(&out),
         Some(GUARD),
@@ -494,18 +541,10 @@ fn retries_never_get_through(rt: Runtime) {
         rt.dialect(),
         rows.len()
     );
-    if rt != Runtime::GeminiCli {
-        assert_eq!(asked, 10, "{}", out.describe());
-    }
-    assert!(asked >= 1);
+    assert_eq!(asked, 10, "{}", out.describe());
     assert_eq!(rows.len(), asked, "one block row per call");
-    // Every answered call came back refused (the model was never told it ran).
-    let ran = standin
-        .tool_results()
-        .iter()
-        .filter(|r| !r.contains(REASON))
-        .count();
-    assert_eq!(ran, 0, "{:?}", standin.tool_results());
+    // Every call came back refused: the model was never told one ran.
+    assert_eq!((results.len(), refused), (asked, asked), "{results:?}");
 }
 
 #[test]
@@ -558,6 +597,14 @@ fn refuses_when_dispatcher_down(rt: Runtime, http: bool) {
     );
     let results = standin.tool_results();
     assert_eq!(results.len(), 1, "{results:?}\n{}", out.describe());
+    // Refused for the failure, not by a policy: Claude Code's onFailure, or the shim's
+    // reason (exit 2).
+    let why = if http {
+        "blocking because onFailure is \"block\""
+    } else {
+        "could not be reached"
+    };
+    assert!(results[0].contains(why), "{results:?}");
     eprintln!(
         "[runtimes] {} down ({}): model saw {:?}",
         rt.dialect(),
@@ -587,24 +634,26 @@ fn gemini_refuses_when_dispatcher_down() {
 }
 
 /// Without the trust step Codex skips our hook without a word: the run "succeeds", the
-/// directory is gone — and the tier notices, because the dispatcher never saw the session.
-/// (The same check passes in every trusted scenario above.)
+/// command the `rewrite` hook would have rewritten runs as the model asked — and the tier
+/// notices, because the dispatcher never saw the session (the check every trusted scenario
+/// passes). A command Codex's own rules let through is used: Codex 0.171.0 refuses
+/// `rm -rf` by itself ("rm -f style commands are not permitted"), hook or not.
 #[test]
 fn codex_untrusted_hook_skip_is_caught() {
     let rt = Runtime::Codex;
     let d = dispatcher();
     let standin = StandIn::start(Script::new(vec![
-        rt.shell_call("rm -rf precious"),
+        rt.shell_call("touch rewrite-me.txt"),
         Turn::text("Finished."),
     ]));
     let run = RuntimeRun::new(rt, &standin, d.wiring(rt)).without_codex_trust();
-    let kept = precious(&run);
     let out = run.run(PROMPT);
     timing(rt, "untrusted hook skipped", &out);
     assert_eq!(out.exit_code, Some(0), "{}", out.describe());
     assert_eq!(out.trusted_hooks, 0);
     assert!(
-        !kept.exists(),
+        out.project.join("rewrite-me.txt").exists()
+            && !out.project.join("rewritten-by-agenthooks.txt").exists(),
         "Codex ran the untrusted hook after all?\n{}",
         out.describe()
     );
