@@ -234,6 +234,7 @@ pub struct RuntimeRun {
     allow: Vec<String>,
     trust: bool,
     timeout: Duration,
+    codex_config: String,
 }
 
 /// What a run did.
@@ -338,6 +339,7 @@ impl RuntimeRun {
             allow: Vec::new(),
             trust: true,
             timeout: DEFAULT_TIMEOUT,
+            codex_config: String::new(),
         }
     }
 
@@ -352,6 +354,12 @@ impl RuntimeRun {
     /// Skips Codex's trust step (to prove that an untrusted hook is skipped and noticed).
     pub fn without_codex_trust(mut self) -> RuntimeRun {
         self.trust = false;
+        self
+    }
+
+    /// Codex only: TOML appended to `config.toml` (e.g. `[agents]\nmax_depth = 3`).
+    pub fn codex_config(mut self, toml: &str) -> RuntimeRun {
+        self.codex_config = toml.to_string();
         self
     }
 
@@ -432,7 +440,10 @@ impl RuntimeRun {
                      [analytics]\nenabled = false\n[feedback]\nenabled = false\n[otel]\nexporter = \"none\"\n",
                     self.standin_url
                 );
-                write(&codex_home.join("config.toml"), &config);
+                write(
+                    &codex_home.join("config.toml"),
+                    &format!("{config}{}\n", self.codex_config),
+                );
                 if self.trust {
                     self.trust_codex_hooks()
                 } else {

@@ -662,3 +662,76 @@ fn codex_untrusted_hook_skip_is_caught() {
         "the dispatcher saw an untrusted hook's call"
     );
 }
+
+/// Codex: the main thread spawns a sub-agent (`spawn_agent`), which spawns one, which
+/// spawns one; the third asks for `rm -rf precious`: refused there too, and the depth
+/// guard refuses the third's probe only.
+#[test]
+fn codex_blocks_three_sub_agents_deep() {
+    let rt = Runtime::Codex;
+    let d = dispatcher();
+    let spawn = |level: u32| {
+        Turn::tool(
+            "spawn_agent",
+            json!({"message": format!("LEVEL-{level}: do the scripted task"), "fork_context": false}),
+        )
+        .in_namespace("multi_agent_v1")
+    };
+    let wait = || {
+        Turn::tool(
+            "wait_agent",
+            json!({"targets": [Turn::LAST_RESULT_ID], "timeout_ms": 60000}),
+        )
+        .in_namespace("multi_agent_v1")
+    };
+    let done = || Turn::text("Finished.");
+    let standin = StandIn::start(
+        Script::new(vec![
+            rt.shell_call("echo depth-probe-0"),
+            spawn(1),
+            wait(),
+            done(),
+        ])
+        .lane("LEVEL-1:", vec![spawn(2), wait(), done()])
+        .lane("LEVEL-2:", vec![spawn(3), wait(), done()])
+        .lane(
+            "LEVEL-3:",
+            vec![
+                rt.shell_call("echo depth-probe-3"),
+                rt.shell_call("rm -rf precious"),
+                done(),
+            ],
+        ),
+    );
+    let run = RuntimeRun::new(rt, &standin, d.wiring(rt)).codex_config("[agents]\nmax_depth = 3");
+    let kept = precious(&run);
+    let out = run.run(PROMPT);
+    timing(rt, "blocks 3 sub-agents deep", &out);
+    assert_eq!(out.exit_code, Some(0), "{}", out.describe());
+    assert!(kept.exists(), "{}", out.describe());
+    let lanes: Vec<Option<String>> = standin
+        .model_requests()
+        .iter()
+        .map(|r| r.lane.clone())
+        .collect();
+    for l in ["LEVEL-1:", "LEVEL-2:", "LEVEL-3:"] {
+        assert!(
+            lanes.contains(&Some(l.to_string())),
+            "{l} never asked: {lanes:?}\n{}",
+            out.describe()
+        );
+    }
+    let deepest: Vec<String> = standin
+        .model_requests()
+        .iter()
+        .filter(|r| r.lane.as_deref() == Some("LEVEL-3:"))
+        .flat_map(|r| r.tool_results())
+        .collect();
+    assert!(deepest.iter().any(|r| r.contains(REASON)), "{deepest:?}");
+    assert!(
+        deepest.iter().any(|r| r.contains(DEPTH_REASON)),
+        "{deepest:?}"
+    );
+    let rows = d.wait_rows(&session(&out), Some(GUARD), Some("block"), 1, ROWS_WITHIN);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+}

@@ -67,6 +67,11 @@ pub enum Turn {
 }
 
 impl Turn {
+    /// In a tool call's input, a string value equal to this is replaced by the first
+    /// UUID in the conversation's last tool result: how a script waits for the sub-agent
+    /// that Codex's `spawn_agent` answered with (`wait_agent {"targets": [LAST_RESULT_ID]}`).
+    pub const LAST_RESULT_ID: &'static str = "$LAST_RESULT_ID";
+
     /// A call of tool `name` with `input`.
     pub fn tool(name: &str, input: Value) -> Turn {
         Turn::Tool {
@@ -364,6 +369,30 @@ fn serve(
                 };
                 let turn = match turn {
                     Turn::Tool { .. } if !conv.offers_tools => Turn::text(DEFAULT_FINAL),
+                    Turn::Tool {
+                        name,
+                        mut input,
+                        namespace,
+                    } => {
+                        let probe = Recorded {
+                            path: String::new(),
+                            body: body.clone(),
+                            lane: None,
+                            turn: 0,
+                            answer: None,
+                        };
+                        let id = probe
+                            .tool_results()
+                            .last()
+                            .and_then(|r| first_uuid(r))
+                            .unwrap_or_default();
+                        substitute(&mut input, Turn::LAST_RESULT_ID, &id);
+                        Turn::Tool {
+                            name,
+                            input,
+                            namespace,
+                        }
+                    }
                     t => t,
                 };
                 (write(&turn, &body), lane, conv.answered, Some(turn))
@@ -420,6 +449,29 @@ fn read_chunked(reader: &mut impl BufRead) -> std::io::Result<Vec<u8>> {
         let mut chunk = vec![0; n + 2];
         reader.read_exact(&mut chunk)?;
         out.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// The first UUID (8-4-4-4-12 hex digits) in `text`.
+fn first_uuid(text: &str) -> Option<String> {
+    let b = text.as_bytes();
+    (0..b.len().saturating_sub(35)).find_map(|i| {
+        let cand = &text.get(i..i + 36)?;
+        let ok = cand.char_indices().all(|(j, c)| match j {
+            8 | 13 | 18 | 23 => c == '-',
+            _ => c.is_ascii_hexdigit(),
+        });
+        ok.then(|| cand.to_string())
+    })
+}
+
+/// Replaces every string value equal to `from` in `v` by `to`.
+fn substitute(v: &mut Value, from: &str, to: &str) {
+    match v {
+        Value::String(s) if s == from => *s = to.to_string(),
+        Value::Array(items) => items.iter_mut().for_each(|i| substitute(i, from, to)),
+        Value::Object(map) => map.values_mut().for_each(|i| substitute(i, from, to)),
+        _ => {}
     }
 }
 
