@@ -851,3 +851,26 @@ impl StandaloneDispatcher {
         self.proc.stop(Duration::from_secs(1));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_runtime_has_one_pin() {
+        let pins = pins();
+        assert_eq!(pins.len(), 3);
+        for rt in Runtime::ALL {
+            assert_eq!(pins.iter().filter(|p| p.name == rt.dialect()).count(), 1);
+        }
+        assert_eq!(
+            Runtime::ClaudeCode.pin(),
+            Pin {
+                name: "claude-code".into(),
+                version: "2.1.332".into(),
+                package: "@anthropic-ai/claude-code".into(),
+                bin: "claude".into(),
+            }
+        );
+    }
+}

@@ -174,16 +174,21 @@ impl Recorded {
     /// Anthropic `tool_result` blocks, Responses `function_call_output` items, Gemini
     /// `functionResponse` parts (JSON-encoded).
     pub fn tool_results(&self) -> Vec<String> {
-        let mut out = anthropic::tool_results(&self.body);
-        out.extend(openai_responses::tool_results(&self.body));
-        out.extend(gemini::tool_results(&self.body));
-        out
+        tool_results_in(&self.body)
     }
 
     /// The whole body as compact JSON text, for `contains` assertions.
     pub fn text(&self) -> String {
         self.body.to_string()
     }
+}
+
+/// The tool results in a request body of any of the three wire formats.
+fn tool_results_in(body: &Value) -> Vec<String> {
+    let mut out = anthropic::tool_results(body);
+    out.extend(openai_responses::tool_results(body));
+    out.extend(gemini::tool_results(body));
+    out
 }
 
 /// A running stand-in model server on 127.0.0.1 (stops when dropped).
@@ -374,15 +379,7 @@ fn serve(
                         mut input,
                         namespace,
                     } => {
-                        let probe = Recorded {
-                            path: String::new(),
-                            body: body.clone(),
-                            lane: None,
-                            turn: 0,
-                            answer: None,
-                        };
-                        let id = probe
-                            .tool_results()
+                        let id = tool_results_in(&body)
                             .last()
                             .and_then(|r| first_uuid(r))
                             .unwrap_or_default();
@@ -485,5 +482,154 @@ pub(crate) fn text_of(content: &Value) -> String {
             .collect::<Vec<_>>()
             .join("\n"),
         _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// POSTs `body` to `path` of `s` over a raw HTTP/1.1 connection; returns the body.
+    fn post(s: &StandIn, path: &str, body: &Value) -> String {
+        let mut conn = TcpStream::connect(&s.url()["http://".len()..]).unwrap();
+        let data = body.to_string();
+        write!(
+            conn,
+            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{data}",
+            data.len()
+        )
+        .unwrap();
+        let mut out = String::new();
+        conn.read_to_string(&mut out).unwrap();
+        out.split_once("\r\n\r\n").unwrap().1.to_string()
+    }
+
+    fn sse_data(text: &str) -> Vec<Value> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn anthropic_turns_follow_lanes_and_answered_turns() {
+        let s = StandIn::start(
+            Script::new(vec![
+                Turn::tool("Bash", json!({"command": "echo main"})),
+                Turn::text("main done"),
+            ])
+            .lane(
+                "LEVEL-1:",
+                vec![Turn::tool("Bash", json!({"command": "echo sub"}))],
+            ),
+        );
+        let tools = json!([{"name": "Bash"}]);
+        // Main lane, nothing answered yet: the tool call, as SSE.
+        let first = post(
+            &s,
+            "/v1/messages?beta=true",
+            &json!({"stream": true, "tools": tools,
+                    "messages": [{"role": "user", "content": "go"}]}),
+        );
+        let events = sse_data(&first);
+        assert_eq!(events[1]["content_block"]["name"], "Bash");
+        assert_eq!(
+            events[2]["delta"]["partial_json"],
+            json!({"command": "echo main"}).to_string()
+        );
+        assert_eq!(events[4]["delta"]["stop_reason"], "tool_use");
+        // One model turn answered, with its result: the text, as JSON (no stream).
+        let second = post(
+            &s,
+            "/v1/messages",
+            &json!({"tools": tools, "messages": [
+                {"role": "user", "content": "go"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "Bash", "input": {}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "LEVEL-1: not user text"}]}]}),
+        );
+        let msg: Value = serde_json::from_str(&second).unwrap();
+        assert_eq!(msg["content"][0]["text"], "main done");
+        // A sub-agent whose prompt carries the marker gets its lane.
+        let sub = post(
+            &s,
+            "/v1/messages",
+            &json!({"tools": tools, "messages": [{"role": "user", "content": [
+                {"type": "text", "text": "LEVEL-1: do it"}]}]}),
+        );
+        let msg: Value = serde_json::from_str(&sub).unwrap();
+        assert_eq!(msg["content"][0]["input"]["command"], "echo sub");
+        // No tools offered: text, whatever the lane says.
+        let side = post(
+            &s,
+            "/v1/messages",
+            &json!({"messages": [{"role": "user", "content": "title?"}]}),
+        );
+        let msg: Value = serde_json::from_str(&side).unwrap();
+        assert_eq!(msg["content"][0]["text"], DEFAULT_FINAL);
+        let recorded = s.requests();
+        assert_eq!(
+            recorded
+                .iter()
+                .map(|r| (r.lane.clone(), r.turn))
+                .collect::<Vec<_>>(),
+            vec![
+                (None, 0),
+                (None, 1),
+                (Some("LEVEL-1:".to_string()), 0),
+                (None, 0)
+            ]
+        );
+        assert_eq!(s.tool_results(), vec!["LEVEL-1: not user text".to_string()]);
+    }
+
+    #[test]
+    fn responses_and_gemini_formats() {
+        let s = StandIn::start(Script::new(vec![
+            Turn::tool("wait_agent", json!({"targets": [Turn::LAST_RESULT_ID]}))
+                .in_namespace("multi_agent_v1"),
+        ]));
+        let out = post(
+            &s,
+            "/v1/responses",
+            &json!({"tools": [{"type": "function", "name": "exec_command"}], "input": [
+                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]},
+                {"type": "function_call_output", "call_id": "c",
+                 "output": "{\"agent_id\":\"01a23c0a-a685-74d1-b106-e6da8df5fc7a\"}"}]}),
+        );
+        let events = sse_data(&out);
+        let item = &events[2]["item"];
+        assert_eq!(
+            (
+                item["type"].as_str(),
+                item["name"].as_str(),
+                item["namespace"].as_str()
+            ),
+            (
+                Some("function_call"),
+                Some("wait_agent"),
+                Some("multi_agent_v1")
+            )
+        );
+        let args: Value = serde_json::from_str(item["arguments"].as_str().unwrap()).unwrap();
+        assert_eq!(args["targets"][0], "01a23c0a-a685-74d1-b106-e6da8df5fc7a");
+        assert_eq!(events.last().unwrap()["type"], "response.completed");
+
+        let out = post(
+            &s,
+            "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
+            &json!({"tools": [{"functionDeclarations": [{"name": "run_shell_command"}]}],
+                    "contents": [{"role": "user", "parts": [{"text": "go"}]},
+                                 {"role": "model", "parts": [{"functionCall": {"name": "x", "args": {}}}]},
+                                 {"role": "user", "parts": [{"functionResponse": {"name": "x", "response": {"output": "ok"}}}]}]}),
+        );
+        let chunk = &sse_data(&out)[0];
+        assert_eq!(
+            chunk["candidates"][0]["content"]["parts"][0]["text"],
+            DEFAULT_FINAL
+        );
+        assert!(
+            s.tool_results()
+                .contains(&json!({"output": "ok"}).to_string())
+        );
     }
 }
