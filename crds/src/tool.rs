@@ -153,6 +153,103 @@ pub const KNOWN_TOOLS: &[(ToolKind, &[&str])] = &[
     (ToolKind::Mcp, &["MCP"]), // Cursor
 ];
 
+/// Each kind's tool as each runtime names it in its hook payloads: what
+/// [`matcher_warning`] checks a `spec.matcher` against.
+pub const RUNTIME_TOOLS: &[(ToolKind, &[(&str, &str)])] = &[
+    (
+        ToolKind::Shell,
+        &[
+            ("Bash", "Claude Code, Codex CLI"),
+            ("run_shell_command", "Gemini CLI"),
+            ("bash", "Copilot CLI"),
+            ("Shell", "Cursor"),
+        ],
+    ),
+    (
+        ToolKind::FileRead,
+        &[
+            ("Read", "Claude Code, Cursor"),
+            ("read_file", "Gemini CLI"),
+            ("view", "Copilot CLI"),
+        ],
+    ),
+    (
+        ToolKind::FileWrite,
+        &[
+            ("Write", "Claude Code, Cursor"),
+            ("apply_patch", "Codex CLI"),
+            ("write_file", "Gemini CLI"),
+            ("create", "Copilot CLI"),
+        ],
+    ),
+    (
+        ToolKind::FileEdit,
+        &[
+            ("Edit", "Claude Code, Cursor"),
+            ("apply_patch", "Codex CLI"),
+            ("replace", "Gemini CLI"),
+            ("edit", "Copilot CLI"),
+        ],
+    ),
+    (
+        ToolKind::WebFetch,
+        &[("WebFetch", "Claude Code"), ("web_fetch", "Gemini CLI")],
+    ),
+    (
+        ToolKind::WebSearch,
+        &[
+            ("WebSearch", "Claude Code"),
+            ("google_web_search", "Gemini CLI"),
+        ],
+    ),
+    (
+        ToolKind::Subagent,
+        &[
+            ("Agent", "Claude Code"),
+            ("spawn_agent", "Codex CLI"),
+            ("invoke_agent", "Gemini CLI"),
+            ("task", "Copilot CLI"),
+            ("Task", "Cursor"),
+        ],
+    ),
+];
+
+/// The warning for a `spec.matcher` that selects some runtimes' tool of a kind but not
+/// the others' (`^Bash$` lets Gemini CLI's `run_shell_command` through), when
+/// `spec.toolKinds` is empty: a condition for people, never a refusal (a hook may mean
+/// one runtime). `None` when the matcher covers each kind it touches for every runtime.
+pub fn matcher_warning(matcher: &regex::Regex, tool_kinds: &[ToolKind]) -> Option<String> {
+    if !tool_kinds.is_empty() {
+        return None;
+    }
+    let mut notes = Vec::new();
+    for (kind, tools) in RUNTIME_TOOLS {
+        let (hit, missed): (Vec<_>, Vec<_>) =
+            tools.iter().partition(|(name, _)| matcher.is_match(name));
+        if hit.is_empty() || missed.is_empty() {
+            continue;
+        }
+        let list = |v: &[&(&str, &str)]| {
+            v.iter()
+                .map(|(n, who)| format!("{n} ({who})"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        notes.push(format!(
+            "it matches {} but not {}: to cover every runtime use spec.toolKinds: [{kind}]",
+            list(&hit),
+            list(&missed)
+        ));
+    }
+    (!notes.is_empty()).then(|| {
+        format!(
+            "spec.matcher {:?} names one runtime's tool: {}",
+            matcher.as_str(),
+            notes.join("; ")
+        )
+    })
+}
+
 /// What a runtime's payload says about an MCP call beside the tool name (Gemini CLI's
 /// `mcp_context`, Claude Code's `mcp_server`): preferred over splitting the name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -577,6 +674,23 @@ mod tests {
         assert_eq!((f.kind, f.command.as_str()), (ToolKind::Shell, ""));
         let f = classify("Bash", &json!({"command": 7}), &ToolHints::default());
         assert_eq!(f.command, "");
+    }
+
+    #[test]
+    fn a_matcher_naming_one_runtimes_tool_is_warned_about() {
+        let warn =
+            |m: &str, kinds: &[ToolKind]| matcher_warning(&regex::Regex::new(m).unwrap(), kinds);
+        let w = warn("^Bash$", &[]).unwrap();
+        assert!(w.starts_with("spec.matcher \"^Bash$\" names one runtime's tool: it matches Bash (Claude Code, Codex CLI) but not run_shell_command (Gemini CLI), bash (Copilot CLI), Shell (Cursor): to cover every runtime use spec.toolKinds: [shell]"), "{w}");
+        assert!(warn("^(exec|shell|Bash)$", &[]).is_some());
+        assert!(warn("Write|Edit", &[]).unwrap().contains("[file_write]"));
+        // Covering every runtime, naming none of theirs, or narrowed by kind: no warning.
+        assert_eq!(warn("^(Bash|run_shell_command|bash|Shell)$", &[]), None);
+        assert_eq!(warn("^exec$", &[]), None);
+        assert_eq!(warn("^mcp__github__", &[]), None);
+        assert_eq!(warn("^Bash$", &[ToolKind::Shell]), None);
+        // An unanchored matcher that happens to match everything covers everything.
+        assert_eq!(warn("", &[]), None);
     }
 
     #[test]

@@ -37,13 +37,18 @@ fn event(v: Value) -> Event {
     Event::parse(&serde_json::to_vec(&base).unwrap()).unwrap()
 }
 
-/// Every way the tool call can carry the command: our exec/shell tools (`cmd`) and
-/// Claude Code's Bash (`command`).
-fn calls(cmd: &str) -> [Value; 3] {
+/// Every way the tool call can carry the command: our exec/shell tools (`cmd`), Claude
+/// Code's and Codex's Bash (`command`), Gemini CLI's run_shell_command, Copilot CLI's
+/// bash, Cursor's Shell, an argv list.
+fn calls(cmd: &str) -> [Value; 7] {
     [
         json!({"tool_name": "exec", "tool_input": {"cmd": cmd}}),
         json!({"tool_name": "shell", "tool_input": {"cmd": cmd}}),
         json!({"tool_name": "Bash", "tool_input": {"command": cmd, "description": "x"}}),
+        json!({"tool_name": "run_shell_command", "tool_input": {"command": cmd, "dir_path": "."}}),
+        json!({"tool_name": "bash", "tool_input": {"command": cmd}}),
+        json!({"tool_name": "Shell", "tool_input": {"command": cmd, "working_directory": "/w"}}),
+        json!({"tool_name": "exec", "tool_input": {"cmd": ["sh", "-c", cmd]}}),
     ]
 }
 

@@ -47,8 +47,8 @@ use crate::index::{HookKey, IndexedHook, Publication, Refusal, Verdict};
 use crate::ready::{LiveDispatchers, ready_condition, settle_ready};
 use crate::shared::{Shared, lock};
 use crate::status::{
-    self, ACCEPTED, DesiredCondition, READY, WriteOutcome, accepted_condition, breaker_needs_reset,
-    breaker_open, find_condition,
+    self, ACCEPTED, DesiredCondition, READY, WriteOutcome, accepted_condition_for,
+    breaker_needs_reset, breaker_open, find_condition,
 };
 use crate::tenants;
 
@@ -371,7 +371,7 @@ async fn reconcile_hook(hook: &AgentHook, ctx: &Context) -> Result<Outcome, Erro
         shared.publish_requested.notify_one();
     }
 
-    let desired = [accepted_condition(&verdict), {
+    let desired = [accepted_condition_for(&verdict, &hook.spec), {
         let now = Instant::now();
         ctx.desired_ready(hook, publication, &ctx.live_dispatchers(now), now)
     }];
@@ -514,7 +514,7 @@ mod tests {
                 for name in ["team-b", "\"acme\"", "tenant-acme"] {
                     assert!(r.message.contains(name), "{name} in {}", r.message);
                 }
-                let c = accepted_condition(&Verdict::Refused(r.clone()));
+                let c = status::accepted_condition(&Verdict::Refused(r.clone()));
                 assert_eq!(
                     (c.status, c.reason.as_str()),
                     (status::CondStatus::False, "TenantConflict")

@@ -19,7 +19,7 @@ use super::Context;
 use crate::index::HookKey;
 use crate::ready::LiveDispatchers;
 use crate::shared::lock;
-use crate::status::{DesiredCondition, accepted_condition, now as status_now, plan};
+use crate::status::{DesiredCondition, accepted_condition_for, now as status_now, plan};
 
 /// Period of the pass.
 pub const PERIOD: Duration = Duration::from_secs(1);
@@ -122,7 +122,7 @@ pub async fn run(
                 match index.get(&key) {
                     Some(h) if h.hook.uid == uid && h.hook.generation == generation => index
                         .publication(&key)
-                        .map(|p| (p, accepted_condition(&h.verdict))),
+                        .map(|p| (p, accepted_condition_for(&h.verdict, &hook.spec))),
                     _ => None, // not reconciled at this generation yet
                 }
             };

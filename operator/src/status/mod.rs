@@ -97,6 +97,34 @@ pub fn accepted_condition(verdict: &Verdict) -> DesiredCondition {
     }
 }
 
+/// Reason of `Accepted: True` when the hook's `spec.matcher` selects one runtime's tool
+/// of a kind only ([`agenthooks_crds::tool::matcher_warning`]): accepted, with a warning.
+pub const MATCHER_NAMES_ONE_RUNTIME: &str = "MatcherNamesOneRuntime";
+
+/// [`accepted_condition`] for this hook: an accepted hook whose matcher names one
+/// runtime's tool only is still `True`, with reason [`MATCHER_NAMES_ONE_RUNTIME`] and
+/// the warning as its message (a condition for people, not a refusal).
+pub fn accepted_condition_for(
+    verdict: &Verdict,
+    spec: &agenthooks_crds::AgentHookSpec,
+) -> DesiredCondition {
+    let accepted = accepted_condition(verdict);
+    if !verdict.is_accepted() || spec.matcher.is_empty() {
+        return accepted;
+    }
+    let Ok(matcher) = agenthooks_crds::expr::compile_regex(&spec.matcher) else {
+        return accepted;
+    };
+    match agenthooks_crds::tool::matcher_warning(&matcher, &spec.tool_kinds) {
+        Some(warning) => DesiredCondition {
+            reason: MATCHER_NAMES_ONE_RUNTIME.into(),
+            message: format!("the hook passed validation; warning: {warning}"),
+            ..accepted
+        },
+        None => accepted,
+    }
+}
+
 /// The current time as a Kubernetes `Time`, in whole seconds (what the API keeps).
 pub fn now() -> Time {
     let secs = chrono::Utc::now().timestamp();
@@ -330,6 +358,50 @@ mod tests {
 
     fn t(secs: i64) -> Time {
         Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap())
+    }
+
+    #[test]
+    fn a_matcher_naming_one_runtimes_tool_is_accepted_with_a_warning() {
+        let spec = |extra: &str| -> agenthooks_crds::AgentHookSpec {
+            let mut v = serde_json::json!({"event": "pre_tool_use", "handler": {"type": "http", "http": {"url": "https://p.example/"}}});
+            for line in extra.lines() {
+                let (k, val) = line.split_once(": ").unwrap();
+                v[k] = match val {
+                    "[shell]" => serde_json::json!(["shell"]),
+                    other => serde_json::json!(other.trim_matches('\'')),
+                };
+            }
+            serde_json::from_value(v).unwrap()
+        };
+        let c = accepted_condition_for(&Verdict::Accepted, &spec("matcher: '^Bash$'"));
+        assert_eq!(
+            (c.status, c.reason.as_str()),
+            (CondStatus::True, MATCHER_NAMES_ONE_RUNTIME)
+        );
+        assert!(c.message.starts_with("the hook passed validation; warning: spec.matcher \"^Bash$\" names one runtime's tool"), "{}", c.message);
+        assert!(
+            c.message.contains("spec.toolKinds: [shell]"),
+            "{}",
+            c.message
+        );
+        for fine in [
+            "toolKinds: [shell]",
+            "matcher: '^Bash$'\ntoolKinds: [shell]",
+            "matcher: '^exec$'",
+            "",
+        ] {
+            let c = accepted_condition_for(&Verdict::Accepted, &spec(fine));
+            assert_eq!(c, accepted_condition(&Verdict::Accepted), "{fine:?}");
+        }
+        // A refusal stays the refusal.
+        let refused = Verdict::Refused(Refusal {
+            reason: "InvalidTimeout".into(),
+            message: "m".into(),
+        });
+        assert_eq!(
+            accepted_condition_for(&refused, &spec("matcher: '^Bash$'")),
+            accepted_condition(&refused)
+        );
     }
 
     fn ready(status: CondStatus, reason: &str) -> DesiredCondition {
