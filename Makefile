@@ -78,7 +78,8 @@ lint:
 ## decisions/s, breaker trip -> open breaker seen by every dispatcher vs apply -> served); then
 ## issue 5's: audit rows/s into PostgreSQL while decisions run, latency audit on vs off; then
 ## issue 12's: decision latency with callers authenticated (callers file; Kubernetes, cached
-## TokenReview) vs anonymous; then issue 10's: the decision path of this tree against $(BENCH_BASE) (built in ~/.cache); then
+## TokenReview) vs anonymous; then issue 13's: one real Claude Code tool turn with the agenthooks
+## hook vs without (docs/runtimes.md); then issue 10's: the decision path of this tree against $(BENCH_BASE) (built in ~/.cache); then
 ## issue 11's on the real node (root): apply -> enforced by 3 dispatcher Pods vs the process
 ## tier, image sizes, Pod RSS idle and at 2,000 decisions/s
 BENCH_BASE ?= 312fd1b
