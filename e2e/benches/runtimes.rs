@@ -62,7 +62,7 @@ fn main() {
     }
     let (w, wo) = (median(with.clone()), median(without.clone()));
     println!(
-        "claude-code {} one tool turn, median of {runs}: without hook {:.0} ms | with agenthooks http hook {:.0} ms | ratio {:.2}x (+{:.0} ms)",
+        "claude-code {} one tool turn, median of {runs}: without hook {:.0} ms | with agenthooks http hook {:.0} ms | ratio {:.2}x ({:+.0} ms)",
         rt.pin().version,
         wo.as_secs_f64() * 1e3,
         w.as_secs_f64() * 1e3,
