@@ -488,7 +488,15 @@ async fn native_hook(
         Err(e) => return event_error(e),
     };
     let Some(event) = call.event.take() else {
-        // No counterpart among our events: nothing runs, no opinion.
+        // No counterpart among our events: nothing runs, no opinion — for a caller that
+        // may act for the tenant it names, as any other call.
+        let probe = Event {
+            tenant_id: options.tenant_id.clone().unwrap_or_default(),
+            ..Event::of(agenthooks_crds::HookEvent::SessionStart)
+        };
+        if let Err(refused) = authorize(&state, identity, &set, None, probe).await {
+            return refused;
+        }
         count_native(&state, dialect, "no_opinion");
         return axum::Json(dialect::answer(&call, &crate::chain::Decision::allow("")))
             .into_response();

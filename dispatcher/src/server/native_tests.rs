@@ -214,6 +214,18 @@ async fn failures_are_non_2xx_naming_the_field_and_unmapped_events_run_nothing()
     );
     // An event with no counterpart: no opinion, whatever it carries.
     let end = fixture("claude-code-2.1.332/SessionEnd.command.stdin.json");
+    let (status, body) = hook(
+        &base,
+        "claude-code?tenant_id=beta",
+        Some("acme-token"),
+        &end,
+    )
+    .await;
+    assert_eq!(
+        (status, body["field"].as_str()),
+        (403, Some("tenant_id")),
+        "{body}"
+    );
     assert_eq!(
         hook(&base, "claude-code", Some("acme-token"), &end).await,
         (200, json!({}))
