@@ -81,13 +81,15 @@ lint:
 ## TokenReview) vs anonymous; then issue 13's: one real Claude Code tool turn with the agenthooks
 ## hook vs without (docs/runtimes.md); then issue 10's: the decision path of this tree against $(BENCH_BASE) (built in ~/.cache); then
 ## issue 11's on the real node (root): apply -> enforced by 3 dispatcher Pods vs the process
-## tier, image sizes, Pod RSS idle and at 2,000 decisions/s
+## tier, image sizes, Pod RSS idle and at 2,000 decisions/s; issue 13's: a runtime's native hook
+## route and the command shim against /v1/dispatch
 BENCH_BASE ?= 312fd1b
 bench: deps
 	bash e2e/controlplane/build.sh >/dev/null
 	$(CARGO) build --release -p agenthooks-operator -p agenthooks-dispatcher --bins
 	$(CARGO) bench -p agenthooks-dispatcher --bench dispatch_overhead
 	$(CARGO) bench -p agenthooks-dispatcher --bench telemetry_overhead
+	$(CARGO) bench -p agenthooks-dispatcher --bench native_hooks
 	$(CARGO) bench -p agenthooks-e2e --bench safeguards
 	$(CARGO) bench -p agenthooks-e2e --bench audit
 	$(CARGO) bench -p agenthooks-e2e --bench callers

@@ -356,10 +356,16 @@ pub fn classify(tool_name: &str, tool_input: &Value, hints: &ToolHints) -> ToolF
 
 /// The kind a tool name has in [`KNOWN_TOOLS`] (MCP names and `apply_patch` aside).
 pub fn kind_of_name(tool_name: &str) -> ToolKind {
-    KNOWN_TOOLS
+    let known = KNOWN_TOOLS
         .iter()
         .find(|(_, names)| names.contains(&tool_name))
-        .map_or(ToolKind::Other, |(kind, _)| *kind)
+        .map_or(ToolKind::Other, |(kind, _)| *kind);
+    // Codex glues a namespace to the name (`multi_agent_v1spawn_agent`) or dots it
+    // (`collaboration.spawn_agent`): a spawn by any name is still a spawn.
+    if known == ToolKind::Other && tool_name.ends_with("spawn_agent") {
+        return ToolKind::Subagent;
+    }
+    known
 }
 
 /// `mcp__<server>__<tool>` (Claude Code, Codex), `mcp_<server>_<tool>` (Gemini CLI: the
@@ -649,6 +655,14 @@ mod tests {
             ("spawn_agent", json!({"agent_type": "general-purpose"})),
             ("invoke_agent", json!({"agent_name": "general-purpose"})),
             ("task", json!({"agent_type": "general-purpose"})),
+            (
+                "multi_agent_v1spawn_agent",
+                json!({"agent_type": "general-purpose"}),
+            ),
+            (
+                "collaboration.spawn_agent",
+                json!({"agent_type": "general-purpose"}),
+            ),
         ] {
             let f = classify(name, &input, &ToolHints::default());
             assert_eq!(

@@ -516,11 +516,30 @@ fn hook(args: HookArgs) -> ExitCode {
             .ok()
             .filter(|t| !t.trim().is_empty()),
     };
-    let mut payload = Vec::new();
-    let cap = agenthooks_dispatcher::event::MAX_BODY_BYTES as u64 + 1;
-    if let Err(e) = std::io::stdin().take(cap).read_to_end(&mut payload) {
-        return refuse(&format!("stdin: {e}"));
-    }
+    // The deadline covers the whole call, reading stdin included: a runtime that kills a
+    // slow hook lets the call through (Codex, Gemini), so the shim must refuse first.
+    let timeout = Duration::from_secs(args.timeout_seconds);
+    let started = std::time::Instant::now();
+    let (sent, received) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut payload = Vec::new();
+        let cap = agenthooks_dispatcher::event::MAX_BODY_BYTES as u64 + 1;
+        let read = std::io::stdin()
+            .take(cap)
+            .read_to_end(&mut payload)
+            .map(|_| payload);
+        let _ = sent.send(read);
+    });
+    let payload = match received.recv_timeout(timeout) {
+        Ok(Ok(payload)) => payload,
+        Ok(Err(e)) => return refuse(&format!("stdin: {e}")),
+        Err(_) => {
+            return refuse(&format!(
+                "stdin: the payload did not end within --timeout-seconds {}",
+                args.timeout_seconds
+            ));
+        }
+    };
     let config = ShimConfig {
         dialect: args.dialect,
         url: args.url,
@@ -528,7 +547,7 @@ fn hook(args: HookArgs) -> ExitCode {
         event: args.event,
         agent_id: args.agent_id,
         tenant_id: args.tenant_id,
-        timeout: Duration::from_secs(args.timeout_seconds),
+        timeout,
         ca_file: args.ca_file,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -538,7 +557,7 @@ fn hook(args: HookArgs) -> ExitCode {
         Ok(r) => r,
         Err(e) => return refuse(&e),
     };
-    match runtime.block_on(shim::call(&config, payload)) {
+    match runtime.block_on(shim::call(&config, payload, started.elapsed())) {
         Ok(answer) => {
             let mut out = std::io::stdout().lock();
             match out.write_all(&answer).and_then(|()| out.flush()) {

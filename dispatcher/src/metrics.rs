@@ -39,6 +39,10 @@ pub struct Metrics {
     /// Requests answered 503 at once because the port already served its concurrency
     /// limit (`--max-concurrent-requests`, CONTRACT §10.2).
     pub requests_shed: IntCounter,
+    /// Calls answered on the runtimes' native routes (`/v1/hooks/{dialect}`), by `dialect`
+    /// and `answer` (`allow`, `block`, `no_opinion` for a runtime event with no
+    /// counterpart among ours).
+    pub native_hook_calls: IntCounterVec,
     /// Version of the snapshot or hooks file served.
     pub snapshot_version: IntGauge,
     /// Hooks served.
@@ -219,6 +223,14 @@ impl Metrics {
                 "Requests answered 503 at once: the port's concurrency limit was reached",
             )
             .unwrap(),
+            native_hook_calls: IntCounterVec::new(
+                Opts::new(
+                    "agenthooks_native_hook_calls_total",
+                    "Calls answered on the runtimes' native hook routes, by dialect and answer (allow, block, no_opinion)",
+                ),
+                &["dialect", "answer"],
+            )
+            .unwrap(),
             snapshot_version: IntGauge::new(
                 "agenthooks_snapshot_version",
                 "Version of the hooks served",
@@ -366,6 +378,7 @@ impl Metrics {
             Box::new(m.mutation_denied.clone()),
             Box::new(m.background_shed.clone()),
             Box::new(m.requests_shed.clone()),
+            Box::new(m.native_hook_calls.clone()),
             Box::new(m.breaker_trips.clone()),
             Box::new(m.breaker_closes.clone()),
             Box::new(m.snapshot_version.clone()),

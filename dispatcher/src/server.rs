@@ -488,7 +488,16 @@ async fn native_hook(
         Err(e) => return event_error(e),
     };
     let Some(event) = call.event.take() else {
-        // No counterpart among our events: nothing runs, no opinion.
+        // No counterpart among our events: nothing runs, no opinion — for a caller that
+        // may act for the tenant it names, as any other call.
+        let probe = Event {
+            tenant_id: options.tenant_id.clone().unwrap_or_default(),
+            ..Event::of(agenthooks_crds::HookEvent::SessionStart)
+        };
+        if let Err(refused) = authorize(&state, identity, &set, None, probe).await {
+            return refused;
+        }
+        count_native(&state, dialect, "no_opinion");
         return axum::Json(dialect::answer(&call, &crate::chain::Decision::allow("")))
             .into_response();
     };
@@ -525,7 +534,21 @@ async fn native_hook(
     {
         state.sessions.spawn_allowed(&tenant, &session, depth);
     }
+    let answer = match decision.decision {
+        crate::chain::Verdict::Allow => "allow",
+        crate::chain::Verdict::Block => "block",
+    };
+    count_native(&state, dialect, answer);
     axum::Json(dialect::answer(&call, &decision)).into_response()
+}
+
+fn count_native(state: &AppState, dialect: Dialect, answer: &str) {
+    state
+        .engine
+        .metrics
+        .native_hook_calls
+        .with_label_values(&[dialect.as_str(), answer])
+        .inc();
 }
 
 /// The query of a native hook route: `event`, `agent_id`, `tenant_id`, each at most once.

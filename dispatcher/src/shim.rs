@@ -39,7 +39,7 @@ pub struct ShimConfig {
     pub agent_id: Option<String>,
     /// `?tenant_id=`, for a caller that may act for several.
     pub tenant_id: Option<String>,
-    /// Deadline of the whole call.
+    /// Deadline of the whole call, reading stdin included.
     pub timeout: Duration,
     /// CA bundle an `https` dispatcher's certificate must chain to.
     pub ca_file: Option<PathBuf>,
@@ -119,8 +119,13 @@ pub fn route(config: &ShimConfig) -> Result<url::Url, ShimError> {
 }
 
 /// Posts `payload` and returns the answer to print (a JSON object, as the dispatcher sent
-/// it). Every failure is a [`ShimError`].
-pub async fn call(config: &ShimConfig, payload: Vec<u8>) -> Result<Vec<u8>, ShimError> {
+/// it), within what is left of [`ShimConfig::timeout`] after `spent` (reading stdin).
+/// Every failure is a [`ShimError`].
+pub async fn call(
+    config: &ShimConfig,
+    payload: Vec<u8>,
+    spent: Duration,
+) -> Result<Vec<u8>, ShimError> {
     if payload.len() > MAX_BODY_BYTES {
         return Err(ShimError::Stdin(format!(
             "{} bytes is over the {MAX_BODY_BYTES}-byte limit",
@@ -132,7 +137,12 @@ pub async fn call(config: &ShimConfig, payload: Vec<u8>) -> Result<Vec<u8>, Shim
     let mut builder = reqwest::Client::builder()
         .no_proxy()
         .redirect(reqwest::redirect::Policy::none())
-        .timeout(config.timeout);
+        .timeout(
+            config
+                .timeout
+                .saturating_sub(spent)
+                .max(Duration::from_millis(1)),
+        );
     if let Some(ca) = &config.ca_file {
         let tls = agenthooks_tls::client_config_trusting("--ca-file", ca)
             .map_err(|e| ShimError::Ca(e.to_string()))?;
@@ -261,14 +271,19 @@ mod tests {
             .local_addr()
             .unwrap()
             .port();
-        let e = call(&config(&format!("http://127.0.0.1:{port}")), b"{}".to_vec())
-            .await
-            .unwrap_err();
+        let e = call(
+            &config(&format!("http://127.0.0.1:{port}")),
+            b"{}".to_vec(),
+            Duration::ZERO,
+        )
+        .await
+        .unwrap_err();
         assert!(matches!(e, ShimError::Unreachable { .. }), "{e}");
         // Over the cap: refused before any connection.
         let e = call(
             &config("http://127.0.0.1:1"),
             vec![b' '; MAX_BODY_BYTES + 1],
+            Duration::ZERO,
         )
         .await
         .unwrap_err();
@@ -280,9 +295,13 @@ mod tests {
             let (_sock, _) = silent.accept().await.unwrap();
             tokio::time::sleep(Duration::from_secs(30)).await;
         });
-        let e = call(&config(&format!("http://{addr}")), b"{}".to_vec())
-            .await
-            .unwrap_err();
+        let e = call(
+            &config(&format!("http://{addr}")),
+            b"{}".to_vec(),
+            Duration::ZERO,
+        )
+        .await
+        .unwrap_err();
         assert!(matches!(e, ShimError::Timeout { seconds: 1, .. }), "{e}");
     }
 }

@@ -170,6 +170,41 @@ async fn the_shim_prints_the_runtimes_answer_and_refuses_on_every_failure() {
     assert!(took < Duration::from_secs(3), "{took:?}");
 }
 
+/// A runtime that holds stdin open: the deadline covers reading it too (break-it review).
+#[test]
+fn stdin_that_never_ends_is_a_refusal_within_the_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd: Command = command(dir.path());
+    cmd.args([
+        "hook",
+        "--dialect",
+        "claude-code",
+        "--url",
+        "http://127.0.0.1:9",
+        "--timeout-seconds",
+        "1",
+    ]);
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let started = Instant::now();
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(br#"{"hook_event_name":"PreToolUse","#)
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    drop(stdin);
+    let took = started.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("did not end within --timeout-seconds 1"),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(3), "{took:?}");
+}
+
 /// A dispatcher that accepts and never answers: the shim's deadline, then a refusal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dispatcher_slower_than_the_deadline_is_a_refusal() {

@@ -375,6 +375,11 @@ fn the_api_server_refuses_what_the_schema_can_say() {
             "  event: pre_tool_use\n  scope: agent\n  handler: {type: http, http: {url: 'https://a.example'}}\n",
             "agentIds",
         ),
+        (
+            "bad-kind",
+            "  event: pre_tool_use\n  toolKinds: [bash]\n  handler: {type: http, http: {url: 'https://a.example'}}\n",
+            "toolKinds",
+        ),
     ];
     for (name, body, needle) in cases {
         let out = s.cp.try_apply_yaml(&hook_yaml(&s.tenant_ns, name, body));
@@ -423,6 +428,15 @@ fn the_operator_refuses_what_needs_code_with_a_reason_naming_the_field() {
             "TenantMismatch",
             "spec.tenant",
         ),
+        // Accepted, with a warning: ^Bash$ misses Gemini CLI's shell (disabled: it must
+        // not disturb the other tests' decisions).
+        (
+            "bash-only",
+            format!("  event: pre_tool_use\n  enabled: false\n  matcher: '^Bash$'\n{http}"),
+            &s.tenant_ns,
+            "MatcherNamesOneRuntime",
+            "spec.toolKinds: [shell]",
+        ),
         // session_start: an accepted global hook must not disturb the other tests' decisions
         (
             "global-ok",
@@ -445,7 +459,7 @@ fn the_operator_refuses_what_needs_code_with_a_reason_naming_the_field() {
         let c = c.unwrap();
         assert_eq!(
             c["status"],
-            if reason == "Accepted" {
+            if reason == "Accepted" || reason == "MatcherNamesOneRuntime" {
                 "True"
             } else {
                 "False"

@@ -31,9 +31,22 @@ pub enum Depth {
     Exceeded { blocks: bool },
 }
 
-/// The depth rule: `depth > 3` runs no hook, and blocks a blocking event.
+/// The depth rule: `depth > 3` runs no hook, and blocks a blocking event. A sub-agent
+/// tool call (`tool_kind: subagent`) at depth 3 counts as the start it asks for, at
+/// depth 4: it is refused where it can be, before the runtime starts the sub-agent (Claude
+/// Code 2.1.332 does not let a `SubagentStart` hook stop one).
 pub fn depth(event: &Event) -> Depth {
-    if event.depth > MAX_LOOP_DEPTH {
+    let spawns = event.event == agenthooks_crds::HookEvent::PreToolUse
+        && event
+            .tool
+            .as_ref()
+            .is_some_and(|t| t.kind == agenthooks_crds::tool::ToolKind::Subagent);
+    let depth = if spawns {
+        event.depth.saturating_add(1)
+    } else {
+        event.depth
+    };
+    if depth > MAX_LOOP_DEPTH {
         Depth::Exceeded {
             blocks: event.event.is_blocking(),
         }

@@ -154,7 +154,9 @@ pub fn parse(
             .map(str::to_string)
             .ok_or_else(|| EventError::invalid("hook_event_name", "must be a string"))
     });
-    let native_event = match (named.transpose()?, &options.event) {
+    let named = named.transpose()?;
+    let from_query = named.is_none();
+    let native_event = match (named, &options.event) {
         (Some(n), Some(q)) if n != *q => {
             return Err(EventError::invalid(
                 "event",
@@ -170,6 +172,26 @@ pub fn parse(
             ));
         }
     };
+    if native_event.trim().is_empty() || native_event.trim() != native_event {
+        return Err(EventError::invalid(
+            if from_query {
+                "event"
+            } else {
+                "hook_event_name"
+            },
+            format!("{native_event:?} is not an event name"),
+        ));
+    }
+    // The PascalCase hooks of Copilot send `hook_event_name`; a payload without one is
+    // camelCase and read as such only under a camelCase event.
+    if from_query && dialect == Dialect::Copilot && !copilot::is_camel_case(&native_event) {
+        return Err(EventError::invalid(
+            "event",
+            format!(
+                "{native_event:?}: this payload names no event, so it is one of Copilot's camelCase hooks; name its camelCase event (preToolUse, userPromptSubmitted, …)"
+            ),
+        ));
+    }
     let p = Payload(&payload);
     let read = match dialect {
         Dialect::ClaudeCode | Dialect::Codex => claude::read(&native_event, &p)?,
@@ -177,6 +199,32 @@ pub fn parse(
         Dialect::Cursor => cursor::read(&native_event, &p)?,
         Dialect::Copilot => copilot::read(&native_event, &p)?,
     };
+    // An event named by configuration (the query) must be one we answer: a misspelt
+    // `--event` would otherwise be "no opinion" for every call.
+    if from_query && read.event.is_none() {
+        return Err(EventError::invalid(
+            "event",
+            format!(
+                "{native_event:?} is not a {} event agenthooks answers (docs/dialects.md lists them)",
+                dialect.runtime()
+            ),
+        ));
+    }
+    // A tool event names its tool: without one no tool hook could match, and the call
+    // would be allowed unseen.
+    if let Some(ev) = &read.event
+        && matches!(
+            ev.event,
+            agenthooks_crds::HookEvent::PreToolUse | agenthooks_crds::HookEvent::PostToolUse
+        )
+        && ev.tool().is_none()
+    {
+        let camel = dialect == Dialect::Copilot && copilot::is_camel_case(&native_event);
+        return Err(EventError::invalid(
+            if camel { "toolName" } else { "tool_name" },
+            format!("missing: a {native_event} event names its tool"),
+        ));
+    }
     let event = match read.event {
         Some(mut ev) => {
             if let Some(a) = &options.agent_id {

@@ -256,16 +256,6 @@ fn recorded_payloads_map_to_our_events() {
             cp,
         ),
         (
-            "copilot-cli-1.0.102/sessionEnd.camelCase.command.stdin.json",
-            Copilot,
-            Some("sessionEnd"),
-            None,
-            None,
-            None,
-            "",
-            "",
-        ),
-        (
             "copilot-cli-1.0.102/PreToolUse.PascalCase.command.stdin.json",
             Copilot,
             None,
@@ -388,9 +378,54 @@ fn unknown_keys_are_ignored_and_bad_fields_are_named() {
         ),
         "hook_event_name"
     );
+    // A misnamed event from configuration is refused, never "no opinion" (break-it review).
+    let copilot_call = r#"{"sessionId":"s1","toolName":"bash","toolArgs":{"command":"rm -rf /x"}}"#;
+    for event in [
+        "",
+        "PreToolUse",
+        "pretooluse",
+        "preToolUse ",
+        "preToolUse\u{0}",
+        "sessionEnd",
+    ] {
+        assert_eq!(
+            refused(Dialect::Copilot, copilot_call, Some(event)),
+            "event",
+            "{event:?}"
+        );
+    }
+    assert_eq!(
+        refused(Dialect::ClaudeCode, r#"{"hook_event_name":""}"#, None),
+        "hook_event_name"
+    );
+    // A tool event without its tool.
+    assert_eq!(
+        refused(
+            Dialect::ClaudeCode,
+            r#"{"hook_event_name":"PreToolUse","session_id":"s1","tool_input":{"command":"rm -rf /x"}}"#,
+            None
+        ),
+        "tool_name"
+    );
+    assert_eq!(
+        refused(
+            Dialect::Copilot,
+            r#"{"sessionId":"s1","toolArgs":{"command":"rm -rf /x"}}"#,
+            Some("preToolUse")
+        ),
+        "toolName"
+    );
+    assert_eq!(
+        refused(
+            Dialect::GeminiCli,
+            r#"{"hook_event_name":"BeforeTool","tool_name":""}"#,
+            None
+        ),
+        "tool_name"
+    );
     // Our own checks still hold: ids are bounded and free of control characters.
     let long = format!(
-        r#"{{"hook_event_name":"PreToolUse","session_id":"{}"}}"#,
+        r#"{{"hook_event_name":"Stop","session_id":"{}"}}"#,
         "s".repeat(300)
     );
     assert_eq!(refused(Dialect::ClaudeCode, &long, None), "session_id");

@@ -129,6 +129,26 @@ async fn one_shell_hook_refuses_rm_rf_in_every_runtimes_own_shape() {
         let (status, body) = hook(&base, route, Some("acme-token"), &dangerous).await;
         assert_eq!((status, body), (200, refusal), "{route} refused");
     }
+    let metrics = reqwest::get(format!("{base}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for (dialect, n) in [
+        ("claude-code", 1),
+        ("codex", 1),
+        ("gemini-cli", 1),
+        ("copilot", 2),
+        ("cursor", 1),
+    ] {
+        for answer in ["allow", "block"] {
+            let line = format!(
+                "agenthooks_native_hook_calls_total{{answer=\"{answer}\",dialect=\"{dialect}\"}} {n}"
+            );
+            assert!(metrics.contains(&line), "{line}\n{metrics}");
+        }
+    }
 }
 
 #[tokio::test]
@@ -194,9 +214,33 @@ async fn failures_are_non_2xx_naming_the_field_and_unmapped_events_run_nothing()
     );
     // An event with no counterpart: no opinion, whatever it carries.
     let end = fixture("claude-code-2.1.332/SessionEnd.command.stdin.json");
+    let (status, body) = hook(
+        &base,
+        "claude-code?tenant_id=beta",
+        Some("acme-token"),
+        &end,
+    )
+    .await;
+    assert_eq!(
+        (status, body["field"].as_str()),
+        (403, Some("tenant_id")),
+        "{body}"
+    );
     assert_eq!(
         hook(&base, "claude-code", Some("acme-token"), &end).await,
         (200, json!({}))
+    );
+    let metrics = reqwest::get(format!("{base}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(
+            "agenthooks_native_hook_calls_total{answer=\"no_opinion\",dialect=\"claude-code\"} 1"
+        ),
+        "{metrics}"
     );
 }
 

@@ -248,6 +248,20 @@ fn the_depth_rule() {
             "{ev} at {d}"
         );
     }
+    // A sub-agent tool call asks for a start one deeper: refused at depth 3, whatever
+    // the runtime calls the tool; other tools at depth 3 still run their hooks.
+    for (d, tool, want) in [
+        (2, "Agent", Depth::Within),
+        (3, "Agent", Depth::Exceeded { blocks: true }),
+        (3, "spawn_agent", Depth::Exceeded { blocks: true }),
+        (3, "invoke_agent", Depth::Exceeded { blocks: true }),
+        (3, "Bash", Depth::Within),
+    ] {
+        let e = event(json!({"depth": d, "event": "pre_tool_use", "tool_name": tool}));
+        assert_eq!(depth(&e), want, "{tool} at {d}");
+    }
+    let post = event(json!({"depth": 3, "event": "post_tool_use", "tool_name": "Agent"}));
+    assert_eq!(depth(&post), Depth::Within);
 }
 
 #[test]
