@@ -4,7 +4,7 @@ CARGO ?= cargo
 LISTEN ?= 127.0.0.1:8080
 CLUSTER_DIR ?= $(CURDIR)/.cluster
 
-.PHONY: run test test-node e2e-kind deps build crds lint bench cluster cluster-down controlplane node fuzz fuzz-build fuzz-replay
+.PHONY: run test test-node e2e-kind deps build crds openapi lint bench cluster cluster-down controlplane node fuzz fuzz-build fuzz-replay
 
 ## run: the dispatcher in standalone mode on the sample hooks, on $(LISTEN). Callers send
 ## the token made once into .agenthooks-caller-token (caller acme-runtime, tenant acme:
@@ -67,6 +67,10 @@ build:
 ## crds: regenerate the CRD YAML from the Rust types
 crds:
 	$(CARGO) run -q -p agenthooks-crds --bin crdgen -- --write
+
+## openapi: regenerate docs/openapi.json (what GET /openapi.json serves) from the Rust types
+openapi:
+	$(CARGO) run -q -p agenthooks-dispatcher -- openapi --write
 
 lint:
 	$(CARGO) fmt --all --check
