@@ -4,7 +4,7 @@ CARGO ?= cargo
 LISTEN ?= 127.0.0.1:8080
 CLUSTER_DIR ?= $(CURDIR)/.cluster
 
-.PHONY: run test test-node e2e-kind deps build crds lint bench cluster cluster-down controlplane node fuzz fuzz-build fuzz-replay
+.PHONY: run test test-node e2e-kind deps build crds openapi lint bench cluster cluster-down controlplane node fuzz fuzz-build fuzz-replay
 
 ## run: the dispatcher in standalone mode on the sample hooks, on $(LISTEN). Callers send
 ## the token made once into .agenthooks-caller-token (caller acme-runtime, tenant acme:
@@ -31,6 +31,7 @@ test: deps
 	bash e2e/controlplane/build-helm.sh >/dev/null
 	bash e2e/argocd-health/build.sh >/dev/null
 	bash e2e/node/build.sh >/dev/null
+	bash scripts/install-deps.sh schemathesis
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace --no-fail-fast
 	AGENTHOOKS_IMAGE_BIN_DIR=$(CURDIR)/target/debug $(CARGO) test -p agenthooks-e2e --test chart_node -- --ignored --nocapture --test-threads=1
@@ -68,6 +69,10 @@ build:
 ## crds: regenerate the CRD YAML from the Rust types
 crds:
 	$(CARGO) run -q -p agenthooks-crds --bin crdgen -- --write
+
+## openapi: regenerate docs/openapi.json (what GET /openapi.json serves) from the Rust types
+openapi:
+	$(CARGO) run -q -p agenthooks-dispatcher -- openapi --write
 
 lint:
 	$(CARGO) fmt --all --check

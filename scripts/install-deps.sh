@@ -37,6 +37,14 @@ if [ "${1:-}" = node ]; then
   dpkg -s libseccomp2 >/dev/null 2>&1 || need+=(libseccomp2) # Debian's runc links it
   dpkg -s ca-certificates >/dev/null 2>&1 || need+=(ca-certificates)
 fi
+# `scripts/install-deps.sh schemathesis`: the API fuzzer that dispatcher/tests/openapi_fuzz.rs
+# runs against docs/openapi.json, pinned, from PyPI into a venv of its own (docs/api.md).
+SCHEMATHESIS_VERSION=4.32.5
+if [ "${1:-}" = schemathesis ]; then
+  # A python3 that can make a venv (Debian ships ensurepip in python3-venv).
+  command -v python3 >/dev/null || need+=(python3)
+  /usr/bin/env python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
+fi
 command -v openssl >/dev/null || need+=(openssl)
 command -v setsid >/dev/null || need+=(util-linux)
 command -v curl >/dev/null || need+=(curl)
@@ -47,6 +55,23 @@ if [ ${#need[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+if [ "${1:-}" = schemathesis ]; then
+  # Skipped when the venv's binary already answers --version with the pinned version.
+  venv="${AGENTHOOKS_TOOLS_DIR:-$HOME/.cache/agenthooks/tools}/schemathesis-$SCHEMATHESIS_VERSION"
+  exe="$venv/bin/schemathesis"
+  if ! { [ -x "$exe" ] && "$exe" --version 2>/dev/null | grep -qF "$SCHEMATHESIS_VERSION"; }; then
+    echo "[deps] installing schemathesis $SCHEMATHESIS_VERSION into $venv" >&2
+    rm -rf "$venv"
+    mkdir -p "$(dirname "$venv")"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION" >"$venv.install.log" 2>&1 \
+      || { tail -20 "$venv.install.log" >&2; exit 1; }
+    "$exe" --version 2>/dev/null | grep -qF "$SCHEMATHESIS_VERSION" \
+      || { echo "[deps] $exe does not answer --version with $SCHEMATHESIS_VERSION" >&2; exit 1; }
+  fi
+  echo "[deps] schemathesis ok: $exe" >&2
+  exit 0
 fi
 command -v cargo >/dev/null || { echo "[deps] Rust (cargo) is required: https://rustup.rs" >&2; exit 1; }
 # Go >= 1.25 builds kube-apiserver, etcd and helm; e2e/argocd-health needs Go 1.27, which a

@@ -21,7 +21,7 @@ use crate::observer::{Live, RunObserver};
 use crate::runner::{Engine, HookRun, LazyScope, filters_match, run_hook, run_matched};
 
 /// `allow` or `block`: the answer to the agent runtime.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
     Allow,
@@ -29,11 +29,13 @@ pub enum Verdict {
 }
 
 /// The response of `POST /v1/dispatch` (DESIGN "Dispatch API"; CONTRACT §4.4–4.6).
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Decision {
+    /// The event's `event_id` (generated when the request had none).
     #[serde(rename = "event_id")]
     pub event_id: String,
+    /// `allow` or `block`.
     pub decision: Verdict,
     /// Why it blocked: the deciding hook's reason, or `LoopDepthExceeded`,
     /// `ChainBudgetExceeded`.
@@ -47,6 +49,7 @@ pub struct Decision {
     pub additional_context: Option<String>,
     /// The rewritten `tool_input`, when a master-namespace hook rewrote it.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<serde_json::Map<String, Value>>")]
     pub updated_input: Option<Value>,
     /// Each hook run, in order.
     pub hooks: Vec<HookRun>,

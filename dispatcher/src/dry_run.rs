@@ -46,7 +46,7 @@ pub struct DryRunOptions {
 
 /// What a dry run found (the body of `POST /v1/test`, camelCase like `/v1/dispatch`).
 /// Every key is always present; `null` where it does not apply.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DryRunReport {
     /// `namespace/name` of the hook.
@@ -93,8 +93,10 @@ pub struct DryRunReport {
     /// `additionalContext` of an allowing hook.
     pub additional_context: Option<String>,
     /// `updatedInput` the hook proposed (shown even when the chain would drop it).
+    #[schemars(with = "Option<serde_json::Map<String, Value>>")]
     pub updated_input: Option<Value>,
     /// RFC 6902 JSON Patch from the sample's `tool_input` to `updatedInput`.
+    #[schemars(with = "Option<Vec<serde_json::Map<String, Value>>>")]
     pub diff: Option<Value>,
     /// `updatedInput` came from a hook outside the master namespace: a real chain drops
     /// it (CONTRACT §4.5).
@@ -275,14 +277,50 @@ pub struct InlineContext<'a> {
     pub served: Option<&'a HookSet>,
 }
 
+/// An inline AgentHook manifest as [`inline_hook`] reads it (`POST /v1/test`'s `spec`):
+/// the type the API schema states; [`inline_hook`] reads the JSON itself, so that every
+/// error names its field. Other keys are ignored, as `kubectl` would keep them.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InlineManifest {
+    /// `agenthooks.io/v1alpha1`.
+    #[schemars(extend("const" = "agenthooks.io/v1alpha1"))]
+    pub api_version: String,
+    /// `AgentHook`.
+    #[schemars(extend("const" = "AgentHook"))]
+    pub kind: String,
+    /// Name (required), namespace (default `default`), optionally uid and generation.
+    pub metadata: InlineMetadata,
+    /// The AgentHook's spec, validated as the operator validates it.
+    pub spec: AgentHookSpec,
+}
+
+/// `metadata` of an [`InlineManifest`].
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, schemars::JsonSchema)]
+pub struct InlineMetadata {
+    /// The hook's name.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// Its namespace (default `default`): the one RBAC is asked about.
+    pub namespace: Option<String>,
+    /// Its uid in reports (default `dry-run:<namespace>/<name>`).
+    pub uid: Option<String>,
+    /// Its generation in reports (default 1).
+    pub generation: Option<i64>,
+}
+
 /// One broken rule of an inline manifest. `field` is the path inside the manifest
 /// (`spec.timeoutMs`, `metadata.name`, `apiVersion`); `reason` is the validation
 /// reason (`InvalidTimeout`, `EditionForbidsCommand`, ...) or `InvalidField` for shape
 /// errors.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct SpecFieldError {
+    /// Where: a path in the manifest (`spec.timeoutMs`; `POST /v1/test` prefixes it with
+    /// `spec.`, the request's key).
     pub field: String,
+    /// The validation reason (`InvalidTimeout`, ...) or `InvalidField`.
     pub reason: &'static str,
+    /// What is wrong, for people.
     pub message: String,
 }
 

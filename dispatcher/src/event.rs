@@ -27,31 +27,58 @@ pub const MAX_REPORTED_PATH_BYTES: usize = 200;
 /// Longest error message reported, in bytes (a cut message ends with `…`).
 const MAX_REPORTED_MESSAGE_BYTES: usize = 1024;
 
-/// One lifecycle event, as given to handlers (snake_case names, CONTRACT §1.3).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+/// A caller's id or key as the API schema states it: no control character (U+0000–U+001F,
+/// U+007F–U+009F), which [`Event::check`] refuses.
+pub const ID_PATTERN: &str = r"^[^\x00-\x1f\x7f-\x9f]*$";
+/// `event_id` as the API schema states it: [`ID_PATTERN`], and no `#`.
+pub const EVENT_ID_PATTERN: &str = r"^[^#\x00-\x1f\x7f-\x9f]*$";
+
+/// One lifecycle event, as given to handlers (snake_case names, CONTRACT §1.3), and the
+/// body of `POST /v1/dispatch`: unknown keys are refused (400 naming the key).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Event {
+    /// The lifecycle event.
     pub event: HookEvent,
-    /// Generated (UUID v4) when missing.
+    /// Generated (UUID v4) when missing. At most 256 bytes, no control character, no `#`.
     #[serde(default)]
+    #[schemars(length(max = 256), regex(pattern = EVENT_ID_PATTERN))]
     pub event_id: String,
+    /// The agent's session. At most 256 bytes, no control character.
     #[serde(default)]
+    #[schemars(length(max = 256), regex(pattern = ID_PATTERN))]
     pub session_id: String,
+    /// The tenant the event is for; missing: the caller's only tenant. At most 256 bytes,
+    /// no control character.
     #[serde(default)]
+    #[schemars(length(max = 256), regex(pattern = ID_PATTERN))]
     pub tenant_id: String,
+    /// The agent (what `scope: agent` hooks select). At most 256 bytes, no control character.
     #[serde(default)]
+    #[schemars(length(max = 256), regex(pattern = ID_PATTERN))]
     pub agent_id: String,
+    /// The tool called (tool events). At most 256 bytes, no control character.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256), regex(pattern = ID_PATTERN))]
     pub tool_name: Option<String>,
     /// A JSON object; `{}` when missing. A key repeated at any depth is refused
-    /// (plain serde_json would keep the last one silently).
+    /// (plain serde_json would keep the last one silently). Caps (413 naming the place):
+    /// 256 KiB of JSON text, 32 levels of nesting, 1000 items or keys per array or object.
     #[serde(default = "empty_object", deserialize_with = "unique_keys")]
+    #[schemars(with = "serde_json::Map<String, Value>")]
     pub tool_input: Value,
+    /// The runtime's own payload, passed to handlers as it is (never to a prompt judge).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw_input: Option<Value>,
+    /// Sub-agent depth (0 for the main agent); over 3 no hook runs and a blocking event
+    /// is answered `block` (`LoopDepthExceeded`).
     #[serde(default)]
+    #[schemars(range(min = 0))]
     pub depth: i64,
+    /// The turn (a user prompt and what follows): prompt hooks count their calls per turn.
+    /// At most 256 bytes, no control character.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256), regex(pattern = ID_PATTERN))]
     pub turn_id: Option<String>,
     /// The caller's span, from the request's W3C `traceparent`/`tracestate` headers
     /// when tracing is enabled (CONTRACT §8.1). Never read from or written to the JSON:
@@ -67,6 +94,7 @@ pub struct Event {
     /// [`Event::refresh_tool`]: handlers see it as `"tool"`, a caller can never set it
     /// (a `"tool"` key in a request is an unknown field). `None` without a tool name.
     #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
+    #[schemars(skip)]
     pub tool: Option<ToolFacts>,
     /// What the runtime's payload said about the call beside its name (an MCP server),
     /// kept for [`Event::refresh_tool`]. Set by the dialect adapters only.
@@ -788,6 +816,19 @@ mod tests {
             (f.as_str(), message.as_str()),
             ("tool_name", "contains a control character (U+0000)")
         );
+    }
+
+    #[test]
+    fn every_refusal_names_a_field() {
+        for body in [
+            &br#"{"event":"stop","":1}"#[..],
+            br#"{"":1}"#,
+            br#"{"event":"stop","tool_input":{"":1,"":2}}"#,
+            br#"{"event":""}"#,
+        ] {
+            let (field, _) = invalid(body);
+            assert!(!field.is_empty(), "{}", String::from_utf8_lossy(body));
+        }
     }
 
     #[test]

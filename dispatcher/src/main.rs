@@ -77,6 +77,17 @@ enum Command {
     /// answer — prints the reason to stderr and exits 2, which every runtime reads as a
     /// refusal.
     Hook(HookArgs),
+    /// Prints the OpenAPI 3.1 document of the HTTP API (what `GET /openapi.json`
+    /// serves); `--write` writes it to docs/openapi.json under the current directory (the
+    /// workspace root) instead.
+    Openapi(OpenapiArgs),
+}
+
+#[derive(Args)]
+struct OpenapiArgs {
+    /// Write docs/openapi.json instead of printing.
+    #[arg(long)]
+    write: bool,
 }
 
 #[derive(Args)]
@@ -446,6 +457,7 @@ fn main() -> ExitCode {
     };
     let command = match cli.command {
         Some(Command::Hook(args)) => return hook(args),
+        Some(Command::Openapi(args)) => return openapi(args),
         other => other,
     };
     tracing_subscriber::fmt()
@@ -459,7 +471,7 @@ fn main() -> ExitCode {
         .build()
         .expect("a tokio runtime");
     match command {
-        Some(Command::Hook(_)) => unreachable!("answered above"),
+        Some(Command::Hook(_) | Command::Openapi(_)) => unreachable!("answered above"),
         Some(Command::BudgetLoad(args)) => match runtime.block_on(budget_load(args)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -489,6 +501,29 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
+    }
+}
+
+/// `agenthooks-dispatcher openapi [--write]`.
+fn openapi(args: OpenapiArgs) -> ExitCode {
+    use agenthooks_dispatcher::server::openapi;
+    let text = openapi::text();
+    if !args.write {
+        print!("{text}");
+        return ExitCode::SUCCESS;
+    }
+    match std::fs::write(openapi::COMMITTED_PATH, text) {
+        Ok(()) => {
+            eprintln!("wrote {}", openapi::COMMITTED_PATH);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!(
+                "error: write {} (run from the workspace root): {e}",
+                openapi::COMMITTED_PATH
+            );
+            ExitCode::from(1)
+        }
     }
 }
 

@@ -86,16 +86,21 @@ impl Engine {
 }
 
 /// One hook's line in the response (CONTRACT §4.6).
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HookRun {
     /// `namespace/name`.
     pub hook: String,
+    /// `command`, `http` or `prompt`.
     pub handler: &'static str,
+    /// What the run came to: `allow|block|error|timeout`.
     pub decision: Outcome,
+    /// Wall time of the run in milliseconds.
     pub duration_ms: f64,
+    /// The handler's reason (a block's or an error's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Why an `error` or a `timeout`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error_kind: Option<ErrorKind>,
     /// `updatedInput` was offered and dropped: by a hook outside the master namespace

@@ -27,6 +27,12 @@
 //!   the audit trail's state in `audit`, `degraded` when its spool is full — else
 //!   503; 503 with `draining: true` once shutting down, while decisions are still
 //!   served), `GET /metrics`.
+//! - `GET /openapi.json`: the OpenAPI 3.1 document of every route ([`openapi`]), no
+//!   credential needed; committed as `docs/openapi.json`.
+//!
+//! Every 4xx body is [`bodies::ClientError`] `{"error", "field"}` with a non-empty
+//! `field` (`path` for an unknown route, `method` for a method a route does not take);
+//! 5xx bodies are [`bodies::ServerError`] (`field: ""`).
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -36,7 +42,6 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use serde_json::json;
 
 use crate::chain::{decide, observe};
 use crate::dialect::{self, CallOptions, Dialect};
@@ -223,6 +228,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi::serve))
+        .fallback(unknown_route)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
             limit_concurrency,
@@ -265,12 +273,49 @@ async fn limit_concurrency(
     next.run(request).await
 }
 
+/// The answer `{"error": message, "field": field}`: a [`bodies::ClientError`] for a 4xx,
+/// whose `field` must name the part of the request at fault, else a
+/// [`bodies::ServerError`].
 fn error(status: StatusCode, field: &str, message: String) -> Response {
-    (
-        status,
-        axum::Json(json!({"error": message, "field": field})),
+    if status.is_client_error() {
+        debug_assert!(
+            !field.is_empty(),
+            "a {status} answer names the field at fault"
+        );
+        let body = bodies::ClientError {
+            error: message,
+            field: field.to_owned(),
+            reason: None,
+            errors: None,
+        };
+        return (status, axum::Json(body)).into_response();
+    }
+    let body = bodies::ServerError {
+        error: message,
+        field: field.to_owned(),
+    };
+    (status, axum::Json(body)).into_response()
+}
+
+/// 404 `field: path` for a route that does not exist.
+async fn unknown_route(uri: axum::http::Uri) -> Response {
+    let path: String = uri.path().chars().take(200).collect();
+    error(
+        StatusCode::NOT_FOUND,
+        "path",
+        format!("path: no route {path:?} (GET /openapi.json lists them)"),
     )
-        .into_response()
+}
+
+/// 405 `field: method` for a method the route does not take (axum adds `Allow`).
+async fn method_not_allowed(method: axum::http::Method) -> Response {
+    error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method",
+        format!(
+            "method: this route does not take {method} (GET /openapi.json lists what it takes)"
+        ),
+    )
 }
 
 fn body_too_large() -> Response {
@@ -323,13 +368,16 @@ async fn read_body(
     }
 }
 
+/// The `WWW-Authenticate` challenge of every 401.
+pub const WWW_AUTHENTICATE: &str = "Bearer realm=\"agenthooks\"";
+
 /// The answer to a refused caller (`{"error", "field"}`; a 401 says how to authenticate).
 fn refused(r: Refusal) -> Response {
     let mut response = error(r.status, r.field, r.message);
     if r.status == StatusCode::UNAUTHORIZED {
         response.headers_mut().insert(
             header::WWW_AUTHENTICATE,
-            header::HeaderValue::from_static("Bearer realm=\"agenthooks\""),
+            header::HeaderValue::from_static(WWW_AUTHENTICATE),
         );
     }
     response
@@ -463,9 +511,10 @@ async fn run(
 /// ([`crate::dialect::CallOptions`]); any other key is a 400 naming it.
 async fn native_hook(
     State(state): State<Arc<AppState>>,
-    axum::extract::Path(dialect): axum::extract::Path<String>,
+    dialect: Result<axum::extract::Path<String>, axum::extract::rejection::PathRejection>,
     request: axum::extract::Request,
 ) -> Response {
+    let dialect = dialect.map(|p| p.0).unwrap_or_default();
     let Some(dialect) = Dialect::parse(&dialect) else {
         let known: Vec<&str> = Dialect::ALL.iter().map(|d| d.as_str()).collect();
         return error(
@@ -583,20 +632,7 @@ async fn list_hooks(State(state): State<Arc<AppState>>) -> Response {
             "",
             "no hooks loaded yet".into(),
         ),
-        Some(set) => {
-            let mut hooks: Vec<_> = set
-                .iter()
-                .map(|h| json!({"hook": h.key, "uid": h.uid, "generation": h.generation, "event": h.spec.event, "handler": h.spec.handler.type_.as_str(), "priority": h.spec.priority}))
-                .collect();
-            hooks.sort_by(|a, b| a["hook"].as_str().cmp(&b["hook"].as_str()));
-            let unavailable: Vec<_> = set
-                .unavailable()
-                .iter()
-                .map(|u| json!({"hook": u.key, "uid": u.uid, "generation": u.generation, "event": u.event, "reason": crate::hookset::HOOK_UNAVAILABLE, "error": u.error}))
-                .collect();
-            axum::Json(json!({"version": set.version, "hooks": hooks, "unavailable": unavailable}))
-                .into_response()
-        }
+        Some(set) => axum::Json(bodies::HookList::of(&set)).into_response(),
     }
 }
 
@@ -608,37 +644,39 @@ async fn list_hooks(State(state): State<Arc<AppState>>) -> Response {
 /// Once shutting down ([`AppState::start_draining`]) it answers 503 `{"ready": false,
 /// "draining": true}`.
 async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    use bodies::Readiness;
     if state.is_draining() {
+        let body = Readiness {
+            draining: true,
+            ..Readiness::default()
+        };
+        return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
+    }
+    let Some(set) = state.hooks() else {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
-            axum::Json(json!({"ready": false, "draining": true})),
+            axum::Json(Readiness::default()),
         )
             .into_response();
-    }
-    match state.hooks() {
-        Some(set) => {
-            let mut body = json!({"ready": true, "version": set.version, "hooks": set.len()});
-            match state.authenticator() {
-                Some(a) if a.is_anonymous() => {
-                    body["callers"] = json!("anonymous");
-                    body["warning"] = json!(
-                        "--allow-anonymous: callers are not authenticated and may act for any tenant"
-                    );
-                }
-                Some(a) => body["callers"] = json!(a.mode()),
-                None => body["callers"] = json!("none"),
-            }
-            if let Some(audit) = state.engine.audit.status() {
-                body["audit"] = json!(audit);
-            }
-            axum::Json(body).into_response()
-        }
-        None => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            axum::Json(json!({"ready": false})),
-        )
-            .into_response(),
-    }
+    };
+    let (callers, warning) = match state.authenticator() {
+        Some(a) if a.is_anonymous() => (
+            "anonymous",
+            Some("--allow-anonymous: callers are not authenticated and may act for any tenant"),
+        ),
+        Some(a) => (a.mode(), None),
+        None => ("none", None),
+    };
+    axum::Json(Readiness {
+        ready: true,
+        version: Some(set.version),
+        hooks: Some(set.len()),
+        callers: Some(callers),
+        warning,
+        audit: state.engine.audit.status(),
+        draining: false,
+    })
+    .into_response()
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
@@ -651,10 +689,12 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 
 mod access;
 pub mod admin;
+pub mod bodies;
 mod dry_run;
 mod executions;
 #[cfg(test)]
 mod native_tests;
+pub mod openapi;
 mod outlive;
 #[cfg(test)]
 mod tests;

@@ -154,15 +154,17 @@ impl RunRecord {
 }
 
 /// Where the audit trail stands, for `/readyz` and logs.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AuditStatus {
     /// `ok` (rows reach the database), `spooling` (the database is unreachable, or has
     /// not been reached yet since start; rows wait in the spool) or `degraded` (the spool
     /// is full or rows were dropped in the last minute). Never `ok` before the first
     /// successful connect.
+    #[schemars(extend("enum" = ["ok", "spooling", "degraded"]))]
     pub state: &'static str,
     /// `sqlite` or `postgres`.
+    #[schemars(extend("enum" = ["sqlite", "postgres"]))]
     pub backend: &'static str,
     /// Rows waiting in memory.
     pub queued_rows: u64,

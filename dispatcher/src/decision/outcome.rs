@@ -7,7 +7,7 @@ use serde_json::Value;
 
 /// What one hook run came to. Audit rows store it as `allow|block|error|timeout`
 /// (CONTRACT §7.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Outcome {
     /// The hook lets the event go on.
@@ -128,6 +128,51 @@ impl serde::Serialize for ErrorKind {
     }
 }
 
+impl ErrorKind {
+    /// Every kind but [`ErrorKind::Prompt`], whose labels are the prompt handler's own.
+    pub const FIXED: [ErrorKind; 21] = [
+        ErrorKind::SpawnFailed,
+        ErrorKind::ExitStatus,
+        ErrorKind::OutputTooLarge,
+        ErrorKind::CwdMissing,
+        ErrorKind::RunnerUnavailable,
+        ErrorKind::EditionForbidsCommand,
+        ErrorKind::SsrfBlocked,
+        ErrorKind::Transport,
+        ErrorKind::Http3xx,
+        ErrorKind::Http4xx,
+        ErrorKind::Http5xx,
+        ErrorKind::ResponseTooLarge,
+        ErrorKind::BadDecision,
+        ErrorKind::BadHeader,
+        ErrorKind::HeaderUnseal,
+        ErrorKind::BadSpec,
+        ErrorKind::Timeout,
+        ErrorKind::CelEval,
+        ErrorKind::Panic,
+        ErrorKind::ChainBudget,
+        ErrorKind::CircuitOpen,
+    ];
+}
+
+/// A snake_case string: one of [`ErrorKind::FIXED`]'s words (listed as `examples`) or a
+/// prompt run's own label, so not a closed `enum` in the API schema.
+impl schemars::JsonSchema for ErrorKind {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ErrorKind".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let words: Vec<&str> = ErrorKind::FIXED.iter().map(|k| k.as_str()).collect();
+        schemars::json_schema!({
+            "type": "string",
+            "pattern": "^[a-z0-9_]+$",
+            "description": "Why a run is an error or a timeout: one of the listed words, or a prompt run's own label (prompt_unconfigured, per_turn_cap, budget_exhausted, a provider failure, ...).",
+            "examples": words,
+        })
+    }
+}
+
 /// The result of one handler run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HandlerResult {
@@ -230,7 +275,7 @@ pub fn cut(mut s: String) -> String {
 
 /// What a prompt run tells the audit row (CONTRACT §7.5: `prompt_model`,
 /// `prompt_tokens`, `injection_detected`) and the dispatch response (`hooks[].prompt`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PromptMetadata {
     /// The provider's model name the alias resolved to.

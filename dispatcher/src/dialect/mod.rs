@@ -91,6 +91,26 @@ impl Dialect {
     }
 }
 
+/// A string, one of the route segments of [`Dialect::ALL`] (`claude-code`, `codex`, ...).
+impl schemars::JsonSchema for Dialect {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Dialect".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let names: Vec<&str> = Dialect::ALL.iter().map(|d| d.as_str()).collect();
+        let runtimes: Vec<String> = Dialect::ALL
+            .iter()
+            .map(|d| format!("{d}: {}", d.runtime()))
+            .collect();
+        schemars::json_schema!({
+            "type": "string",
+            "enum": names,
+            "description": format!("A runtime's hook dialect ({}).", runtimes.join("; ")),
+        })
+    }
+}
+
 impl std::fmt::Display for Dialect {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
@@ -98,8 +118,9 @@ impl std::fmt::Display for Dialect {
 }
 
 /// What the route knows besides the payload: the query string of the hook's URL (or the
-/// shim's flags).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// shim's flags). `agent_id` and `tenant_id` are ids of the event ([`Event::check`]: at
+/// most 256 bytes, no control character).
+#[derive(Debug, Clone, Default, PartialEq, Eq, schemars::JsonSchema)]
 pub struct CallOptions {
     /// The runtime's event name, for payloads that do not carry one (Copilot's camelCase
     /// hooks); a payload that names its event must name the same one.
@@ -107,9 +128,74 @@ pub struct CallOptions {
     /// Our `agent_id` for every call of this runtime (the platform's name for the agent:
     /// what `scope: agent` hooks select). Its sub-agents keep it: a model cannot leave an
     /// agent's hooks behind by starting a sub-agent.
+    #[schemars(length(max = 256), regex(pattern = crate::event::ID_PATTERN))]
     pub agent_id: Option<String>,
     /// The tenant, for a caller that may act for several (as `tenant_id` in `/v1/dispatch`).
+    #[schemars(length(max = 256), regex(pattern = crate::event::ID_PATTERN))]
     pub tenant_id: Option<String>,
+}
+
+/// The keys of a runtime's payload the readers of this module read, for the API schema
+/// of `POST /v1/hooks/{dialect}` (the payload itself is read as a JSON object by
+/// [`parse`]). Every key is optional, every other key is ignored
+/// (`additionalProperties: true`); a key read with the wrong type is a 400 naming it.
+/// Which keys a dialect reads, and for which of its events, is in each dialect's module.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize, schemars::JsonSchema)]
+#[schemars(extend("additionalProperties" = true))]
+pub struct NativePayload {
+    /// The runtime's event name (`PreToolUse`, `BeforeTool`, `preToolUse`); Copilot's
+    /// camelCase hooks send none: give it as `?event=`. An event with no counterpart among
+    /// ours runs nothing and is answered `{}`.
+    pub hook_event_name: Option<String>,
+    /// The session (Claude Code, Codex, Gemini CLI; Cursor without `conversation_id`).
+    pub session_id: Option<String>,
+    /// Codex: the turn.
+    pub turn_id: Option<String>,
+    /// Claude Code: the turn (`turn_id` when there is none).
+    pub prompt_id: Option<String>,
+    /// The tool called (tool events; Cursor's MCP events: the MCP tool).
+    pub tool_name: Option<String>,
+    /// The tool's arguments: an object, or a string holding one.
+    pub tool_input: Option<ToolArguments>,
+    /// The user's prompt (prompt events).
+    pub prompt: Option<String>,
+    /// Claude Code and Codex: the sub-agent that made the call (absent on the main
+    /// thread); keys the session's sub-agent depth.
+    pub agent_id: Option<String>,
+    /// Claude Code: an MCP tool's server, as `{"name": ...}` (anything else is ignored).
+    pub mcp_server: Option<Value>,
+    /// Gemini CLI: an MCP tool's `{"server_name", "tool_name"}` (anything else is ignored).
+    pub mcp_context: Option<Value>,
+    /// Cursor: the session.
+    pub conversation_id: Option<String>,
+    /// Cursor: the turn.
+    pub generation_id: Option<String>,
+    /// Cursor `beforeShellExecution`/`afterShellExecution`: the command.
+    pub command: Option<String>,
+    /// Cursor shell events: the working directory.
+    pub cwd: Option<String>,
+    /// Cursor MCP events: the server's URL (or its `command`).
+    pub url: Option<String>,
+    /// Cursor `beforeReadFile`/`afterFileEdit`: the file.
+    pub file_path: Option<String>,
+    /// Copilot camelCase hooks: the session.
+    #[serde(rename = "sessionId")]
+    pub session_id_camel: Option<String>,
+    /// Copilot camelCase hooks: the tool called.
+    #[serde(rename = "toolName")]
+    pub tool_name_camel: Option<String>,
+    /// Copilot camelCase hooks: the tool's arguments, an object or a string holding one.
+    #[serde(rename = "toolArgs")]
+    pub tool_args: Option<ToolArguments>,
+}
+
+/// A tool's arguments in a runtime's payload: a JSON object, or (older Copilot and Cursor
+/// versions) a string holding one.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, schemars::JsonSchema)]
+#[serde(untagged)]
+pub enum ToolArguments {
+    Object(Map<String, Value>),
+    Json(String),
 }
 
 /// A runtime's hook call, read.

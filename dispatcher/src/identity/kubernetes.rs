@@ -74,7 +74,10 @@ mod tests {
         let r = refusal(ReviewError::Unauthenticated {
             audience: DEFAULT_AUDIENCE.into(),
         });
-        assert_eq!((r.status, r.field), (StatusCode::UNAUTHORIZED, ""));
+        assert_eq!(
+            (r.status, r.field),
+            (StatusCode::UNAUTHORIZED, "authorization")
+        );
         assert!(
             r.message.contains("not a valid ServiceAccount token"),
             "{r}"

@@ -31,7 +31,8 @@ pub enum TenantChoice {
     AskRbac { tenant: String, namespace: String },
 }
 
-/// A request refused: its HTTP status, the field at fault (`""` for none) and why.
+/// A request refused: its HTTP status, the field at fault (`authorization` for the
+/// credential, `tenant_id`; `""` only for a 503, where the request is not at fault) and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct Refusal {
@@ -41,11 +42,11 @@ pub struct Refusal {
 }
 
 impl Refusal {
-    /// 401: no credential, or one that does not verify.
+    /// 401 naming `authorization`: no credential, or one that does not verify.
     pub fn unauthenticated(message: impl Into<String>) -> Refusal {
         Refusal {
             status: StatusCode::UNAUTHORIZED,
-            field: "",
+            field: "authorization",
             message: message.into(),
         }
     }

@@ -36,28 +36,38 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
+use serde_json::Value;
 use serde_json::value::RawValue;
-use serde_json::{Value, json};
 
 use super::access::reader;
 use super::{AppState, error, read_body};
 use crate::dry_run::{
-    DryRunOptions, InlineContext, InlineSpecError, dry_run, inline_hook, inline_namespace,
+    DryRunOptions, InlineContext, InlineSpecError, SpecFieldError, dry_run, inline_hook,
+    inline_namespace,
 };
 use crate::event::{Event, EventError};
 use crate::identity::Access;
 
-/// The body of `POST /v1/test`.
-#[derive(Deserialize)]
+/// The body of `POST /v1/test`: `event`, and `hook` or `spec` (one of them).
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct TestRequest<'a> {
+#[schemars(extend("oneOf" = [{"required": ["hook"]}, {"required": ["spec"]}]))]
+pub(super) struct TestRequest<'a> {
+    /// `NAMESPACE/NAME` of a hook this dispatcher serves (`GET /v1/hooks`).
     #[serde(default)]
+    #[schemars(regex(pattern = r"^[^/]+/[^/]+$"))]
     hook: Option<String>,
+    /// An AgentHook manifest to dry-run instead of a served hook.
     #[serde(default)]
+    #[schemars(with = "Option<crate::dry_run::InlineManifest>")]
     spec: Option<Value>,
-    /// Kept as sent, so [`Event::parse`] sees the exact text (repeated keys, caps).
+    /// The sample event, as a `POST /v1/dispatch` body. Kept as sent, so
+    /// [`Event::parse`] sees the exact text (repeated keys, caps).
     #[serde(default, borrow)]
+    #[schemars(with = "Event", required)]
     event: Option<&'a RawValue>,
+    /// Run the handler even when the event kind, scope, depth, `matcher` or `ifExpr`
+    /// would skip the hook.
     #[serde(default)]
     force: bool,
 }
@@ -220,11 +230,13 @@ fn spec_error(e: &InlineSpecError) -> Response {
             format!("spec.{f}")
         }
     };
-    let errors: Vec<Value> = e
-        .0
-        .iter()
-        .map(|fe| json!({"field": prefixed(&fe.field), "reason": fe.reason, "message": fe.message}))
-        .collect();
+    let errors: Vec<SpecFieldError> =
+        e.0.iter()
+            .map(|fe| SpecFieldError {
+                field: prefixed(&fe.field),
+                ..fe.clone()
+            })
+            .collect();
     let first = e.0.first();
     let field = first
         .map(|f| prefixed(&f.field))
@@ -234,14 +246,11 @@ fn spec_error(e: &InlineSpecError) -> Response {
             .map(|fe| format!("{}: {}", prefixed(&fe.field), fe.message))
             .collect::<Vec<_>>()
             .join("; ");
-    (
-        StatusCode::BAD_REQUEST,
-        axum::Json(json!({
-            "error": message,
-            "field": field,
-            "reason": first.map(|f| f.reason).unwrap_or("InvalidField"),
-            "errors": errors,
-        })),
-    )
-        .into_response()
+    let body = super::bodies::ClientError {
+        error: message,
+        field,
+        reason: Some(first.map(|f| f.reason).unwrap_or("InvalidField")),
+        errors: Some(errors),
+    };
+    (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
 }

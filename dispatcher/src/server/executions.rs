@@ -40,20 +40,105 @@
 
 use std::sync::Arc;
 
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use chrono::SecondsFormat;
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 
 use super::access::reader;
 use super::{AppState, error};
 use crate::audit::row::{AuditRow, detail_binding};
 use crate::audit::store::{AuditStore, ExecutionParams, ExecutionQuery, StoreError};
+use crate::decision::outcome::Outcome;
 use crate::identity::Access;
 
-/// The query parameters `GET /v1/executions` takes.
-const LIST_PARAMS: [&str; 6] = ["namespace", "hook", "decision", "since", "limit", "cursor"];
+/// The query parameters `GET /v1/executions` takes (the fields of [`ExecutionParams`]).
+pub(super) const LIST_PARAMS: [&str; 6] =
+    ["namespace", "hook", "decision", "since", "limit", "cursor"];
+
+/// `GET /v1/executions`: one page, newest first.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutionPage {
+    /// At most `limit` rows, highest id first.
+    pub executions: Vec<ExecutionRow>,
+    /// Give it as `cursor` for the next (older) page; `null` on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// One audit row as the API shows it: one hook run (CONTRACT §7).
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutionRow {
+    /// The row id (from 1): `GET /v1/executions/{id}`.
+    pub id: Option<i64>,
+    /// The AgentHook's `metadata.uid` at run time.
+    pub hook_uid: String,
+    /// The AgentHook's namespace.
+    pub hook_namespace: String,
+    /// The AgentHook's name.
+    pub hook_name: String,
+    /// The event's tenant.
+    pub tenant: String,
+    /// The event's `session_id`.
+    pub session_id: String,
+    /// The lifecycle event.
+    pub event: agenthooks_crds::HookEvent,
+    /// SHA-256 of the tool name and input: 64 lowercase hex characters.
+    pub input_hash: String,
+    /// What the hook itself came to (before `onTimeout` or the chain apply).
+    pub decision: Outcome,
+    /// Wall time of the run in milliseconds.
+    pub duration_ms: u64,
+    /// `<hook uid>:<event_id>`, unique.
+    pub dedup_key: String,
+    /// The redacted error summary (at most 256 bytes); `null` without an error.
+    pub error: Option<String>,
+    /// Whether a sealed full error is stored (`?errorDetail=true` opens it).
+    pub has_error_detail: bool,
+    /// The audit key id it is sealed with.
+    pub error_detail_key_id: Option<String>,
+    /// The run's metadata, snake_case keys as stored (CONTRACT §7.5).
+    #[schemars(with = "serde_json::Map<String, Value>")]
+    pub metadata: Value,
+    /// When the run finished: RFC 3339, UTC, microseconds.
+    #[schemars(extend("format" = "date-time"))]
+    pub created_at: String,
+}
+
+/// `GET /v1/executions/{id}`: the row, and with `?errorDetail=true` its error detail.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutionDetail {
+    #[serde(flatten)]
+    pub row: ExecutionRow,
+    /// With `?errorDetail=true` only: the decrypted full error, `null` when it cannot be
+    /// opened (then `errorDetailError` says why).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_detail: Option<Option<String>>,
+    /// Why `errorDetail` is `null`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_detail_error: Option<String>,
+}
+
+/// The query `GET /v1/executions/{id}` takes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DetailParams {
+    /// `true`: add `errorDetail`, the decrypted full error (default `false`).
+    pub error_detail: Option<bool>,
+}
+
+/// The path parameter of `GET /v1/executions/{id}`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
+pub struct RowId {
+    /// A row id: an integer from 1.
+    #[schemars(range(min = 1))]
+    pub id: i64,
+}
 
 /// `GET /v1/executions`.
 pub(super) async fn list(
@@ -106,10 +191,10 @@ pub(super) async fn list(
         Err(off) => return unavailable(off),
     };
     match store.list(&query).await {
-        Ok(page) => axum::Json(json!({
-            "executions": page.rows.iter().map(row_json).collect::<Vec<_>>(),
-            "nextCursor": page.next_cursor,
-        }))
+        Ok(page) => axum::Json(ExecutionPage {
+            executions: page.rows.iter().map(ExecutionRow::of).collect(),
+            next_cursor: page.next_cursor,
+        })
         .into_response(),
         Err(e) => store_error(&e),
     }
@@ -118,7 +203,7 @@ pub(super) async fn list(
 /// `GET /v1/executions/{id}`.
 pub(super) async fn get_one(
     State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
     RawQuery(q): RawQuery,
     headers: HeaderMap,
 ) -> Response {
@@ -141,6 +226,8 @@ pub(super) async fn get_one(
             );
         }
     };
+    // A path segment that is not UTF-8 once decoded is not an id either.
+    let id = id.map(|p| p.0).unwrap_or_default();
     let id = match id.parse::<i64>() {
         Ok(id) if id >= 1 => id,
         _ => {
@@ -170,13 +257,15 @@ pub(super) async fn get_one(
         Ok(false) => return no_execution(id),
         Err(unavailable) => return unavailable,
     }
-    let mut body = row_json(&row);
+    let mut body = ExecutionDetail {
+        row: ExecutionRow::of(&row),
+        error_detail: None,
+        error_detail_error: None,
+    };
     if want_detail {
         let (detail, why) = open_detail(&state, &row);
-        body["errorDetail"] = detail.map_or(Value::Null, Value::String);
-        if let Some(why) = why {
-            body["errorDetailError"] = Value::String(why);
-        }
+        body.error_detail = Some(detail);
+        body.error_detail_error = why;
     }
     axum::Json(body).into_response()
 }
@@ -217,26 +306,28 @@ fn open_detail(state: &AppState, row: &AuditRow) -> (Option<String>, Option<Stri
     }
 }
 
-/// One row as the API shows it (see the module docs).
-fn row_json(r: &AuditRow) -> Value {
-    json!({
-        "id": r.id,
-        "hookUid": r.hook_uid,
-        "hookNamespace": r.hook_namespace,
-        "hookName": r.hook_name,
-        "tenant": r.tenant,
-        "sessionId": r.session_id,
-        "event": r.event,
-        "inputHash": r.input_hash,
-        "decision": r.decision.as_str(),
-        "durationMs": r.duration_ms,
-        "dedupKey": r.dedup_key,
-        "error": r.error,
-        "hasErrorDetail": r.error_detail.is_some(),
-        "errorDetailKeyId": r.error_detail.as_ref().map(|d| d.key_id.as_str()),
-        "metadata": r.metadata,
-        "createdAt": r.created_at.to_rfc3339_opts(SecondsFormat::Micros, true),
-    })
+impl ExecutionRow {
+    /// One stored row as the API shows it (see the module docs).
+    fn of(r: &AuditRow) -> ExecutionRow {
+        ExecutionRow {
+            id: r.id,
+            hook_uid: r.hook_uid.clone(),
+            hook_namespace: r.hook_namespace.clone(),
+            hook_name: r.hook_name.clone(),
+            tenant: r.tenant.clone(),
+            session_id: r.session_id.clone(),
+            event: r.event,
+            input_hash: r.input_hash.clone(),
+            decision: r.decision,
+            duration_ms: r.duration_ms,
+            dedup_key: r.dedup_key.clone(),
+            error: r.error.clone(),
+            has_error_detail: r.error_detail.is_some(),
+            error_detail_key_id: r.error_detail.as_ref().map(|d| d.key_id.clone()),
+            metadata: r.metadata.clone(),
+            created_at: r.created_at.to_rfc3339_opts(SecondsFormat::Micros, true),
+        }
+    }
 }
 
 /// The audit store, or the 503 message that says why there is none.
@@ -285,12 +376,16 @@ fn query_pairs(query: Option<&str>, allowed: &[&str]) -> Result<Vec<(String, Str
     let mut out: Vec<(String, String)> = Vec::new();
     for (k, v) in url::form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
         let Some(name) = allowed.iter().find(|a| **a == k) else {
+            // A 4xx names its field: the parameter, or `query` for one without a name
+            // (`?=false`).
             let shown: String = k.chars().take(64).collect();
-            let message = format!(
-                "{shown}: unknown query parameter; expected {}",
-                allowed.join(", ")
-            );
-            return Err(BadParam(shown, message));
+            let (field, what) = if shown.is_empty() {
+                ("query".to_owned(), "a query parameter without a name")
+            } else {
+                (shown, "unknown query parameter")
+            };
+            let message = format!("{field}: {what}; expected {}", allowed.join(", "));
+            return Err(BadParam(field, message));
         };
         if out.iter().any(|(n, _)| n == name) {
             return Err(BadParam(
@@ -301,4 +396,43 @@ fn query_pairs(query: Option<&str>, allowed: &[&str]) -> Result<Vec<(String, Str
         out.push(((*name).to_owned(), v.into_owned()));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(query: &str) -> (String, String) {
+        let BadParam(field, message) = query_pairs(Some(query), &["errorDetail"]).unwrap_err();
+        (field, message)
+    }
+
+    #[test]
+    fn query_pairs_name_the_parameter_or_query_for_a_nameless_one() {
+        assert_eq!(
+            query_pairs(Some("errorDetail=true"), &["errorDetail"]).ok(),
+            Some(vec![("errorDetail".to_owned(), "true".to_owned())])
+        );
+        assert_eq!(
+            refused("=false"),
+            (
+                "query".to_owned(),
+                "query: a query parameter without a name; expected errorDetail".to_owned()
+            )
+        );
+        assert_eq!(
+            refused("x=1"),
+            (
+                "x".to_owned(),
+                "x: unknown query parameter; expected errorDetail".to_owned()
+            )
+        );
+        assert_eq!(
+            refused("errorDetail=true&errorDetail=false"),
+            (
+                "errorDetail".to_owned(),
+                "errorDetail: given more than once".to_owned()
+            )
+        );
+    }
 }

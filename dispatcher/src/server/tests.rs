@@ -735,7 +735,7 @@ async fn callers_prove_who_they_are_and_act_only_for_their_tenants() {
     ] {
         let (status, body, challenge) = post_as(&base, auth, &ev(Some("acme"))).await;
         assert_eq!(status, 401, "{auth:?}: {body}");
-        assert_eq!(body["field"], "", "{body}");
+        assert_eq!(body["field"], "authorization", "{body}");
         assert_eq!(challenge.as_deref(), Some("Bearer realm=\"agenthooks\""));
     }
     assert_eq!(runs(), 0);

@@ -171,20 +171,27 @@ impl std::fmt::Display for HookRef {
 }
 
 /// The raw query parameters of `GET /v1/executions` (each optional, as strings), e.g.
-/// deserialized by axum's `Query`. [`ExecutionQuery::from_params`] checks them.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+/// deserialized by axum's `Query`. [`ExecutionQuery::from_params`] checks them. The API
+/// schema (`JsonSchema`) states the values they must hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 pub struct ExecutionParams {
-    /// A namespace name: only rows of its hooks.
+    /// A namespace name (1 to 63 lowercase letters, digits and `-`, starting and ending
+    /// with a letter or digit): only rows of its hooks. With `hook`, its namespace.
+    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"))]
     pub namespace: Option<String>,
-    /// `NAMESPACE/NAME`.
+    /// `NAMESPACE/NAME`: only rows of that hook (also of a deleted one).
+    #[schemars(regex(pattern = r"^[^/]+/[^/]+$"))]
     pub hook: Option<String>,
-    /// `allow|block|error|timeout`.
+    /// Only rows whose hook came to this: `allow|block|error|timeout`.
+    #[schemars(with = "Option<Outcome>")]
     pub decision: Option<String>,
-    /// RFC 3339 time; rows created at or after it.
+    /// RFC 3339 time (`2026-11-30T06:00:00Z`): rows created at or after it.
+    #[schemars(extend("format" = "date-time"))]
     pub since: Option<String>,
-    /// Page size 1..=500 (default 50).
+    /// Page size, 1 to 500 (default 50).
+    #[schemars(with = "Option<u32>", range(min = 1, max = 500))]
     pub limit: Option<String>,
-    /// `next_cursor` of the previous page.
+    /// `nextCursor` of the previous page: the page of older rows.
     pub cursor: Option<String>,
 }
 
