@@ -91,15 +91,26 @@ pub struct Event {
     pub caller: Option<std::sync::Arc<str>>,
     /// The call in the canonical tool vocabulary (`tool_kind` and normalised fields,
     /// [`agenthooks_crds::tool`]), derived from `tool_name` and `tool_input` by
-    /// [`Event::refresh_tool`]: handlers see it as `"tool"`, a caller can never set it
-    /// (a `"tool"` key in a request is an unknown field). `None` without a tool name.
-    #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
+    /// [`Event::refresh_tool`]: handlers see it as `"tool"`. A caller can never set it: a
+    /// `"tool"` key in a request is read and thrown away (so an event a handler got can be
+    /// sent again as it is), and the facts are derived anew. `None` without a tool name.
+    #[serde(
+        default,
+        deserialize_with = "discard_tool",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(skip)]
     pub tool: Option<ToolFacts>,
     /// What the runtime's payload said about the call beside its name (an MCP server),
     /// kept for [`Event::refresh_tool`]. Set by the dialect adapters only.
     #[serde(skip)]
     pub tool_hints: ToolHints,
+}
+
+/// Reads a `"tool"` key of a request and keeps nothing of it: the facts are ours to derive.
+fn discard_tool<'de, D: Deserializer<'de>>(d: D) -> Result<Option<ToolFacts>, D::Error> {
+    serde::de::IgnoredAny::deserialize(d)?;
+    Ok(None)
 }
 
 fn empty_object() -> Value {
@@ -628,6 +639,22 @@ mod tests {
             Err(EventError::Invalid { field, message }) => (field, message),
             other => panic!("{}: {other:?}", String::from_utf8_lossy(body)),
         }
+    }
+
+    #[test]
+    fn a_callers_tool_key_is_thrown_away_and_the_facts_derived_anew() {
+        let e = Event::parse(
+            br#"{"event":"pre_tool_use","tool_name":"Bash","tool_input":{"command":"rm -rf /"},"tool":{"kind":"other","command":"ls"}}"#,
+        )
+        .unwrap();
+        let t = e.tool.as_ref().unwrap();
+        assert_eq!(
+            (t.kind, t.command.as_str()),
+            (agenthooks_crds::tool::ToolKind::Shell, "rm -rf /")
+        );
+        // What a handler got parses again as it is.
+        let again = Event::parse(&serde_json::to_vec(&e).unwrap()).unwrap();
+        assert_eq!(again.tool, e.tool);
     }
 
     #[test]
