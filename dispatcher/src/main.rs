@@ -59,7 +59,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Prints the decision for one event as JSON; exit 0 allow, 2 block, 1 error.
+    /// Prints the decision for one event as JSON (with --dialect: a runtime's payload, and
+    /// the answer that runtime would get); exit 0 allow, 2 block, 1 error.
     Check(CheckArgs),
     /// Runs N reserve -> hold -> settle cycles against the operator's budget endpoints
     /// (the same code handlers use) and prints one JSON line: {"granted", "refused",
@@ -438,9 +439,21 @@ struct CheckArgs {
     /// AgentHook manifests (file, multi-document file, or directory).
     #[arg(long)]
     hooks: PathBuf,
-    /// The event, as the JSON body of POST /v1/dispatch.
+    /// The event, as the JSON body of POST /v1/dispatch (or, with --dialect, the runtime's
+    /// own hook payload).
     #[arg(long)]
     event: PathBuf,
+    /// Read --event as this runtime's hook payload (claude-code, codex, gemini-cli, cursor,
+    /// copilot) and print the answer the runtime would get, as POST /v1/hooks/<dialect>.
+    #[arg(long, value_parser = parse_dialect)]
+    dialect: Option<agenthooks_dispatcher::dialect::Dialect>,
+    /// With --dialect: the runtime's event name, for payloads that carry none (Copilot's
+    /// camelCase hooks).
+    #[arg(long, requires = "dialect")]
+    native_event: Option<String>,
+    /// With --dialect: the tenant of the call (a runtime's payload names none).
+    #[arg(long, requires = "dialect")]
+    tenant_id: Option<String>,
     #[command(flatten)]
     common: Common,
 }
@@ -684,8 +697,34 @@ async fn check(args: CheckArgs) -> anyhow::Result<Verdict> {
     }
     let set = loaded.hooks;
     let body = std::fs::read(&args.event).with_context(|| format!("{}", args.event.display()))?;
-    let event =
-        Event::parse(&body).map_err(|e| anyhow::anyhow!("{}: {e}", args.event.display()))?;
+    let native = match args.dialect {
+        Some(dialect) => {
+            let options = agenthooks_dispatcher::dialect::CallOptions {
+                event: args.native_event.clone(),
+                agent_id: None,
+                tenant_id: args.tenant_id.clone(),
+            };
+            let call = agenthooks_dispatcher::dialect::parse(dialect, &body, &options)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", args.event.display()))?;
+            Some(call)
+        }
+        None => None,
+    };
+    let event = match &native {
+        Some(call) => match &call.event {
+            Some(e) => e.clone(),
+            None => {
+                // No counterpart among our events: nothing runs, no opinion.
+                let allow = agenthooks_dispatcher::chain::Decision::allow("");
+                let answer = agenthooks_dispatcher::dialect::answer(call, &allow);
+                println!("{}", serde_json::to_string_pretty(&answer)?);
+                return Ok(Verdict::Allow);
+            }
+        },
+        None => {
+            Event::parse(&body).map_err(|e| anyhow::anyhow!("{}: {e}", args.event.display()))?
+        }
+    };
     let blocking = event.event.is_blocking();
     let mut engine = Engine::new(
         HttpCaller::new(args.common.http_allow_cidr.clone()),
@@ -702,7 +741,13 @@ async fn check(args: CheckArgs) -> anyhow::Result<Verdict> {
         decision.reason = None;
         decision.deciding_hook = None;
     }
-    println!("{}", serde_json::to_string_pretty(&decision)?);
+    match &native {
+        Some(call) => {
+            let answer = agenthooks_dispatcher::dialect::answer(call, &decision);
+            println!("{}", serde_json::to_string_pretty(&answer)?);
+        }
+        None => println!("{}", serde_json::to_string_pretty(&decision)?),
+    }
     Ok(decision.decision)
 }
 

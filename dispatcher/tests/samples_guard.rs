@@ -186,6 +186,56 @@ async fn the_depth_guard_refuses_sub_agents_two_deep() {
     }
 }
 
+/// `check --dialect`: a runtime's own payload offline, answered in its shape.
+#[test]
+fn check_reads_a_runtimes_payload_with_dialect() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |payload: &str, extra: &[&str]| {
+        let file = dir.path().join("payload.json");
+        std::fs::write(&file, payload).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_agenthooks-dispatcher"))
+            .arg("check")
+            .arg("--hooks")
+            .arg(samples())
+            .arg("--event")
+            .arg(&file)
+            .args(extra)
+            .output()
+            .unwrap();
+        let answer: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        (
+            out.status.code(),
+            answer,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let gemini = r#"{"hook_event_name":"BeforeTool","session_id":"s","tool_name":"run_shell_command","tool_input":{"command":"rm -rf /var/lib/data"}}"#;
+    let (code, answer, err) = run(gemini, &["--dialect", "gemini-cli", "--tenant-id", "acme"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(answer["decision"], "deny", "{answer}");
+    assert!(
+        answer["reason"]
+            .as_str()
+            .unwrap()
+            .contains("hook tenant-acme/block-rm-rf"),
+        "{answer}"
+    );
+    let ls = r#"{"hook_event_name":"BeforeTool","session_id":"s","tool_name":"run_shell_command","tool_input":{"command":"ls"}}"#;
+    assert_eq!(
+        run(ls, &["--dialect", "gemini-cli", "--tenant-id", "acme"]).0,
+        Some(0)
+    );
+    let (code, answer, _) = run(
+        r#"{"hook_event_name":"Notification","session_id":"s"}"#,
+        &["--dialect", "claude-code"],
+    );
+    assert_eq!((code, answer), (Some(0), json!({})));
+    // Without --dialect a runtime's payload is refused, naming the field.
+    let (code, _, err) = run(gemini, &[]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("hook_event_name"), "{err}");
+}
+
 /// The README's "one event, without a server" step: the binary's own `check` on the
 /// shipped events (exit 2 block, 0 allow).
 #[test]
