@@ -393,8 +393,8 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: axum::extract::Re
         Ok(e) => e,
         Err(e) => return event_error(e),
     };
-    let event = match authorize(&state, identity, &set, trace_parent, event).await {
-        Ok(e) => e,
+    let event = match authorize(&state, identity, &set, &event.tenant_id).await {
+        Ok(a) => authorized_event(event, a, trace_parent),
         Err(refused) => return refused,
     };
     match run(&state, &parts, set, event).await {
@@ -451,28 +451,35 @@ fn event_error(e: crate::event::EventError) -> Response {
     error(status, &field, e.to_string())
 }
 
-/// The event with the tenant the caller may act for (CONTRACT §9.2): refused before any
-/// hook runs, so nothing is written in another tenant's name.
+/// The tenant the caller may act for (CONTRACT §9.2), asked for as `requested`: refused
+/// before any hook runs, so nothing is written in another tenant's name.
 async fn authorize(
     state: &AppState,
     identity: crate::identity::Identity,
     set: &HookSet,
-    trace_parent: Option<opentelemetry::trace::SpanContext>,
-    event: Event,
-) -> Result<Event, Response> {
+    requested: &str,
+) -> Result<crate::identity::Authorized, Response> {
     let authenticator = state
         .authenticator()
         .expect("admit checked an authenticator is configured");
-    let authorized = authenticator
-        .authorize(identity, &event.tenant_id, &set.tenants)
+    authenticator
+        .authorize(identity, requested, &set.tenants)
         .await
-        .map_err(refused)?;
-    Ok(Event {
+        .map_err(refused)
+}
+
+/// The event as run: the authorized tenant and caller, and the caller's span.
+fn authorized_event(
+    event: Event,
+    authorized: crate::identity::Authorized,
+    trace_parent: Option<opentelemetry::trace::SpanContext>,
+) -> Event {
+    Event {
         trace_parent,
         tenant_id: authorized.tenant,
         caller: Some(authorized.caller),
         ..event
-    })
+    }
 }
 
 /// Runs the chain for a blocking event, or starts the non-blocking path.
@@ -539,19 +546,16 @@ async fn native_hook(
     let Some(event) = call.event.take() else {
         // No counterpart among our events: nothing runs, no opinion — for a caller that
         // may act for the tenant it names, as any other call.
-        let probe = Event {
-            tenant_id: options.tenant_id.clone().unwrap_or_default(),
-            ..Event::of(agenthooks_crds::HookEvent::SessionStart)
-        };
-        if let Err(refused) = authorize(&state, identity, &set, None, probe).await {
+        let requested = options.tenant_id.as_deref().unwrap_or("");
+        if let Err(refused) = authorize(&state, identity, &set, requested).await {
             return refused;
         }
         count_native(&state, dialect, "no_opinion");
         return axum::Json(dialect::answer(&call, &crate::chain::Decision::allow("")))
             .into_response();
     };
-    let mut event = match authorize(&state, identity, &set, trace_parent, event).await {
-        Ok(e) => e,
+    let mut event = match authorize(&state, identity, &set, &event.tenant_id).await {
+        Ok(a) => authorized_event(event, a, trace_parent),
         Err(refused) => return refused,
     };
     // No runtime sends a depth: the session's sub-agent tree gives it.

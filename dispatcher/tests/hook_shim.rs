@@ -156,11 +156,19 @@ async fn the_shim_prints_the_runtimes_answer_and_refuses_on_every_failure() {
     );
     let (code, _, err, _) = run(args("vim"), codex_call("ls")).await.unwrap();
     assert_eq!(code, 2, "a bad flag refuses too: {err}");
-    assert!(err.contains("--dialect"), "{err}");
+    // Ours, not clap's usage error (whose exit code is 2 as well).
+    assert!(
+        err.starts_with("agenthooks: refused: ") && err.contains("--dialect"),
+        "{err}"
+    );
     let (code, _, err, _) = run(vec!["--dialect".into(), "codex".into()], codex_call("ls"))
         .await
         .unwrap();
     assert_eq!(code, 2, "a missing flag refuses too: {err}");
+    assert!(
+        err.starts_with("agenthooks: refused: ") && err.contains("--url"),
+        "{err}"
+    );
 
     // The dispatcher stopped: refused, fast, naming it.
     drop(d);

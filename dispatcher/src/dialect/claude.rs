@@ -82,7 +82,6 @@ pub(super) fn read(native_event: &str, p: &Payload<'_>) -> Result<Read, EventErr
         }
         _ => {}
     }
-    ev.raw_input = Some(Value::Object(p.0.clone()));
     Ok(Read {
         event: Some(ev),
         runtime_agent: p.str("agent_id")?.filter(|a| !a.is_empty()),
@@ -92,21 +91,11 @@ pub(super) fn read(native_event: &str, p: &Payload<'_>) -> Result<Read, EventErr
 pub(super) fn answer(r: &Reply<'_>, flavour: Flavour) -> Value {
     let mut specific = Map::new();
     if r.blocked() {
-        let text = refusal_text(r.decision);
-        return match r.event {
-            HookEvent::PreToolUse => json!({"hookSpecificOutput": {
-                "hookEventName": r.native_event,
-                "permissionDecision": "deny",
-                "permissionDecisionReason": text,
-            }}),
-            HookEvent::UserPromptSubmit => json!({"decision": "block", "reason": text}),
-            // No deny at this event (SubagentStart): stop the agent.
-            _ => json!({"continue": false, "stopReason": text}),
-        };
+        return refuse(r, refusal_text(r.decision));
     }
     if let Some(rewrite) = r.rewrite() {
         if r.event != HookEvent::PreToolUse || flavour == Flavour::Copilot {
-            return refuse_rewrite(r, flavour);
+            return refuse(r, unapplied_rewrite(flavour.runtime(), r.native_event));
         }
         specific.insert("updatedInput".into(), rewrite.clone());
         if flavour == Flavour::Codex {
@@ -135,8 +124,9 @@ fn takes_context(event: HookEvent) -> bool {
     )
 }
 
-fn refuse_rewrite(r: &Reply<'_>, flavour: Flavour) -> Value {
-    let text = unapplied_rewrite(flavour.runtime(), r.native_event);
+/// A refusal at this event: the tool call's deny, the prompt's block, and where the
+/// event has no deny (`SubagentStart`), `continue: false` (stop the agent).
+fn refuse(r: &Reply<'_>, text: String) -> Value {
     match r.event {
         HookEvent::PreToolUse => json!({"hookSpecificOutput": {
             "hookEventName": r.native_event,

@@ -86,7 +86,6 @@ pub(super) fn read(native_event: &str, p: &Payload<'_>) -> Result<Read, EventErr
         }
         None => {}
     }
-    ev.raw_input = Some(Value::Object(p.0.clone()));
     Ok(Read {
         event: Some(ev),
         runtime_agent: None,

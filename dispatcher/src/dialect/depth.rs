@@ -76,7 +76,9 @@ impl Session {
         } else {
             known.unwrap_or(self.deepest.max(UNKNOWN_SUBAGENT_DEPTH))
         };
-        self.agents.insert(agent.to_string(), depth);
+        if known != Some(depth) {
+            self.agents.insert(agent.to_string(), depth);
+        }
         self.deepest = self.deepest.max(depth);
         depth
     }
@@ -104,8 +106,8 @@ impl Default for SessionTree {
 }
 
 impl SessionTree {
-    /// [`Session::depth_of`] in the tenant's session. A call with no session id is taken
-    /// as it is: the main thread's depth 0 unless it names a sub-agent.
+    /// [`Session::depth_of`] in the tenant's session. A call from the main thread (no
+    /// runtime agent id) is depth 0 and touches nothing: no lock, no allocation.
     pub fn depth_of(
         &self,
         tenant: &str,
@@ -113,28 +115,29 @@ impl SessionTree {
         event: HookEvent,
         runtime_agent: Option<&str>,
     ) -> i64 {
-        let mut sessions = self.sessions.lock().expect("session tree lock");
-        let key = (tenant.to_string(), session.to_string());
-        if sessions.get(&key).is_none() {
-            if runtime_agent.is_none() {
-                return 0;
-            }
-            sessions.insert(key.clone(), Session::default());
+        if runtime_agent.is_none() {
+            return 0;
         }
-        let s = sessions.get_mut(&key).expect("just inserted");
-        s.depth_of(event, runtime_agent)
+        self.with_session(tenant, session, |s| s.depth_of(event, runtime_agent))
     }
 
     /// [`Session::spawn_allowed`] in the tenant's session.
     pub fn spawn_allowed(&self, tenant: &str, session: &str, depth: i64) {
+        self.with_session(tenant, session, |s| s.spawn_allowed(depth))
+    }
+
+    /// Runs `f` on the tenant's session, made when missing (the lock is held for `f` only,
+    /// which never awaits).
+    fn with_session<R>(&self, tenant: &str, session: &str, f: impl FnOnce(&mut Session) -> R) -> R {
         let mut sessions = self.sessions.lock().expect("session tree lock");
         let key = (tenant.to_string(), session.to_string());
-        if sessions.get(&key).is_none() {
-            sessions.insert(key.clone(), Session::default());
-        }
         if let Some(s) = sessions.get_mut(&key) {
-            s.spawn_allowed(depth);
+            return f(s);
         }
+        let mut s = Session::default();
+        let out = f(&mut s);
+        sessions.insert(key, s);
+        out
     }
 
     /// Sessions remembered now.

@@ -48,7 +48,6 @@ pub(super) fn read(native_event: &str, p: &Payload<'_>) -> Result<Read, EventErr
         HookEvent::UserPromptSubmit => ev.tool_input = json!({"prompt": p.string("prompt")?}),
         _ => {}
     }
-    ev.raw_input = Some(Value::Object(p.0.clone()));
     Ok(Read {
         event: Some(ev),
         runtime_agent: None,

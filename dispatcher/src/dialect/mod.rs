@@ -313,6 +313,8 @@ pub fn parse(
     }
     let event = match read.event {
         Some(mut ev) => {
+            // The runtime's payload, kept whole and moved, not copied.
+            ev.raw_input = Some(Value::Object(payload));
             if let Some(a) = &options.agent_id {
                 ev.agent_id = a.clone();
             }

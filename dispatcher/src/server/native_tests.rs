@@ -15,7 +15,8 @@ const REASON: &str = "agenthooks: destructive command refused by policy (hook te
 /// One tenant-acme hook on `pre_tool_use` for every shell, whatever the runtime calls
 /// it, refusing `rm -rf` and (for the depth test) anything three sub-agents deep.
 fn shell_guard() -> HookSet {
-    let spec = serde_norway::from_str(
+    one_hook(
+        "no-rm",
         r#"
 event: pre_tool_use
 toolKinds: [shell]
@@ -23,15 +24,18 @@ ifExpr: 'tool.command.contains("rm -rf") || depth >= 3'
 handler: {type: command, command: {command: 'echo "destructive command refused by policy" >&2; exit 2'}}
 "#,
     )
-    .unwrap();
+}
+
+/// The hook set of one tenant-acme hook `name` with this spec (YAML).
+fn one_hook(name: &str, spec: &str) -> HookSet {
     let src = SnapshotHook {
         uid: "u".into(),
         namespace: "tenant-acme".into(),
-        name: "no-rm".into(),
+        name: name.into(),
         generation: 1,
         created_at: String::new(),
         namespace_tenant: "acme".into(),
-        spec,
+        spec: serde_norway::from_str(spec).unwrap(),
         sealed_headers: vec![],
         open_breakers: Vec::new(),
         reset_token: None,
@@ -309,30 +313,17 @@ esac ;; esac
 echo '{{}}'"#,
         seen = seen.display()
     );
-    let spec = serde_norway::from_str(&format!(
+    let spec = format!(
         "event: pre_tool_use\nhandler: {{type: command, command: {{dialect: claude-code, command: {}}}}}",
         serde_json::to_string(&script).unwrap()
-    ))
-    .unwrap();
-    let src = SnapshotHook {
-        uid: "u".into(),
-        namespace: "tenant-acme".into(),
-        name: "team-hook".into(),
-        generation: 1,
-        created_at: String::new(),
-        namespace_tenant: "acme".into(),
-        spec,
-        sealed_headers: vec![],
-        open_breakers: Vec::new(),
-        reset_token: None,
-    };
+    );
     let state = AppState::new(Engine::new(
         HttpCaller::new(vec![]),
         Edition::Lite,
         SealKey::generate(),
     ));
     state.set_authenticator(crate::identity::Authenticator::Callers(callers()));
-    state.set_hooks(HookSet::build(vec![src], "agenthooks-system", Edition::Lite, 7, None).0);
+    state.set_hooks(one_hook("team-hook", &spec));
     let base = serve_state(state).await;
     let gemini = with_command(
         fixture("gemini-cli-0.61.0/BeforeTool.command.stdin.json"),
