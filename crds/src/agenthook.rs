@@ -116,6 +116,37 @@ pub struct AgentHookSpec {
     pub handler: HandlerSpec,
 }
 
+impl AgentHookSpec {
+    /// `onTimeout` as it applies (CONTRACT §2.2): the spec's, else `block` for blocking
+    /// events and `allow` for the others.
+    pub fn effective_on_timeout(&self) -> OnTimeout {
+        self.on_timeout.unwrap_or(if self.event.is_blocking() {
+            OnTimeout::Block
+        } else {
+            OnTimeout::Allow
+        })
+    }
+
+    /// `timeoutMs` as it applies to a valid spec (CONTRACT §2.1): absent or 0 is
+    /// [`DEFAULT_TIMEOUT_MS`].
+    pub fn effective_timeout_ms(&self) -> u64 {
+        match self.timeout_ms {
+            None | Some(0) => DEFAULT_TIMEOUT_MS,
+            Some(t) => t.max(0) as u64,
+        }
+    }
+}
+
+impl OnTimeout {
+    /// `allow` or `block`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnTimeout::Allow => "allow",
+            OnTimeout::Block => "block",
+        }
+    }
+}
+
 fn default_true() -> bool {
     true
 }

@@ -135,6 +135,24 @@ impl Breaker {
             && self.lock().peek(tenant).is_some_and(|e| e.state.is_open())
     }
 
+    /// The tenants whose breaker is open on this dispatcher and since when (ms), sorted
+    /// by tenant: what the console shows standalone.
+    pub fn open_tenants(&self) -> Vec<(String, i64)> {
+        if !self.tracked.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        let mut open: Vec<(String, i64)> = self
+            .lock()
+            .iter()
+            .filter_map(|(tenant, e)| match e.state {
+                State::Open { since, .. } => Some((tenant.clone(), since)),
+                State::Closed { .. } => None,
+            })
+            .collect();
+        open.sort();
+        open
+    }
+
     /// Records a handler run of `tenant` admitted as `admission` that ended as `run` (an
     /// [`Outcome`], or the [`RunClass`] of [`class_of`]) at `now_ms`.
     pub fn record(

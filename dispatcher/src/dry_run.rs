@@ -18,7 +18,6 @@
 //! [`PromptEvaluator::evaluate_dry_run`]: crate::handlers::prompt::PromptEvaluator::evaluate_dry_run
 
 use agenthooks_crds::agenthook::AgentHookSpec;
-use agenthooks_crds::expr::EvalScope;
 use agenthooks_crds::sealed::SealKey;
 use agenthooks_crds::snapshot::{SealedHeader, SnapshotHook};
 use agenthooks_crds::tenancy::namespace_tenant;
@@ -76,7 +75,8 @@ pub struct DryRunReport {
     pub event_matched: bool,
     /// The hook is enabled and applies to the sample's tenant and agent (CONTRACT §3.1).
     pub scope_matched: bool,
-    /// `matcher` matches `tool_name` (`true` when the hook has no matcher).
+    /// `matcher` matches `tool_name` and `toolKinds` include the call's kind (`true` for a
+    /// hook with neither).
     pub matcher_matched: bool,
     /// `ifExpr`'s value; `null` when the hook has no `ifExpr` or it failed to evaluate.
     pub cel_matched: Option<bool>,
@@ -125,13 +125,17 @@ pub async fn dry_run(
         None => true,
         Some(re) => event.tool().is_some_and(|t| re.is_match(t)),
     };
-    let cel = hook.compiled.if_expr.as_ref().map(|expr| {
-        expr.evaluate(&EvalScope::new(
-            event.tool().unwrap_or(""),
-            &event.tool_input,
-            event.depth,
-        ))
-    });
+    // spec.toolKinds, as dispatch reads it (runner::filters_match).
+    let kinds = &hook.compiled.tool_kinds;
+    let kind_matched =
+        kinds.is_empty() || event.tool.as_ref().is_some_and(|t| kinds.contains(&t.kind));
+    // The scope dispatch gives ifExpr, with the tool facts (`tool`, `tool_kind`).
+    let mut scope = crate::runner::LazyScope::default();
+    let cel = hook
+        .compiled
+        .if_expr
+        .as_ref()
+        .map(|expr| expr.evaluate(scope.get(event)));
     let cel_matched = match &cel {
         Some(Ok(b)) => Some(*b),
         _ => None,
@@ -155,6 +159,12 @@ pub async fn dry_run(
             spec.matcher,
             event.tool().unwrap_or("")
         ))
+    } else if !kind_matched {
+        Some(format!(
+            "toolKinds {:?} do not include this call's kind {:?}",
+            kinds.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
+            event.tool.as_ref().map_or("none", |t| t.kind.as_str())
+        ))
     } else if cel_matched == Some(false) {
         Some(format!("ifExpr {:?} is false for this event", spec.if_expr))
     } else {
@@ -173,7 +183,7 @@ pub async fn dry_run(
         duration_ms: 0.0,
         event_matched,
         scope_matched,
-        matcher_matched,
+        matcher_matched: matcher_matched && kind_matched,
         cel_matched,
         breaker_open: hook.breaker.is_open(&event.tenant_id),
         stdout: None,
@@ -275,6 +285,10 @@ pub struct InlineContext<'a> {
     pub edition: Edition,
     pub seal_key: &'a SealKey,
     pub served: Option<&'a HookSet>,
+    /// Validate only (the console's form): a header's `valueFrom.secretKeyRef` is
+    /// accepted and sealed as an empty value instead of refused. Such a hook must never
+    /// run.
+    pub validate_only: bool,
 }
 
 /// An inline AgentHook manifest as [`inline_hook`] reads it (`POST /v1/test`'s `spec`):
@@ -412,6 +426,7 @@ pub fn inline_hook(
         for (i, h) in http.headers.iter().enumerate() {
             let value = match (&h.value, &h.value_from) {
                 (Some(v), _) => v.as_bytes(),
+                (None, Some(_)) if ctx.validate_only => b"".as_slice(),
                 (None, Some(_)) => {
                     return Err(InlineSpecError::one(
                         format!("spec.handler.http.headers[{i}].valueFrom"),

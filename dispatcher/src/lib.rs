@@ -27,6 +27,7 @@ pub mod audit;
 pub mod breaker;
 pub mod budget;
 pub mod chain;
+pub mod console;
 pub mod decision;
 pub mod dialect;
 pub mod dry_run;

@@ -865,6 +865,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         ),
     };
     state.set_authenticator(callers);
+    if args.callers.kubernetes_callers {
+        // The console asks the API server as the signed-in person: its address and CA.
+        state.set_console_kube(
+            kube::Config::infer()
+                .await
+                .context("--kubernetes-callers: no in-cluster config or KUBECONFIG")?,
+        );
+    }
     match &args.admin_token_file {
         Some(p) => {
             state.set_admin_token(AdminToken::from_file(p)?);
@@ -893,6 +901,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     )?;
     if let Some(cert) = &cert {
         cert.spawn_reloader("dispatch", agenthooks_tls::RELOAD_INTERVAL, cancel.clone());
+        state.set_serves_tls();
     }
     tracing::info!(addr = %listener.local_addr()?, tls = listener.is_tls(), "dispatcher listening");
     let shutdown = cancel.clone();

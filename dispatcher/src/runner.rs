@@ -123,7 +123,8 @@ impl LazyScope {
     pub fn reset(&mut self) {
         self.0 = None;
     }
-    fn get(&mut self, event: &Event) -> &EvalScope {
+    /// The scope of `event`, built on first use.
+    pub fn get(&mut self, event: &Event) -> &EvalScope {
         self.0.get_or_insert_with(|| {
             EvalScope::with_tool(
                 event.tool().unwrap_or(""),

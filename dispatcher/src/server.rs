@@ -27,6 +27,7 @@
 //!   the audit trail's state in `audit`, `degraded` when its spool is full — else
 //!   503; 503 with `draining: true` once shutting down, while decisions are still
 //!   served), `GET /metrics`.
+//! - `/ui/`: the console, HTML for people ([`crate::console`]).
 //! - `GET /openapi.json`: the OpenAPI 3.1 document of every route ([`openapi`]), no
 //!   credential needed; committed as `docs/openapi.json`.
 //!
@@ -70,6 +71,10 @@ pub struct AppState {
     draining: std::sync::atomic::AtomicBool,
     /// The sub-agent tree of each session seen on the native hook routes.
     pub sessions: dialect::depth::SessionTree,
+    /// `--kubernetes-callers`: how the console reaches the API server as a person.
+    console_kube: std::sync::OnceLock<kube::Config>,
+    /// The port serves TLS (the console's cookies get `Secure`).
+    tls: std::sync::atomic::AtomicBool,
 }
 
 impl AppState {
@@ -92,6 +97,8 @@ impl AppState {
             max_requests,
             draining: std::sync::atomic::AtomicBool::new(false),
             sessions: Default::default(),
+            console_kube: std::sync::OnceLock::new(),
+            tls: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -127,6 +134,27 @@ impl AppState {
     /// The hook set served now, if any. The lock is held only to clone an `Arc`.
     pub fn hooks(&self) -> Option<Arc<HookSet>> {
         self.hooks.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Sets how the console reaches the API server as the signed-in person (once, at
+    /// start, with `--kubernetes-callers`; before [`router`] is built).
+    pub fn set_console_kube(&self, config: kube::Config) {
+        let _ = self.console_kube.set(config);
+    }
+
+    /// The API server config of [`AppState::set_console_kube`], if set.
+    pub fn console_kube_config(&self) -> Option<kube::Config> {
+        self.console_kube.get().cloned()
+    }
+
+    /// Marks the port as serving TLS (before [`router`] is built).
+    pub fn set_serves_tls(&self) {
+        self.tls.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether the port serves TLS.
+    pub fn serves_tls(&self) -> bool {
+        self.tls.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Sets the admin token (once, at start; a second call is ignored).
@@ -216,8 +244,25 @@ pub async fn serve(
     Ok(())
 }
 
-/// The router of every route above.
+/// The router of every route above, and the console under `/ui` ([`crate::console`]).
 pub fn router(state: Arc<AppState>) -> Router {
+    // The console calls the API routes in process as the signed-in person; those calls
+    // already hold the request's slot, so they skip the port's layers.
+    let console = crate::console::router(Arc::clone(&state), api_routes().with_state(Arc::clone(&state)));
+    api_routes()
+        .nest_service("/ui", console)
+        .fallback(unknown_route)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            limit_concurrency,
+        ))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+/// The API's routes, without the port's layers.
+fn api_routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/v1/dispatch", post(dispatch))
         .route("/v1/hooks/{dialect}", post(native_hook))
@@ -229,14 +274,6 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi::serve))
-        .fallback(unknown_route)
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(axum::middleware::from_fn_with_state(
-            Arc::clone(&state),
-            limit_concurrency,
-        ))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .with_state(state)
 }
 
 /// A request's slot among the port's [`AppState::max_requests`]. `dispatch` moves a
@@ -692,6 +729,7 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 }
 
 mod access;
+pub use access::Principal;
 pub mod admin;
 pub mod bodies;
 mod dry_run;

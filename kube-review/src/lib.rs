@@ -448,7 +448,12 @@ pub fn user_of(
     {
         return None;
     }
-    let info = status.user.as_ref()?;
+    user_of_info(status.user.as_ref()?)
+}
+
+/// The user an API server named (a TokenReview's or a SelfSubjectReview's `userInfo`);
+/// `None` without a user name.
+pub fn user_of_info(info: &k8s_openapi::api::authentication::v1::UserInfo) -> Option<KubeUser> {
     let name = info.username.clone().filter(|n| !n.is_empty())?;
     let service_account = name
         .strip_prefix(SERVICE_ACCOUNT_PREFIX)

@@ -191,11 +191,7 @@ pub fn validate(
         Some(t) => t as u64,
     };
     // §2.2 onTimeout
-    let on_timeout = spec.on_timeout.unwrap_or(if spec.event.is_blocking() {
-        OnTimeout::Block
-    } else {
-        OnTimeout::Allow
-    });
+    let on_timeout = spec.effective_on_timeout();
 
     // exactly one handler block, the one named by type
     let h = &spec.handler;

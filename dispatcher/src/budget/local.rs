@@ -116,6 +116,28 @@ impl LocalLedger {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Every budget as it shows now (rolled over to the current month): namespace, name,
+    /// tenant, `spec.monthlyTokens` and status, sorted by namespace and name.
+    pub fn budgets(&self) -> Vec<(String, String, String, i64, TenantHookBudgetStatus)> {
+        let now = (self.clock)();
+        let mut entries = self.lock();
+        let mut out: Vec<_> = entries
+            .values_mut()
+            .map(|e| {
+                e.roll(now);
+                (
+                    e.budget.namespace.clone(),
+                    e.budget.name.clone(),
+                    e.budget.tenant.clone(),
+                    e.budget.spec.monthly_tokens,
+                    e.status.clone(),
+                )
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+        out
+    }
+
     /// The status `tenant`'s budget shows now (rolled over to the current month), and
     /// the tokens held in flight.
     pub fn status(&self, tenant: &str) -> Option<(TenantHookBudgetStatus, i64)> {

@@ -29,6 +29,7 @@ fn build(m: &Value, edition: Edition) -> Result<std::sync::Arc<LoadedHook>, Inli
             edition,
             seal_key: &key,
             served: None,
+            validate_only: false,
         },
     )
 }
@@ -335,6 +336,7 @@ fn the_namespace_tenant_comes_from_the_served_hooks() {
         edition: Edition::Lite,
         seal_key: &key,
         served: Some(&set),
+                validate_only: false,
     };
     let h = inline_hook(&manifest("team-a", "true", json!({"tenant": "acme"})), &ctx).unwrap();
     assert_eq!(h.compiled.tenant, "acme");
@@ -495,5 +497,31 @@ async fn a_dry_run_knows_the_chain_budget() {
             Some(crate::chain::CHAIN_BUDGET_EXCEEDED),
             Some(Outcome::Timeout)
         )
+    );
+}
+
+/// A dry run reads the tool facts and `toolKinds` as dispatch does: `tool.command` in
+/// `ifExpr` is the call's command, and a call of another kind is skipped, naming the kinds.
+#[tokio::test]
+async fn tool_facts_and_tool_kinds_select_as_in_dispatch() {
+    let e = engine(Edition::Lite);
+    let h = build(
+        &manifest(
+            MASTER,
+            "echo refused >&2; exit 2",
+            json!({"scope": "global", "toolKinds": ["shell"], "ifExpr": "tool.command.contains(\"rm -rf\")"}),
+        ),
+        Edition::Lite,
+    )
+    .unwrap();
+    let r = dry_run(&e, &h, &event(json!({})), DryRunOptions::default()).await;
+    assert_eq!((r.ran, r.cel_matched, r.matcher_matched), (true, Some(true), true), "{r:?}");
+    assert_eq!(r.decision, Some(Outcome::Block));
+    let read = event(json!({"tool_name": "Read", "tool_input": {"file_path": "/etc/hosts"}}));
+    let r = dry_run(&e, &h, &read, DryRunOptions::default()).await;
+    assert!(!r.ran && !r.matcher_matched, "{r:?}");
+    assert_eq!(
+        r.skipped.as_deref(),
+        Some(r#"toolKinds ["shell"] do not include this call's kind "file_read""#)
     );
 }

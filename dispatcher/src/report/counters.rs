@@ -114,6 +114,15 @@ impl HookCounters {
         self.by_outcome[outcome_index(outcome)].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// The counts so far, left in place (the console's standalone view: nothing takes
+    /// them there).
+    pub fn peek(&self) -> Counts {
+        Counts {
+            by_outcome: [0, 1, 2, 3].map(|i| self.by_outcome[i].load(Ordering::Relaxed)),
+            last: self.last.load(Ordering::Relaxed),
+        }
+    }
+
     /// Takes the counts so far, leaving zeros.
     pub fn take(&self) -> Counts {
         // The counts first, then `last`: a run racing the sweep leaves at worst a `last`

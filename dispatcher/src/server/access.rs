@@ -13,6 +13,11 @@
 //!
 //! A handler asks [`reader`] first (before reading anything else), then
 //! [`Reader::may`] for each namespace it is about to touch.
+//!
+//! The console ([`crate::console`]) calls the same routes in process for a person who
+//! signed in there: it puts a [`Principal`] into the request's extensions (which no
+//! client can set), and [`reader`] takes it instead of a bearer token, so the person is
+//! authorized by exactly these rules.
 
 use std::sync::Arc;
 
@@ -22,6 +27,17 @@ use axum::response::Response;
 use super::{AppState, admin, error, refused};
 use crate::identity::kubernetes::KubeUser;
 use crate::identity::{Access, Authenticator, KubeCallers, bearer};
+
+/// A person signed in to the console, as the console hands them to the API routes it
+/// calls in process (a request extension; see the module docs).
+#[derive(Clone, Debug)]
+pub enum Principal {
+    /// Standalone: signed in with the admin token.
+    Admin,
+    /// In a cluster: a Kubernetes user the API server named (SelfSubjectReview of the
+    /// token they signed in with), asked about in RBAC like a caller.
+    Kubernetes(Arc<KubeUser>),
+}
 
 /// A caller that proved who it is, before it is asked about a namespace.
 pub(super) enum Reader<'a> {
@@ -42,8 +58,29 @@ pub(super) enum Reader<'a> {
 pub(super) async fn reader<'a>(
     state: &'a AppState,
     headers: &HeaderMap,
+    principal: Option<&Principal>,
     what: &str,
 ) -> Result<Reader<'a>, Response> {
+    match (principal, state.authenticator()) {
+        // A console session: already authenticated there. An admin session exists only
+        // without Kubernetes callers (the console refuses the admin token with them).
+        (Some(Principal::Kubernetes(user)), Some(Authenticator::Kubernetes(callers))) => {
+            return Ok(Reader::Kubernetes {
+                callers,
+                user: Arc::clone(user),
+            });
+        }
+        (Some(Principal::Admin), Some(Authenticator::Kubernetes(_)))
+        | (Some(Principal::Kubernetes(_)), _) => {
+            return Err(error(
+                StatusCode::FORBIDDEN,
+                "authorization",
+                format!("{what}: this console session does not match the dispatcher's callers mode; sign in again"),
+            ));
+        }
+        (Some(Principal::Admin), _) => return Ok(Reader::Admin),
+        (None, _) => {}
+    }
     match state.authenticator() {
         Some(Authenticator::Kubernetes(callers)) => {
             let token = bearer(headers).map_err(refused)?;

@@ -39,7 +39,8 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::access::reader;
+use super::access::{Principal, reader};
+use axum::Extension;
 use super::{AppState, error, read_body};
 use crate::dry_run::{
     DryRunOptions, InlineContext, InlineSpecError, SpecFieldError, dry_run, inline_hook,
@@ -83,11 +84,13 @@ enum Target {
 /// `POST /v1/test`.
 pub(super) async fn test(
     State(state): State<Arc<AppState>>,
+    principal: Option<Extension<Principal>>,
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> Response {
     const WHAT: &str = "POST /v1/test";
-    let reader = match reader(&state, &headers, WHAT).await {
+    let principal = principal.map(|Extension(p)| p);
+    let reader = match reader(&state, &headers, principal.as_ref(), WHAT).await {
         Ok(r) => r,
         Err(refused) => return refused,
     };
@@ -197,6 +200,7 @@ pub(super) async fn test(
                 edition: state.engine.edition,
                 seal_key: &state.engine.seal_key,
                 served: Some(&set),
+                validate_only: false,
             };
             match inline_hook(&manifest, &ctx) {
                 Ok(h) => h,

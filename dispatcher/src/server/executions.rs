@@ -48,7 +48,8 @@ use chrono::SecondsFormat;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::access::reader;
+use super::access::{Principal, reader};
+use axum::Extension;
 use super::{AppState, error};
 use crate::audit::row::{AuditRow, detail_binding};
 use crate::audit::store::{AuditStore, ExecutionParams, ExecutionQuery, StoreError};
@@ -144,12 +145,14 @@ pub struct RowId {
 pub(super) async fn list(
     State(state): State<Arc<AppState>>,
     RawQuery(q): RawQuery,
+    principal: Option<Extension<Principal>>,
     headers: HeaderMap,
 ) -> Response {
     // Rows name tenants, sessions and errors of every tenant: who is asking is checked
     // before anything else (a caller without a credential learns nothing).
     const WHAT: &str = "GET /v1/executions";
-    let reader = match reader(&state, &headers, WHAT).await {
+    let principal = principal.map(|Extension(p)| p);
+    let reader = match reader(&state, &headers, principal.as_ref(), WHAT).await {
         Ok(r) => r,
         Err(refused) => return refused,
     };
@@ -205,9 +208,11 @@ pub(super) async fn get_one(
     State(state): State<Arc<AppState>>,
     id: Result<Path<String>, PathRejection>,
     RawQuery(q): RawQuery,
+    principal: Option<Extension<Principal>>,
     headers: HeaderMap,
 ) -> Response {
-    let reader = match reader(&state, &headers, "GET /v1/executions/{id}").await {
+    let principal = principal.map(|Extension(p)| p);
+    let reader = match reader(&state, &headers, principal.as_ref(), "GET /v1/executions/{id}").await {
         Ok(r) => r,
         Err(refused) => return refused,
     };

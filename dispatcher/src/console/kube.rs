@@ -1,0 +1,265 @@
+//! The console in a cluster: the API server, asked as the signed-in person (issue 14
+//! point 2). Every request carries the person's own bearer token — the dispatcher's
+//! ServiceAccount plays no part — so a person lists, reads and applies exactly what their
+//! RBAC allows and nothing more.
+//!
+//! - Sign-in: a SelfSubjectReview with the pasted token names the person (any token the
+//!   API server accepts: a ServiceAccount token from `kubectl create token`, an OIDC id
+//!   token). 401 there refuses the sign-in.
+//! - Lists: AgentHooks and TenantHookBudgets cluster-wide when the person may list them
+//!   so; otherwise namespace by namespace over the namespaces the dispatcher knows (its
+//!   snapshot's tenant map), keeping those the person may list. Namespaces refused are not
+//!   named (that would tell a tenant the others' namespaces).
+//! - Secrets for a header: those labelled `agenthooks.io/hook-secret=true` in the hook's
+//!   namespace that the person may list; only their names and keys are shown.
+//! - Apply: server-side apply with field manager [`FIELD_MANAGER`], first as a dry run
+//!   (`dryRun=All`: the schema, its CEL rules, admission policies, RBAC), then for real.
+//! - A 401 from the API server on any request ends the session (the token expired or was
+//!   revoked): the person signs in again.
+
+use std::time::Duration;
+
+use agenthooks_crds::agenthook::AgentHook;
+use agenthooks_crds::budget::TenantHookBudget;
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::Value;
+
+use super::catalog::{BudgetSummary, HookSummary};
+use super::session::{MAX_AGE, Session};
+use crate::identity::kubernetes::KubeUser;
+
+/// The field manager of the console's server-side applies.
+pub const FIELD_MANAGER: &str = "agenthooks-console";
+/// How long one request to the API server may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why the API server did not answer as hoped.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeError {
+    /// 401: the token is not (or no longer) accepted.
+    #[error("the API server did not accept the token")]
+    Unauthorized,
+    /// The API server refused the request (403, 404, 409, 422, ...): its status, the
+    /// field it named (`""` when none) and its message.
+    #[error("{message}")]
+    Refused {
+        status: u16,
+        field: String,
+        message: String,
+    },
+    /// It could not be asked (connection, timeout, a client that could not be built).
+    #[error("the API server could not be asked: {0}")]
+    Unavailable(String),
+}
+
+/// What a person may see in a cluster.
+pub struct KubeCatalog {
+    pub hooks: Vec<HookSummary>,
+    pub budgets: Vec<BudgetSummary>,
+    /// Notes for the page (e.g. that the list is per namespace).
+    pub denied: Vec<String>,
+}
+
+/// How to reach the API server (its address and CA; never the dispatcher's credential).
+pub struct KubeConsole {
+    base: kube::Config,
+}
+
+impl KubeConsole {
+    /// From the dispatcher's own config (in-cluster or KUBECONFIG); its credentials are
+    /// dropped, each request gets the person's token.
+    pub fn new(mut base: kube::Config) -> KubeConsole {
+        base.auth_info = kube::config::AuthInfo::default();
+        base.read_timeout = Some(REQUEST_TIMEOUT);
+        base.connect_timeout = Some(REQUEST_TIMEOUT);
+        KubeConsole { base }
+    }
+
+    /// A client that sends `token`.
+    fn client(&self, token: &str) -> Result<kube::Client, KubeError> {
+        let mut config = self.base.clone();
+        config.auth_info.token = Some(secrecy::SecretString::from(token.to_owned()));
+        kube::Client::try_from(config).map_err(|e| KubeError::Unavailable(e.to_string()))
+    }
+
+    fn session_client(&self, s: &Session) -> Result<kube::Client, KubeError> {
+        self.client(s.token.as_deref().ok_or(KubeError::Unauthorized)?)
+    }
+
+    /// Who `token` is (SelfSubjectReview), and how long the session may last: at most
+    /// [`MAX_AGE`], cut to the token's `exp` when it is a JWT.
+    pub async fn sign_in(&self, token: &str) -> Result<(KubeUser, Option<Duration>), KubeError> {
+        let api: Api<SelfSubjectReview> = Api::all(self.client(token)?);
+        let review = api
+            .create(&PostParams::default(), &SelfSubjectReview::default())
+            .await
+            .map_err(classify)?;
+        let user = review
+            .status
+            .and_then(|s| s.user_info)
+            .and_then(|info| agenthooks_kube_review::user_of_info(&info))
+            .ok_or_else(|| KubeError::Unavailable("the API server named no user".into()))?;
+        let ttl = agenthooks_kube_review::token_ttl(token, MAX_AGE, chrono::Utc::now().timestamp());
+        if ttl.is_zero() {
+            return Err(KubeError::Unauthorized);
+        }
+        Ok((user, Some(ttl)))
+    }
+
+    /// The hooks and budgets the person may list (see the module docs); `namespaces` are
+    /// the ones to try one by one when a cluster-wide list is refused.
+    pub async fn catalog(&self, s: &Session, namespaces: &[String]) -> Result<KubeCatalog, KubeError> {
+        let client = self.session_client(s)?;
+        let mut denied = Vec::new();
+        let hooks: Vec<AgentHook> = match Api::<AgentHook>::all(client.clone()).list(&ListParams::default()).await {
+            Ok(list) => list.items,
+            Err(e) => match classify(e) {
+                KubeError::Refused { status: 403, .. } => {
+                    denied.push("You may not list AgentHooks cluster-wide: showing the namespaces you may list.".to_owned());
+                    let mut all = Vec::new();
+                    for ns in namespaces {
+                        match Api::<AgentHook>::namespaced(client.clone(), ns).list(&ListParams::default()).await {
+                            Ok(list) => all.extend(list.items),
+                            Err(e) => match classify(e) {
+                                KubeError::Refused { status: 403 | 404, .. } => {}
+                                other => return Err(other),
+                            },
+                        }
+                    }
+                    all
+                }
+                other => return Err(other),
+            },
+        };
+        let budgets: Vec<TenantHookBudget> = match Api::<TenantHookBudget>::all(client.clone()).list(&ListParams::default()).await {
+            Ok(list) => list.items,
+            Err(e) => match classify(e) {
+                KubeError::Refused { status: 403, .. } => {
+                    let mut all = Vec::new();
+                    for ns in namespaces {
+                        if let Ok(list) = Api::<TenantHookBudget>::namespaced(client.clone(), ns).list(&ListParams::default()).await {
+                            all.extend(list.items);
+                        }
+                    }
+                    all
+                }
+                other => return Err(other),
+            },
+        };
+        let mut hooks: Vec<HookSummary> = hooks.iter().map(HookSummary::of_object).collect();
+        hooks.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        let mut budgets: Vec<BudgetSummary> = budgets
+            .iter()
+            .map(|b| {
+                let ns = b.metadata.namespace.clone().unwrap_or_default();
+                let tenant = b
+                    .spec
+                    .tenant
+                    .clone()
+                    .unwrap_or_else(|| agenthooks_crds::tenancy::namespace_tenant(&ns, None).to_owned());
+                BudgetSummary::of_object(b, tenant)
+            })
+            .collect();
+        budgets.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        Ok(KubeCatalog { hooks, budgets, denied })
+    }
+
+    /// One hook, `None` when it does not exist or the person may not read it.
+    pub async fn hook(&self, s: &Session, namespace: &str, name: &str) -> Result<Option<HookSummary>, KubeError> {
+        let api: Api<AgentHook> = Api::namespaced(self.session_client(s)?, namespace);
+        match api.get(name).await {
+            Ok(h) => Ok(Some(HookSummary::of_object(&h))),
+            Err(e) => match classify(e) {
+                KubeError::Refused { status: 403 | 404, .. } => Ok(None),
+                other => Err(other),
+            },
+        }
+    }
+
+    /// `NAME/KEY` of every key of the hook Secrets in `namespace` the person may list.
+    pub async fn hook_secrets(&self, s: &Session, namespace: &str) -> Result<Vec<String>, KubeError> {
+        let api: Api<Secret> = Api::namespaced(self.session_client(s)?, namespace);
+        let lp = ListParams::default().labels(&format!("{}=true", agenthooks_crds::HOOK_SECRET_LABEL));
+        match api.list(&lp).await {
+            Ok(list) => {
+                let mut out: Vec<String> = list
+                    .items
+                    .iter()
+                    .flat_map(|sec| {
+                        let name = sec.metadata.name.clone().unwrap_or_default();
+                        sec.data
+                            .iter()
+                            .flat_map(|d| d.keys())
+                            .map(move |k| format!("{name}/{k}"))
+                            .collect::<Vec<_>>()
+                    })
+                    .collect();
+                out.sort();
+                Ok(out)
+            }
+            Err(e) => match classify(e) {
+                KubeError::Refused { status: 403 | 404, .. } => Ok(Vec::new()),
+                other => Err(other),
+            },
+        }
+    }
+
+    /// Server-side apply of `manifest` (an AgentHook) as the person; with `dry_run` the
+    /// API server checks everything and writes nothing.
+    pub async fn apply(&self, s: &Session, manifest: &Value, dry_run: bool) -> Result<(), KubeError> {
+        let ns = manifest["metadata"]["namespace"].as_str().unwrap_or("");
+        let name = manifest["metadata"]["name"].as_str().unwrap_or("");
+        let api: Api<AgentHook> = Api::namespaced(self.session_client(s)?, ns);
+        let mut pp = PatchParams::apply(FIELD_MANAGER);
+        pp.dry_run = dry_run;
+        api.patch(name, &pp, &Patch::Apply(manifest))
+            .await
+            .map(|_| ())
+            .map_err(classify)
+    }
+}
+
+/// A kube error as the console reports it: 401 ends the session; other API answers are
+/// refusals with the field the message names (`AgentHook.agenthooks.io "x" is invalid:
+/// spec.timeoutMs: Invalid value: ...` names `spec.timeoutMs`).
+fn classify(e: kube::Error) -> KubeError {
+    match e {
+        kube::Error::Api(status) if status.code == 401 => KubeError::Unauthorized,
+        kube::Error::Api(status) => KubeError::Refused {
+            status: status.code,
+            field: field_of(&status.message),
+            message: status.message.clone(),
+        },
+        other => KubeError::Unavailable(other.to_string()),
+    }
+}
+
+/// The first field a Kubernetes refusal names (`... is invalid: FIELD: ...`), or `""`.
+pub fn field_of(message: &str) -> String {
+    message
+        .split_once("is invalid: ")
+        .and_then(|(_, rest)| rest.split_once(':'))
+        .map(|(field, _)| field.trim().trim_start_matches('[').to_owned())
+        .filter(|f| !f.is_empty() && !f.contains(' '))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_name_the_field_the_api_server_names() {
+        assert_eq!(
+            field_of(r#"AgentHook.agenthooks.io "x" is invalid: spec.timeoutMs: Invalid value: 20000: spec.timeoutMs in body should be less than or equal to 10000"#),
+            "spec.timeoutMs"
+        );
+        assert_eq!(
+            field_of(r#"AgentHook.agenthooks.io "x" is invalid: [spec.handler: Invalid value: "object": exactly one, spec.scope: Unsupported value]"#),
+            "spec.handler"
+        );
+        assert_eq!(field_of("agenthooks.agenthooks.io is forbidden: User \"u\" cannot patch"), "");
+    }
+}

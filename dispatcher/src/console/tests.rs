@@ -1,0 +1,307 @@
+//! The console's routes on a standalone dispatcher, in process: sign-in, sessions,
+//! CSRF and origin, the list and its filters, the test panel, history paging, the form.
+//! The browser tests (`e2e/tests/console.rs`) drive the same pages in Chromium.
+
+use std::sync::Arc;
+
+use agenthooks_crds::Edition;
+use agenthooks_crds::sealed::SealKey;
+use agenthooks_crds::snapshot::SnapshotHook;
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use tower::ServiceExt;
+
+use crate::handlers::http::HttpCaller;
+use crate::hookset::HookSet;
+use crate::runner::Engine;
+use crate::server::{AppState, admin, router};
+
+const ADMIN: &str = "console-admin-token-0123456789";
+
+fn hook(ns: &str, name: &str, spec: &str) -> SnapshotHook {
+    SnapshotHook {
+        uid: format!("u-{name}"),
+        namespace: ns.into(),
+        name: name.into(),
+        generation: 1,
+        created_at: String::new(),
+        namespace_tenant: if ns == "agenthooks-system" { ns.into() } else { "acme".into() },
+        spec: serde_norway::from_str(spec).unwrap(),
+        sealed_headers: vec![],
+        open_breakers: Vec::new(),
+        reset_token: None,
+    }
+}
+
+fn state(edition: Edition) -> Arc<AppState> {
+    let state = AppState::new(Engine::new(HttpCaller::new(vec![]), edition, SealKey::generate()));
+    state.set_authenticator(crate::identity::Authenticator::Anonymous);
+    state.set_admin_token(admin::AdminToken::new(ADMIN).unwrap());
+    let (set, _) = HookSet::build(
+        vec![
+            hook(
+                "agenthooks-system",
+                "rm-guard",
+                "event: pre_tool_use\nscope: global\npriority: 100\nmatcher: '^Bash$'\nhandler: {type: command, command: {command: 'echo destructive command refused >&2; exit 2'}}",
+            ),
+            hook(
+                "agenthooks-system",
+                "rewrite",
+                "event: pre_tool_use\nscope: global\nhandler: {type: command, command: {command: 'echo ''{\"updatedInput\": {\"command\": \"ls -la ./build\"}}'''}}",
+            ),
+            hook(
+                "tenant-acme",
+                "notify",
+                "event: stop\nhandler: {type: http, http: {url: 'https://policy.example/hook'}}",
+            ),
+        ],
+        "agenthooks-system",
+        edition,
+        1,
+        None,
+    );
+    state.set_hooks(set);
+    state
+}
+
+/// A browser: keeps the session cookie, sends `Origin` on POSTs.
+struct Browser {
+    app: axum::Router,
+    cookie: Option<String>,
+}
+
+struct Page {
+    status: StatusCode,
+    location: String,
+    body: String,
+}
+
+impl Browser {
+    fn new(state: Arc<AppState>) -> Browser {
+        Browser {
+            app: router(state),
+            cookie: None,
+        }
+    }
+
+    async fn send(&mut self, req: Request<Body>) -> Page {
+        let r = self.app.clone().oneshot(req).await.unwrap();
+        if let Some(c) = r.headers().get(header::SET_COOKIE) {
+            let v = c.to_str().unwrap().split(';').next().unwrap().to_owned();
+            self.cookie = (!v.ends_with('=')).then_some(v);
+        }
+        let status = r.status();
+        let location = r
+            .headers()
+            .get(header::LOCATION)
+            .map(|l| l.to_str().unwrap().to_owned())
+            .unwrap_or_default();
+        let csp = r.headers().get(header::CONTENT_SECURITY_POLICY).cloned();
+        assert_eq!(csp.as_ref().map(|v| v.to_str().unwrap()), Some(super::CSP));
+        let body = axum::body::to_bytes(r.into_body(), 1 << 24).await.unwrap();
+        Page {
+            status,
+            location,
+            body: String::from_utf8(body.to_vec()).unwrap(),
+        }
+    }
+
+    async fn get(&mut self, path: &str) -> Page {
+        let mut req = Request::get(path);
+        if let Some(c) = &self.cookie {
+            req = req.header(header::COOKIE, c);
+        }
+        self.send(req.body(Body::empty()).unwrap()).await
+    }
+
+    async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> Page {
+        self.post_from(path, form, "http://console.test").await
+    }
+
+    async fn post_from(&mut self, path: &str, form: &[(&str, &str)], origin: &str) -> Page {
+        let body: String = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(form)
+            .finish();
+        let mut req = Request::post(path)
+            .header(header::HOST, "console.test")
+            .header(header::ORIGIN, origin)
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+        if let Some(c) = &self.cookie {
+            req = req.header(header::COOKIE, c);
+        }
+        self.send(req.body(Body::from(body)).unwrap()).await
+    }
+
+    async fn sign_in(&mut self) -> String {
+        let p = self.post("/ui/sign-in", &[("token", ADMIN), ("next", "/ui/hooks")]).await;
+        assert_eq!((p.status, p.location.as_str()), (StatusCode::SEE_OTHER, "/ui/hooks"));
+        self.csrf().await
+    }
+
+    async fn csrf(&mut self) -> String {
+        let page = self.get("/ui/hooks/new").await;
+        let at = page.body.find("name=\"csrf\" value=\"").unwrap() + 19;
+        page.body[at..at + 64].to_owned()
+    }
+}
+
+#[tokio::test]
+async fn pages_need_a_session_and_the_admin_token_signs_in() {
+    let mut b = Browser::new(state(Edition::Lite));
+    let p = b.get("/ui/hooks?event=stop").await;
+    assert_eq!(p.status, StatusCode::SEE_OTHER);
+    assert_eq!(p.location, "/ui/sign-in?next=%2Fui%2Fhooks%3Fevent%3Dstop");
+    let p = b.get("/ui").await;
+    assert_eq!((p.status, p.location.as_str()), (StatusCode::SEE_OTHER, "/ui/sign-in?next=%2Fui%2F"));
+
+    let bad = b.post("/ui/sign-in", &[("token", "wrong-token-0123456789"), ("next", "/ui/hooks")]).await;
+    assert_eq!(bad.status, StatusCode::UNAUTHORIZED);
+    assert!(bad.body.contains(r#"id="sign-in-error""#), "{}", bad.body);
+    assert!(b.cookie.is_none());
+
+    // next= never leads off the console.
+    let p = b.post("/ui/sign-in", &[("token", ADMIN), ("next", "//evil.example/x")]).await;
+    assert_eq!((p.status, p.location.as_str()), (StatusCode::SEE_OTHER, "/ui/hooks"));
+    let list = b.get("/ui/hooks").await;
+    assert_eq!(list.status, StatusCode::OK);
+    assert!(list.body.contains(r#"<span data-testid="whoami">admin</span>"#), "{}", list.body);
+
+    // Signing out ends the session on the server, not only in the browser.
+    let kept = b.cookie.clone();
+    let csrf = b.csrf().await;
+    let out = b.post("/ui/sign-out", &[("csrf", &csrf)]).await;
+    assert_eq!(out.location, "/ui/sign-in?reason=signed-out");
+    b.cookie = kept;
+    assert_eq!(b.get("/ui/hooks").await.status, StatusCode::SEE_OTHER);
+}
+
+#[tokio::test]
+async fn a_post_without_the_forms_token_or_from_another_site_is_refused() {
+    let mut b = Browser::new(state(Edition::Lite));
+    let csrf = b.sign_in().await;
+    let event = r#"{"event":"pre_tool_use","tenant_id":"acme","agent_id":"a","tool_name":"Bash","tool_input":{"command":"rm -rf /"}}"#;
+    let p = b.post("/ui/hooks/agenthooks-system/rm-guard/test", &[("event", event)]).await;
+    assert_eq!(p.status, StatusCode::FORBIDDEN);
+    assert!(p.body.starts_with("csrf:"), "{}", p.body);
+    let p = b
+        .post_from("/ui/hooks/agenthooks-system/rm-guard/test", &[("csrf", &csrf), ("event", event)], "https://evil.example")
+        .await;
+    assert_eq!(p.status, StatusCode::FORBIDDEN);
+    assert!(p.body.starts_with("Origin:"), "{}", p.body);
+    let ok = b.post("/ui/hooks/agenthooks-system/rm-guard/test", &[("csrf", &csrf), ("event", event)]).await;
+    assert_eq!(ok.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn the_list_shows_conditions_and_filters_name_bad_values() {
+    let mut b = Browser::new(state(Edition::Lite));
+    b.sign_in().await;
+    let all = b.get("/ui/hooks").await;
+    for key in ["agenthooks-system/rm-guard", "agenthooks-system/rewrite", "tenant-acme/notify"] {
+        assert!(all.body.contains(&format!(r#"data-hook="{key}""#)), "{key}: {}", all.body);
+    }
+    assert!(all.body.contains(r#"data-status="True" title="loaded from the hooks files">Valid"#), "{}", all.body);
+    let http = b.get("/ui/hooks?handler=http&event=").await;
+    assert!(http.body.contains(r#"data-hook="tenant-acme/notify""#));
+    assert!(!http.body.contains(r#"data-hook="agenthooks-system/rm-guard""#));
+    let none = b.get("/ui/hooks?state=circuit-open").await;
+    assert!(none.body.contains(r#"data-testid="no-hooks""#), "{}", none.body);
+    let bad = b.get("/ui/hooks?event=pre_tool").await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert!(bad.body.contains(r#"role="alert" data-field="event""#), "{}", bad.body);
+    let unknown = b.get("/ui/hooks?colour=red").await;
+    assert!(unknown.body.contains(r#"data-field="colour""#), "{}", unknown.body);
+}
+
+#[tokio::test]
+async fn the_test_panel_shows_a_block_with_stderr_and_a_rewrite_with_its_diff() {
+    let mut b = Browser::new(state(Edition::Lite));
+    let csrf = b.sign_in().await;
+    let form = b.get("/ui/hooks/agenthooks-system/rm-guard/test").await;
+    assert!(form.body.contains("&quot;tool_name&quot;: &quot;Bash&quot;"), "sample event: {}", form.body);
+
+    let event = r#"{"event":"pre_tool_use","tenant_id":"acme","agent_id":"a","tool_name":"Bash","tool_input":{"command":"rm -rf /"}}"#;
+    let p = b.post("/ui/hooks/agenthooks-system/rm-guard/test", &[("csrf", &csrf), ("event", event)]).await;
+    assert!(p.body.contains(r#"data-testid="decision"><span class="decision" data-decision="block">block"#), "{}", p.body);
+    assert!(p.body.contains(r#"<pre data-testid="stderr">destructive command refused"#), "{}", p.body);
+
+    let p = b.post("/ui/hooks/agenthooks-system/rewrite/test", &[("csrf", &csrf), ("event", event)]).await;
+    assert!(p.body.contains(r#"data-testid="diff""#), "{}", p.body);
+    assert!(p.body.contains(r#"<span class="del"><del>  &quot;command&quot;: &quot;rm -rf /&quot;</del>"#), "{}", p.body);
+    assert!(p.body.contains(r#"<span class="add"><ins>  &quot;command&quot;: &quot;ls -la ./build&quot;</ins>"#), "{}", p.body);
+
+    let bad = b.post("/ui/hooks/agenthooks-system/rewrite/test", &[("csrf", &csrf), ("event", "{not json")]).await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert!(bad.body.contains(r#"data-field="event""#), "{}", bad.body);
+    let bad_event = b
+        .post("/ui/hooks/agenthooks-system/rewrite/test", &[("csrf", &csrf), ("event", r#"{"event":"lunch"}"#)])
+        .await;
+    assert_eq!(bad_event.status, StatusCode::BAD_REQUEST);
+    assert!(bad_event.body.contains(r#"data-field="event.event""#), "{}", bad_event.body);
+    let missing = b.get("/ui/hooks/agenthooks-system/nope").await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn the_form_refuses_with_the_field_named_and_command_is_greyed_out_on_standard() {
+    let mut b = Browser::new(state(Edition::Lite));
+    let csrf = b.sign_in().await;
+    let base = [
+        ("csrf", csrf.as_str()),
+        ("namespace", "tenant-acme"),
+        ("name", "guard"),
+        ("event", "pre_tool_use"),
+        ("scope", "tenant"),
+        ("handler", "http"),
+        ("httpUrl", "https://policy.example/hook"),
+        ("enabled", "true"),
+    ];
+    let mut slow = base.to_vec();
+    slow.extend([("timeoutMs", "20000"), ("action", "validate")]);
+    let p = b.post("/ui/hooks/new", &slow).await;
+    assert_eq!(p.status, StatusCode::BAD_REQUEST);
+    assert!(p.body.contains(r#"data-field="spec.timeoutMs""#), "{}", p.body);
+    assert!(p.body.contains(r#"aria-invalid="true""#), "{}", p.body);
+
+    let mut ok = base.to_vec();
+    ok.push(("action", "validate"));
+    let p = b.post("/ui/hooks/new", &ok).await;
+    assert_eq!(p.status, StatusCode::OK, "{}", p.body);
+    assert!(p.body.contains(r#"<pre data-testid="yaml">apiVersion: agenthooks.io/v1alpha1"#), "{}", p.body);
+
+    let mut dl = base.to_vec();
+    dl.push(("action", "download"));
+    let p = b.post("/ui/hooks/new", &dl).await;
+    assert!(p.body.starts_with("apiVersion: agenthooks.io/v1alpha1\nkind: AgentHook\n"), "{}", p.body);
+
+    // Standalone apply: served at once, in memory; the files' hooks are never replaced.
+    let mut apply = base.to_vec();
+    apply.push(("action", "apply"));
+    let p = b.post("/ui/hooks/new", &apply).await;
+    assert_eq!((p.status, p.location.as_str()), (StatusCode::SEE_OTHER, "/ui/hooks/tenant-acme/guard"));
+    let list = b.get("/ui/hooks").await;
+    assert!(list.body.contains(r#"data-hook="tenant-acme/guard""#), "{}", list.body);
+    assert!(list.body.contains("created in the console"), "{}", list.body);
+    let again = b.post("/ui/hooks/new", &apply).await;
+    assert_eq!(again.status, StatusCode::SEE_OTHER, "a console hook is replaced");
+    let mut clash = base.to_vec();
+    clash.retain(|(k, _)| !matches!(*k, "namespace" | "name"));
+    clash.extend([("namespace", "agenthooks-system"), ("name", "rm-guard"), ("action", "apply")]);
+    let p = b.post("/ui/hooks/new", &clash).await;
+    assert_eq!(p.status, StatusCode::CONFLICT);
+    assert!(p.body.contains(r#"data-field="metadata.name""#), "{}", p.body);
+
+    let mut std = Browser::new(state(Edition::Standard));
+    let csrf = std.sign_in().await;
+    let form = std.get("/ui/hooks/new").await;
+    assert!(form.body.contains(r#"id="handler-command" name="handler" value="command" disabled"#), "{}", form.body);
+    assert!(form.body.contains("EditionForbidsCommand"), "{}", form.body);
+    let p = std
+        .post(
+            "/ui/hooks/new",
+            &[("csrf", &csrf), ("namespace", "agenthooks-system"), ("name", "c"), ("event", "stop"), ("scope", "tenant"), ("handler", "command"), ("command", "true"), ("action", "validate")],
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::BAD_REQUEST);
+    assert!(p.body.contains("EditionForbidsCommand") || p.body.contains("Standard"), "{}", p.body);
+}
