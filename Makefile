@@ -32,6 +32,7 @@ test: deps
 	bash e2e/argocd-health/build.sh >/dev/null
 	bash e2e/node/build.sh >/dev/null
 	bash scripts/install-deps.sh schemathesis
+	bash scripts/install-deps.sh browser
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace --no-fail-fast
 	AGENTHOOKS_IMAGE_BIN_DIR=$(CURDIR)/target/debug $(CARGO) test -p agenthooks-e2e --test chart_node -- --ignored --nocapture --test-threads=1

@@ -2,6 +2,7 @@
 # Installs what `make test` needs and a fresh Debian machine may lack. Idempotent.
 #   scripts/install-deps.sh node       also what the real node of `make test-node` needs
 #   scripts/install-deps.sh runtimes   the agent runtimes of the runtimes tier (scripts/runtimes.pins)
+#   scripts/install-deps.sh browser    Debian's chromium and the console's browser tests' npm packages
 set -euo pipefail
 if [ "${1:-}" = runtimes ]; then
   # Each pinned runtime from the npm registry into its own prefix; skipped when its binary
@@ -45,6 +46,16 @@ if [ "${1:-}" = schemathesis ]; then
   command -v python3 >/dev/null || need+=(python3)
   /usr/bin/env python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 fi
+# `scripts/install-deps.sh browser`: the console's browser tests (e2e/console/README.md):
+# Debian's chromium (apt) and, pinned, playwright-core and @axe-core/playwright from npm into
+# a prefix of their own. Playwright never downloads a browser: the tests launch
+# /usr/bin/chromium (e2e/tests/console.rs reads PLAYWRIGHT_VERSION= here to find the prefix).
+PLAYWRIGHT_VERSION=1.65.2
+AXE_PLAYWRIGHT_VERSION=4.14.1
+if [ "${1:-}" = browser ]; then
+  command -v npm >/dev/null || { echo "[deps] npm (Node.js >= 20) is required for the browser tests" >&2; exit 1; }
+  [ -x /usr/bin/chromium ] || need+=(chromium)
+fi
 command -v openssl >/dev/null || need+=(openssl)
 command -v setsid >/dev/null || need+=(util-linux)
 command -v curl >/dev/null || need+=(curl)
@@ -71,6 +82,25 @@ if [ "${1:-}" = schemathesis ]; then
       || { echo "[deps] $exe does not answer --version with $SCHEMATHESIS_VERSION" >&2; exit 1; }
   fi
   echo "[deps] schemathesis ok: $exe" >&2
+  exit 0
+fi
+if [ "${1:-}" = browser ]; then
+  # Skipped when both packages are already there at the pinned versions.
+  prefix="${AGENTHOOKS_TOOLS_DIR:-$HOME/.cache/agenthooks/tools}/browser-$PLAYWRIGHT_VERSION"
+  installed() { node -p "require('$prefix/node_modules/$1/package.json').version" 2>/dev/null; }
+  if [ "$(installed playwright-core)" != "$PLAYWRIGHT_VERSION" ] \
+    || [ "$(installed @axe-core/playwright)" != "$AXE_PLAYWRIGHT_VERSION" ]; then
+    echo "[deps] installing playwright-core@$PLAYWRIGHT_VERSION @axe-core/playwright@$AXE_PLAYWRIGHT_VERSION into $prefix" >&2
+    mkdir -p "$prefix"
+    PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm install --no-audit --no-fund --save-exact --prefix "$prefix" \
+      "playwright-core@$PLAYWRIGHT_VERSION" "@axe-core/playwright@$AXE_PLAYWRIGHT_VERSION" >"$prefix.install.log" 2>&1 \
+      || { tail -20 "$prefix.install.log" >&2; exit 1; }
+    if [ "$(installed playwright-core)" != "$PLAYWRIGHT_VERSION" ] \
+      || [ "$(installed @axe-core/playwright)" != "$AXE_PLAYWRIGHT_VERSION" ]; then
+      echo "[deps] $prefix lacks the pinned playwright-core or @axe-core/playwright" >&2; exit 1
+    fi
+  fi
+  echo "[deps] browser ok: $(/usr/bin/chromium --version 2>/dev/null), node_modules in $prefix" >&2
   exit 0
 fi
 command -v cargo >/dev/null || { echo "[deps] Rust (cargo) is required: https://rustup.rs" >&2; exit 1; }

@@ -754,6 +754,17 @@ impl StandaloneDispatcher {
         d
     }
 
+    /// The admin token (`--admin-token-file`): reads the audit history, runs dry runs, and
+    /// signs in to the console.
+    pub fn admin_token(&self) -> &str {
+        &self.admin_token
+    }
+
+    /// The caller token ([`CALLER_TOKEN`], tenant [`TENANT`]): sends events.
+    pub fn caller_token(&self) -> &str {
+        CALLER_TOKEN
+    }
+
     /// Claude Code's `http` hook to this dispatcher.
     pub fn http_wiring(&self) -> HookWiring {
         HookWiring::Http {
