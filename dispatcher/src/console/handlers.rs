@@ -88,6 +88,7 @@ pub async fn sign_in_page(State(c): C, RawQuery(q): RawQuery) -> Response {
         "ended" => Some("Your session ended (an hour idle, or 12 hours old). Sign in again."),
         "expired" => Some("Your token was refused or has expired. Sign in again."),
         "signed-out" => Some("You signed out."),
+        "required" => Some("Sign in to continue."),
         _ => None,
     };
     let next = safe_next(value(&p, "next"));

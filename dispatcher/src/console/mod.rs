@@ -104,7 +104,9 @@ async fn security_headers(mut response: Response) -> Response {
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    // `same-origin`: a POST keeps its real `Origin` (with `no-referrer` Chromium sends
+    // `Origin: null`), and no other site learns a console URL.
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.entry(header::CACHE_CONTROL)
         .or_insert(HeaderValue::from_static("no-store"));
@@ -118,10 +120,10 @@ impl Console {
         let next = format!("/ui{}", uri.path_and_query().map_or("/", |p| p.as_str()));
         let why = match session::cookie_value(headers).map(|id| self.sessions.get(&id, Instant::now())) {
             Some(Lookup::Live(s)) => return Ok(s),
-            Some(Lookup::Ended) => Some("ended"),
-            Some(Lookup::Unknown) | None => None,
+            Some(Lookup::Ended) => "ended",
+            Some(Lookup::Unknown) | None => "required",
         };
-        Err(to_sign_in(&next, why))
+        Err(to_sign_in(&next, Some(why)))
     }
 
     /// Ends the request's session (its token was refused by the API server) and sends

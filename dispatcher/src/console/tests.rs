@@ -150,9 +150,9 @@ async fn pages_need_a_session_and_the_admin_token_signs_in() {
     let mut b = Browser::new(state(Edition::Lite));
     let p = b.get("/ui/hooks?event=stop").await;
     assert_eq!(p.status, StatusCode::SEE_OTHER);
-    assert_eq!(p.location, "/ui/sign-in?next=%2Fui%2Fhooks%3Fevent%3Dstop");
+    assert_eq!(p.location, "/ui/sign-in?next=%2Fui%2Fhooks%3Fevent%3Dstop&reason=required");
     let p = b.get("/ui").await;
-    assert_eq!((p.status, p.location.as_str()), (StatusCode::SEE_OTHER, "/ui/sign-in?next=%2Fui%2F"));
+    assert_eq!((p.status, p.location.as_str()), (StatusCode::SEE_OTHER, "/ui/sign-in?next=%2Fui%2F&reason=required"));
 
     let bad = b.post("/ui/sign-in", &[("token", "wrong-token-0123456789"), ("next", "/ui/hooks")]).await;
     assert_eq!(bad.status, StatusCode::UNAUTHORIZED);

@@ -122,14 +122,14 @@ fn report_view(r: &Value, input: &Value) -> Markup {
                 dt { "Matcher" } dd data-testid="matcher" { (if r["matcherMatched"].as_bool().unwrap_or(false) { "matches" } else { "does not match" }) }
                 dt { "ifExpr" } dd data-testid="cel" { (match r["celMatched"].as_bool() { Some(true) => "true", Some(false) => "false", None => "— (none, or it failed)" }) }
                 dt { "Handler ran" } dd { (if ran { "yes" } else { "no" }) }
-                @if let Some(code) = r["statusCode"].as_u64() { dt { "Status code" } dd data-testid="status-code" { (code) } }
+                dt { "Status code" } dd data-testid="status-code" { (r["statusCode"].as_u64().map_or("— (not an http hook, or no answer)".to_owned(), |c| c.to_string())) }
                 @if r["breakerOpen"].as_bool().unwrap_or(false) { dt { "Breaker" } dd { "open for this tenant: a real event would get CircuitOpen" } }
                 @if let Some(c) = s("additionalContext") { dt { "Additional context" } dd { (c) } }
                 @if let Some(e) = s("error") { dt { "Error" } dd data-testid="error" { (e) @if let Some(k) = s("errorKind") { " (" (k) ")" } } }
                 @if r["mutationDenied"].as_bool().unwrap_or(false) { dt { "Rewrite" } dd { "dropped by a real chain: only master-namespace hooks may rewrite (CONTRACT §4.5)" } }
             }
-            @if let Some(out) = s("stdout") { h3 { "stdout" } pre data-testid="stdout" { (out) } }
-            @if let Some(err) = s("stderr") { h3 { "stderr" } pre data-testid="stderr" { (err) } }
+            h3 { "stdout" } pre data-testid="stdout" { (s("stdout").unwrap_or_else(|| "— (not a command hook, or it did not run)".into())) }
+            h3 { "stderr" } pre data-testid="stderr" { (s("stderr").unwrap_or_else(|| "— (not a command hook, or it did not run)".into())) }
             @if let Some(updated) = r.get("updatedInput").filter(|v| !v.is_null()) {
                 h3 { "updatedInput against the input" }
                 (diff_view(input, updated))
