@@ -70,7 +70,8 @@ pub fn render(buckets: &[Bucket], id: &str) -> Markup {
         .map(|(i, d)| format!("{} {d}", buckets.iter().map(|b| b.counts[i]).sum::<u64>()))
         .collect();
     let title = format!("Decisions per hour, last {} hours", buckets.len());
-    let desc = format!("{total} runs: {}", summary.join(", "));
+    let runs = if total == 1 { "run" } else { "runs" };
+    let desc = format!("{total} {runs}: {}", summary.join(", "));
     html! {
         figure.chart {
             svg data-testid="decisions-chart" role="img" viewBox={"0 0 " (W) " " (H + 14)}
@@ -154,7 +155,7 @@ mod tests {
         let b = buckets([(at("2026-12-03T19:05:00Z"), "block")], now, 24);
         assert_eq!(b.len(), 24);
         let html = render(&b, "h").into_string();
-        assert!(html.contains("1 runs: 0 allow, 1 block, 0 error, 0 timeout"), "{html}");
+        assert!(html.contains("1 run: 0 allow, 1 block, 0 error, 0 timeout"), "{html}");
         assert!(html.contains(r#"class="bar block""#), "{html}");
         assert!(html.contains("<th scope=\"row\">2026-12-03 19:00</th><td>0</td><td>1</td>"), "{html}");
         let empty = render(&buckets([], now, 24), "h").into_string();
