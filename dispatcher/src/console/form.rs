@@ -2,6 +2,7 @@
 //! fields at fault. Only the form's own shape is checked here (numbers, known fields);
 //! the rules of a hook are the shared validation's, run on the manifest afterwards. Pure.
 
+use agenthooks_crds::agenthook::{AgentHookSpec, HookScope};
 use serde_json::{Map, Value, json};
 
 /// The form's fields, as sent (`application/x-www-form-urlencoded`).
@@ -55,6 +56,72 @@ impl HookForm {
             handler: "http".into(),
             ..HookForm::default()
         }
+    }
+
+    /// The form of an existing hook (to edit it), and the spec fields the form does not
+    /// show (server-side apply leaves them as they are; a standalone console hook never
+    /// has them).
+    pub fn from_spec(namespace: &str, name: &str, spec: &AgentHookSpec) -> (HookForm, Vec<&'static str>) {
+        let mut hidden = Vec::new();
+        let mut f = HookForm {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            event: spec.event.as_str().to_owned(),
+            scope: match spec.scope {
+                HookScope::Global => "global",
+                HookScope::Tenant => "tenant",
+                HookScope::Agent => "agent",
+            }
+            .to_owned(),
+            agent_ids: spec.agent_ids.join(", "),
+            priority: spec.priority.to_string(),
+            enabled: spec.enabled,
+            matcher: spec.matcher.clone(),
+            tool_kinds: spec.tool_kinds.iter().map(|k| k.as_str().to_owned()).collect(),
+            if_expr: spec.if_expr.clone(),
+            timeout_ms: spec.timeout_ms.map(|t| t.to_string()).unwrap_or_default(),
+            on_timeout: spec.on_timeout.map(|o| o.as_str().to_owned()).unwrap_or_default(),
+            handler: spec.handler.type_.as_str().to_owned(),
+            ..HookForm::default()
+        };
+        if spec.tenant.is_some() {
+            hidden.push("spec.tenant");
+        }
+        if let Some(h) = &spec.handler.http {
+            f.http_url = h.url.clone();
+            match h.headers.as_slice() {
+                [] => {}
+                [one] if one.value_from.is_some() => {
+                    let r = &one.value_from.as_ref().expect("checked").secret_key_ref;
+                    f.http_header_name = one.name.clone();
+                    f.http_header_secret = format!("{}/{}", r.name, r.key);
+                }
+                _ => hidden.push("spec.handler.http.headers"),
+            }
+        }
+        if let Some(c) = &spec.handler.command {
+            f.command = c.command.clone();
+            if !c.allowed_env_vars.is_empty() {
+                hidden.push("spec.handler.command.allowedEnvVars");
+            }
+            if c.cwd.is_some() {
+                hidden.push("spec.handler.command.cwd");
+            }
+            if !c.dialect.is_default() {
+                hidden.push("spec.handler.command.dialect");
+            }
+        }
+        if let Some(p) = &spec.handler.prompt {
+            f.prompt_template = p.prompt_template.clone();
+            f.prompt_model = p.model.clone().unwrap_or_default();
+            if p.max_invocations_per_turn.is_some() {
+                hidden.push("spec.handler.prompt.maxInvocationsPerTurn");
+            }
+            if p.allow_rewrite {
+                hidden.push("spec.handler.prompt.allowRewrite");
+            }
+        }
+        (f, hidden)
     }
 
     /// Reads the fields. Errors: an unknown field, or a single-valued one given twice.
@@ -246,6 +313,22 @@ mod tests {
                 }
             })
         );
+    }
+
+    #[test]
+    fn an_existing_hook_fills_the_form_back_to_the_same_spec() {
+        let m = form(
+            "namespace=acme&name=guard&event=pre_tool_use&scope=agent&agentIds=a1,+a2&priority=7&enabled=true&matcher=%5EBash%24&toolKinds=shell&ifExpr=true&timeoutMs=3000&onTimeout=block&handler=http&httpUrl=https://p.example/h&httpHeaderName=Authorization&httpHeaderSecret=policy-token/token",
+        )
+        .manifest()
+        .unwrap();
+        let spec: AgentHookSpec = serde_json::from_value(m["spec"].clone()).unwrap();
+        let (f, hidden) = HookForm::from_spec("acme", "guard", &spec);
+        assert!(hidden.is_empty(), "{hidden:?}");
+        assert_eq!(f.manifest().unwrap(), m);
+        let cmd: AgentHookSpec = serde_json::from_value(json!({"event": "stop", "handler": {"type": "command", "command": {"command": "true", "allowedEnvVars": ["HOME"], "cwd": "/w"}}})).unwrap();
+        let (_, hidden) = HookForm::from_spec("a", "b", &cmd);
+        assert_eq!(hidden, ["spec.handler.command.allowedEnvVars", "spec.handler.command.cwd"]);
     }
 
     #[test]

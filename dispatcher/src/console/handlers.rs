@@ -522,6 +522,56 @@ pub async fn new_form(State(c): C, headers: HeaderMap, uri: Uri, RawQuery(q): Ra
     render_form(&c, &s, &headers, &uri, &form, &[], None, None, StatusCode::OK).await
 }
 
+/// `GET /ui/hooks/{namespace}/{name}/edit`: the form filled from the hook's spec; it
+/// posts to `/ui/hooks/new` like a new one (server-side apply updates the hook).
+pub async fn edit_form(State(c): C, headers: HeaderMap, uri: Uri, Path((ns, name)): Path<(String, String)>) -> Response {
+    let s = match c.session(&headers, &uri) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let h = match one_hook(&c, &s, &headers, &uri, &ns, &name).await {
+        Ok(h) => h,
+        Err(r) => return r,
+    };
+    let Some(spec) = &h.spec else {
+        return error_page(Some(&s), StatusCode::CONFLICT, &h.key(), "hook", &format!("hook: {} could not be loaded here, so its spec is not known: edit its manifest", h.key()));
+    };
+    let (form, hidden) = HookForm::from_spec(&ns, &name, spec);
+    let secrets = secrets_for(&c, &s, &headers, &uri, &form).await;
+    let secrets = match secrets {
+        Ok(list) => list,
+        Err(r) => return r,
+    };
+    let (command_disabled, command_note) = command_rules(&c);
+    let view = views::new_hook::FormView {
+        form: &form,
+        csrf: &s.csrf,
+        command_disabled,
+        command_note: &command_note,
+        secrets: &secrets,
+        errors: &[],
+        yaml: None,
+        can_apply: true,
+        status: None,
+        editing: Some(&hidden),
+    };
+    html(StatusCode::OK, layout::page(&format!("Edit {}", h.key()), Some(&s), views::new_hook::render(&view)))
+}
+
+/// The hook Secrets of the form's namespace the person may list (cluster), or none.
+async fn secrets_for(c: &Console, s: &Session, headers: &HeaderMap, uri: &Uri, form: &HookForm) -> Result<Vec<String>, Response> {
+    match (&c.kube, &s.principal) {
+        (Some(kube), Principal::Kubernetes(_)) if !form.namespace.is_empty() => {
+            match kube.hook_secrets(s, &form.namespace).await {
+                Ok(list) => Ok(list),
+                Err(KubeError::Unauthorized) => Err(c.expired(headers, uri)),
+                Err(_) => Ok(Vec::new()),
+            }
+        }
+        _ => Ok(Vec::new()),
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn render_form(
     c: &Console,
@@ -534,15 +584,9 @@ async fn render_form(
     status_note: Option<&str>,
     status: StatusCode,
 ) -> Response {
-    let secrets = match (&c.kube, &s.principal) {
-        (Some(kube), Principal::Kubernetes(_)) if !form.namespace.is_empty() => {
-            match kube.hook_secrets(s, &form.namespace).await {
-                Ok(list) => list,
-                Err(KubeError::Unauthorized) => return c.expired(headers, uri),
-                Err(_) => Vec::new(),
-            }
-        }
-        _ => Vec::new(),
+    let secrets = match secrets_for(c, s, headers, uri, form).await {
+        Ok(list) => list,
+        Err(r) => return r,
     };
     let (command_disabled, command_note) = command_rules(c);
     let view = views::new_hook::FormView {
@@ -555,6 +599,7 @@ async fn render_form(
         yaml,
         can_apply: true,
         status: status_note,
+        editing: None,
     };
     html(status, layout::page("New hook", Some(s), views::new_hook::render(&view)))
 }

@@ -12,7 +12,7 @@
 //!   named (that would tell a tenant the others' namespaces).
 //! - Secrets for a header: those labelled `agenthooks.io/hook-secret=true` in the hook's
 //!   namespace that the person may list; only their names and keys are shown.
-//! - Apply: server-side apply with field manager [`FIELD_MANAGER`], first as a dry run
+//! - Apply: server-side apply (forced) with field manager [`FIELD_MANAGER`], first as a dry run
 //!   (`dryRun=All`: the schema, its CEL rules, admission policies, RBAC), then for real.
 //! - A 401 from the API server on any request ends the session (the token expired or was
 //!   revoked): the person signs in again.
@@ -212,7 +212,10 @@ impl KubeConsole {
         let ns = manifest["metadata"]["namespace"].as_str().unwrap_or("");
         let name = manifest["metadata"]["name"].as_str().unwrap_or("");
         let api: Api<AgentHook> = Api::namespaced(self.session_client(s)?, ns);
-        let mut pp = PatchParams::apply(FIELD_MANAGER);
+        // Forced: the person submitted the whole form, so the fields it sends become theirs
+        // (a conflict with kubectl's or Argo CD's ownership is not an error here; fields the
+        // form does not send stay with their owners).
+        let mut pp = PatchParams::apply(FIELD_MANAGER).force();
         pp.dry_run = dry_run;
         api.patch(name, &pp, &Patch::Apply(manifest))
             .await

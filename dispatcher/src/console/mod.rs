@@ -78,6 +78,7 @@ pub fn router(app: Arc<AppState>, api: Router) -> Router {
             get(handlers::new_form).post(handlers::new_submit),
         )
         .route("/hooks/{namespace}/{name}", get(handlers::overview))
+        .route("/hooks/{namespace}/{name}/edit", get(handlers::edit_form))
         .route(
             "/hooks/{namespace}/{name}/test",
             get(handlers::test_form).post(handlers::test_run),

@@ -305,3 +305,18 @@ async fn the_form_refuses_with_the_field_named_and_command_is_greyed_out_on_stan
     assert_eq!(p.status, StatusCode::BAD_REQUEST);
     assert!(p.body.contains("EditionForbidsCommand") || p.body.contains("Standard"), "{}", p.body);
 }
+
+#[tokio::test]
+async fn a_hook_opens_in_the_form_to_be_edited() {
+    let mut b = Browser::new(state(Edition::Lite));
+    b.sign_in().await;
+    let overview = b.get("/ui/hooks/agenthooks-system/rm-guard").await;
+    assert!(overview.body.contains(r#"href="/ui/hooks/agenthooks-system/rm-guard/edit""#), "{}", overview.body);
+    let edit = b.get("/ui/hooks/agenthooks-system/rm-guard/edit").await;
+    assert_eq!(edit.status, StatusCode::OK);
+    assert!(edit.body.contains(r#"data-testid="editing""#), "{}", edit.body);
+    assert!(edit.body.contains(r#"type="hidden" name="name" value="rm-guard""#), "{}", edit.body);
+    assert!(edit.body.contains(r#"value="echo destructive command refused &gt;&amp;2; exit 2""#), "{}", edit.body);
+    assert!(edit.body.contains(r#"value="^Bash$""#), "{}", edit.body);
+    assert_eq!(b.get("/ui/hooks/agenthooks-system/nope/edit").await.status, StatusCode::NOT_FOUND);
+}

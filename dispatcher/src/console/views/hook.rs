@@ -28,6 +28,7 @@ pub fn overview(h: &HookSummary, buckets: &[Bucket], last: Option<&Value>) -> Ma
         (tabs(&h.key(), "overview"))
         section.card aria-labelledby="summary-h" {
             h2 id="summary-h" { "Summary" }
+            @if h.spec.is_some() { p { a href={"/ui/hooks/" (h.key()) "/edit"} data-testid="edit" { "Edit this hook" } } }
             dl data-testid="overview" {
                 dt { "Event" } dd { (h.event.as_str()) }
                 dt { "Handler" } dd { (h.handler().map(|t| t.as_str()).unwrap_or("unknown")) }

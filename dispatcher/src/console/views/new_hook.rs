@@ -24,6 +24,8 @@ pub struct FormView<'a> {
     pub can_apply: bool,
     /// A note after validation or apply.
     pub status: Option<&'a str>,
+    /// Editing an existing hook: the spec fields the form does not show (kept as they are).
+    pub editing: Option<&'a [&'static str]>,
 }
 
 fn error_for<'a>(errors: &'a [FieldError], field: &str) -> Vec<&'a FieldError> {
@@ -66,8 +68,17 @@ pub fn render(v: &FormView<'_>) -> Markup {
             input type="hidden" name="csrf" value=(v.csrf);
             fieldset {
                 legend { "Hook" }
-                (input(v, "namespace", "Namespace", "metadata.namespace", &f.namespace, None))
-                (input(v, "name", "Name", "metadata.name", &f.name, Some("lowercase letters, digits and '-'")))
+                @if let Some(hidden) = v.editing {
+                    input type="hidden" name="namespace" value=(f.namespace);
+                    input type="hidden" name="name" value=(f.name);
+                    p data-testid="editing" { "Editing " strong { (f.namespace) "/" (f.name) } "." }
+                    @if !hidden.is_empty() {
+                        p.note role="status" { "This hook also sets " (hidden.join(", ")) ", which this form does not show: applying leaves them as they are." }
+                    }
+                } @else {
+                    (input(v, "namespace", "Namespace", "metadata.namespace", &f.namespace, None))
+                    (input(v, "name", "Name", "metadata.name", &f.name, Some("lowercase letters, digits and '-'")))
+                }
                 div.field {
                     label for="event" { "Event" }
                     select id="event" name="event" {
