@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, before, test } from 'node:test';
-import { URL_BASE, checkFrame, checkPage, clickAndWait, env, launch, visit, withSignedIn } from './lib.mjs';
+import { URL_BASE, checkFrame, checkPage, clickAndWait, env, launch, pathOf, visit, withSignedIn } from './lib.mjs';
 
 // The master namespace: the one where a hook may be global.
 const NAMESPACE = env('CONSOLE_NAMESPACE', 'agenthooks-system');
@@ -85,4 +85,17 @@ test('a valid hook validates to its YAML, and apply serves it', () =>
     assert.equal(new URL(page.url()).pathname, `/ui/hooks/${NAMESPACE}/${name}`);
     const served = (await (await fetch(`${URL_BASE}/v1/hooks`)).json()).hooks.map((h) => h.hook);
     assert.ok(served.includes(`${NAMESPACE}/${name}`), `served at once: ${served}`);
+  }));
+
+test('live validation: a bad value is named while the form is filled in, before any submit', () =>
+  withSignedIn(browser, async (page) => {
+    await visit(page, '/ui/hooks/new');
+    await fill(page, hook(`console-live-${randomUUID().slice(0, 8)}`, 20000));
+    const live = page.locator('#live-validation p.error[data-field="spec.timeoutMs"]');
+    await live.waitFor();
+    assert.match(await live.textContent(), /10000/);
+    await page.locator('form.hook-form [name="timeoutMs"]').fill('3000');
+    await page.locator('#live-validation p.ok').waitFor();
+    assert.equal(pathOf(page), '/ui/hooks/new', 'nothing was submitted');
+    await checkPage(page, 'new-hook-live');
   }));

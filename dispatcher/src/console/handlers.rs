@@ -681,6 +681,54 @@ pub async fn new_submit(State(c): C, headers: HeaderMap, uri: Uri, body: Bytes) 
     render_form(&c, &s, &headers, &uri, &form, &[], Some(&yaml), Some(note), StatusCode::OK).await
 }
 
+/// `POST /ui/hooks/validate`: the form's live validation (the script sends the form as
+/// it is filled in). The same checks as "Validate" — the shared validation, and in a
+/// cluster a server-side dry run as the person — answered as JSON: `{"valid", "errors":
+/// [{"field", "message"}], "yaml"}`; 401 `{"signIn": URL}` once the session is gone.
+pub async fn validate_live(State(c): C, headers: HeaderMap, uri: Uri, body: Bytes) -> Response {
+    let s = match c.session(&headers, &uri) {
+        Ok(s) => s,
+        Err(_) => {
+            return (StatusCode::UNAUTHORIZED, axum::Json(json!({"signIn": "/ui/sign-in?next=%2Fui%2Fhooks%2Fnew&reason=ended"}))).into_response();
+        }
+    };
+    let form = match HookForm::parse(pairs(std::str::from_utf8(&body).ok())) {
+        Ok(f) => f,
+        Err(e) => return live(StatusCode::BAD_REQUEST, &[e], None),
+    };
+    if let Err(refused) = check_post(&headers, Some(&s), &form.csrf) {
+        return refused;
+    }
+    let manifest = match form.manifest() {
+        Ok(m) => m,
+        Err(errors) => return live(StatusCode::OK, &errors, None),
+    };
+    if let Err(errors) = validate(&c, &manifest) {
+        return live(StatusCode::OK, &errors, None);
+    }
+    if let (Some(kube), Principal::Kubernetes(_)) = (&c.kube, &s.principal) {
+        match kube.apply(&s, &manifest, true).await {
+            Ok(()) => {}
+            Err(KubeError::Unauthorized) => {
+                return (StatusCode::UNAUTHORIZED, axum::Json(json!({"signIn": "/ui/sign-in?next=%2Fui%2Fhooks%2Fnew&reason=expired"}))).into_response();
+            }
+            Err(KubeError::Refused { field, message, .. }) => {
+                return live(StatusCode::OK, &[FieldError { field, message }], None);
+            }
+            Err(e) => {
+                return live(StatusCode::SERVICE_UNAVAILABLE, &[FieldError { field: String::new(), message: e.to_string() }], None);
+            }
+        }
+    }
+    let yaml = serde_norway::to_string(&manifest).unwrap_or_default();
+    live(StatusCode::OK, &[], Some(&yaml))
+}
+
+fn live(status: StatusCode, errors: &[FieldError], yaml: Option<&str>) -> Response {
+    let errors: Vec<Value> = errors.iter().map(|e| json!({"field": e.field, "message": e.message})).collect();
+    (status, axum::Json(json!({"valid": errors.is_empty(), "errors": errors, "yaml": yaml}))).into_response()
+}
+
 /// The uid prefix of hooks created in the console of a standalone dispatcher.
 pub const CONSOLE_UID_PREFIX: &str = "console:";
 

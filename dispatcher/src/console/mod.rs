@@ -77,6 +77,7 @@ pub fn router(app: Arc<AppState>, api: Router) -> Router {
             "/hooks/new",
             get(handlers::new_form).post(handlers::new_submit),
         )
+        .route("/hooks/validate", post(handlers::validate_live))
         .route("/hooks/{namespace}/{name}", get(handlers::overview))
         .route("/hooks/{namespace}/{name}/edit", get(handlers::edit_form))
         .route(

@@ -320,3 +320,33 @@ async fn a_hook_opens_in_the_form_to_be_edited() {
     assert!(edit.body.contains(r#"value="^Bash$""#), "{}", edit.body);
     assert_eq!(b.get("/ui/hooks/agenthooks-system/nope/edit").await.status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn live_validation_answers_the_fields_at_fault_as_json() {
+    let mut b = Browser::new(state(Edition::Lite));
+    let csrf = b.sign_in().await;
+    let form = [
+        ("csrf", csrf.as_str()),
+        ("namespace", "tenant-acme"),
+        ("name", "guard"),
+        ("event", "pre_tool_use"),
+        ("scope", "tenant"),
+        ("handler", "http"),
+        ("httpUrl", "https://policy.example/hook"),
+        ("ifExpr", "1 +"),
+        ("action", "validate"),
+    ];
+    let p = b.post("/ui/hooks/validate", &form).await;
+    assert_eq!(p.status, StatusCode::OK);
+    let v: serde_json::Value = serde_json::from_str(&p.body).unwrap();
+    assert_eq!(v["valid"], false, "{v}");
+    assert_eq!(v["errors"][0]["field"], "spec.ifExpr", "{v}");
+    let mut ok = form.to_vec();
+    ok.retain(|(k, _)| *k != "ifExpr");
+    let v: serde_json::Value = serde_json::from_str(&b.post("/ui/hooks/validate", &ok).await.body).unwrap();
+    assert_eq!((v["valid"].as_bool(), v["errors"].as_array().map(Vec::len)), (Some(true), Some(0)), "{v}");
+    assert!(v["yaml"].as_str().unwrap().starts_with("apiVersion: agenthooks.io/v1alpha1"), "{v}");
+    b.cookie = None;
+    let gone = b.post("/ui/hooks/validate", &ok).await;
+    assert_eq!(gone.status, StatusCode::UNAUTHORIZED);
+}

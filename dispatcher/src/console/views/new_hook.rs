@@ -64,6 +64,7 @@ pub fn render(v: &FormView<'_>) -> Markup {
     html! {
         @if let Some(s) = v.status { p.note role="status" data-testid="form-status" { (s) } }
         @for e in &other_errors { p.error.field-error role="alert" data-field=(e.field) { (e.message) } }
+        div id="live-validation" role="status" aria-live="polite" data-testid="live-validation" {}
         form.hook-form method="post" action="/ui/hooks/new" novalidate {
             input type="hidden" name="csrf" value=(v.csrf);
             fieldset {
