@@ -1700,6 +1700,16 @@ const CANNOT_WORK: &[(&[&str], &str, Refused)] = &[
         Refused::Schema,
     ),
     (
+        &["console.ingress.enabled=true"],
+        "'/console/ingress/host'",
+        Refused::Schema,
+    ),
+    (
+        &["console.ingress.enabled=true,console.ingress.host=Console_Host"],
+        "'/console/ingress/host'",
+        Refused::Schema,
+    ),
+    (
         &["networkPolicy.dns.to=null"],
         "at '/networkPolicy/dns': missing property 'to'",
         Refused::Schema,
@@ -2323,6 +2333,38 @@ fn default_dns_rule() -> Value {
 /// Pod's network) unless `networkPolicy.dispatcherEgress` adds it. The rendered chart passes
 /// a server-side dry run. (Whether a network plugin enforces them is not tested: the e2e
 /// node's bridge CNI does not.)
+/// The console's Ingress (docs/console.md): off by default; on, it routes `/ui` of its host
+/// — and nothing else — to the dispatchers' Service, with the class, annotations and TLS
+/// Secret given.
+#[test]
+fn helm_console_ingress_routes_only_the_console() {
+    assert_eq!(count(&rendered(&[]), "Ingress"), 0, "off by default");
+    let items = rendered(&[
+        "--set",
+        "console.ingress.enabled=true,console.ingress.host=agenthooks.example.com,console.ingress.className=nginx,console.ingress.tlsSecretName=console-tls",
+        "--set-string",
+        "console.ingress.annotations.nginx\\.ingress\\.kubernetes\\.io/affinity=cookie",
+    ]);
+    let ing = find(&items, "Ingress", "agenthooks-dispatcher-console");
+    assert_eq!(
+        ing["spec"],
+        json!({
+            "ingressClassName": "nginx",
+            "tls": [{"hosts": ["agenthooks.example.com"], "secretName": "console-tls"}],
+            "rules": [{"host": "agenthooks.example.com", "http": {"paths": [{
+                "path": "/ui", "pathType": "Prefix",
+                "backend": {"service": {"name": "agenthooks-dispatcher", "port": {"number": 8080}}}
+            }]}}]
+        })
+    );
+    assert_eq!(
+        ing["metadata"]["annotations"],
+        json!({"nginx.ingress.kubernetes.io/affinity": "cookie"})
+    );
+    let svc = find(&items, "Service", "agenthooks-dispatcher");
+    assert_eq!(svc["spec"]["ports"][0]["port"], json!(8080));
+}
+
 #[test]
 fn helm_network_policies_select_each_component_and_its_ports() {
     assert_eq!(count(&rendered(&[]), "NetworkPolicy"), 0, "off by default");
