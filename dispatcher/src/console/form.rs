@@ -61,7 +61,11 @@ impl HookForm {
     /// The form of an existing hook (to edit it), and the spec fields the form does not
     /// show (server-side apply leaves them as they are; a standalone console hook never
     /// has them).
-    pub fn from_spec(namespace: &str, name: &str, spec: &AgentHookSpec) -> (HookForm, Vec<&'static str>) {
+    pub fn from_spec(
+        namespace: &str,
+        name: &str,
+        spec: &AgentHookSpec,
+    ) -> (HookForm, Vec<&'static str>) {
         let mut hidden = Vec::new();
         let mut f = HookForm {
             namespace: namespace.to_owned(),
@@ -77,10 +81,17 @@ impl HookForm {
             priority: spec.priority.to_string(),
             enabled: spec.enabled,
             matcher: spec.matcher.clone(),
-            tool_kinds: spec.tool_kinds.iter().map(|k| k.as_str().to_owned()).collect(),
+            tool_kinds: spec
+                .tool_kinds
+                .iter()
+                .map(|k| k.as_str().to_owned())
+                .collect(),
             if_expr: spec.if_expr.clone(),
             timeout_ms: spec.timeout_ms.map(|t| t.to_string()).unwrap_or_default(),
-            on_timeout: spec.on_timeout.map(|o| o.as_str().to_owned()).unwrap_or_default(),
+            on_timeout: spec
+                .on_timeout
+                .map(|o| o.as_str().to_owned())
+                .unwrap_or_default(),
             handler: spec.handler.type_.as_str().to_owned(),
             ..HookForm::default()
         };
@@ -328,7 +339,13 @@ mod tests {
         assert_eq!(f.manifest().unwrap(), m);
         let cmd: AgentHookSpec = serde_json::from_value(json!({"event": "stop", "handler": {"type": "command", "command": {"command": "true", "allowedEnvVars": ["HOME"], "cwd": "/w"}}})).unwrap();
         let (_, hidden) = HookForm::from_spec("a", "b", &cmd);
-        assert_eq!(hidden, ["spec.handler.command.allowedEnvVars", "spec.handler.command.cwd"]);
+        assert_eq!(
+            hidden,
+            [
+                "spec.handler.command.allowedEnvVars",
+                "spec.handler.command.cwd"
+            ]
+        );
     }
 
     #[test]
@@ -349,16 +366,24 @@ mod tests {
             .manifest()
             .unwrap_err();
         let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
-        assert_eq!(fields, ["spec.priority", "spec.timeoutMs", "spec.handler.type"]);
+        assert_eq!(
+            fields,
+            ["spec.priority", "spec.timeoutMs", "spec.handler.type"]
+        );
         let unknown = HookForm::parse(vec![("colour".into(), "red".into())]).unwrap_err();
         assert_eq!(unknown.field, "colour");
-        let twice =
-            HookForm::parse(vec![("name".into(), "a".into()), ("name".into(), "b".into())])
-                .unwrap_err();
+        let twice = HookForm::parse(vec![
+            ("name".into(), "a".into()),
+            ("name".into(), "b".into()),
+        ])
+        .unwrap_err();
         assert_eq!(twice.field, "name");
         let half_header = form("handler=http&httpUrl=https://p.example&httpHeaderName=X-Key")
             .manifest()
             .unwrap_err();
-        assert_eq!(half_header[0].field, "spec.handler.http.headers[0].valueFrom");
+        assert_eq!(
+            half_header[0].field,
+            "spec.handler.http.headers[0].valueFrom"
+        );
     }
 }

@@ -108,7 +108,10 @@ async fn security_headers(mut response: Response) -> Response {
     );
     // `same-origin`: a POST keeps its real `Origin` (with `no-referrer` Chromium sends
     // `Origin: null`), and no other site learns a console URL.
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.entry(header::CACHE_CONTROL)
         .or_insert(HeaderValue::from_static("no-store"));
@@ -118,14 +121,15 @@ async fn security_headers(mut response: Response) -> Response {
 impl Console {
     /// The session of this request, or the redirect to sign-in (with `next` = this page,
     /// and why when the session ended).
-    fn session(&self, headers: &HeaderMap, uri: &Uri) -> Result<Arc<Session>, Response> {
+    fn session(&self, headers: &HeaderMap, uri: &Uri) -> Result<Arc<Session>, Box<Response>> {
         let next = format!("/ui{}", uri.path_and_query().map_or("/", |p| p.as_str()));
-        let why = match session::cookie_value(headers).map(|id| self.sessions.get(&id, Instant::now())) {
-            Some(Lookup::Live(s)) => return Ok(s),
-            Some(Lookup::Ended) => "ended",
-            Some(Lookup::Unknown) | None => "required",
-        };
-        Err(to_sign_in(&next, Some(why)))
+        let why =
+            match session::cookie_value(headers).map(|id| self.sessions.get(&id, Instant::now())) {
+                Some(Lookup::Live(s)) => return Ok(s),
+                Some(Lookup::Ended) => "ended",
+                Some(Lookup::Unknown) | None => "required",
+            };
+        Err(Box::new(to_sign_in(&next, Some(why))))
     }
 
     /// Ends the request's session (its token was refused by the API server) and sends
@@ -169,15 +173,22 @@ fn safe_next(next: &str) -> &str {
 
 /// Refuses a POST from another origin (the `Origin` header, when sent, must be this
 /// host) or without the session's CSRF token.
-fn check_post(headers: &HeaderMap, session: Option<&Session>, csrf: &str) -> Result<(), Response> {
+fn check_post(
+    headers: &HeaderMap,
+    session: Option<&Session>,
+    csrf: &str,
+) -> Result<(), Box<Response>> {
     if !same_origin(headers) {
-        return Err(plain(StatusCode::FORBIDDEN, "Origin: this form was sent from another site"));
+        return Err(Box::new(plain(
+            StatusCode::FORBIDDEN,
+            "Origin: this form was sent from another site",
+        )));
     }
     match session {
-        Some(s) if !s.csrf_matches(csrf) => Err(plain(
+        Some(s) if !s.csrf_matches(csrf) => Err(Box::new(plain(
             StatusCode::FORBIDDEN,
             "csrf: the form's token is missing or stale; reload the page and send it again",
-        )),
+        ))),
         _ => Ok(()),
     }
 }
