@@ -12,6 +12,7 @@
 //! minutes once the binaries are cached, many minutes cold); `make test-node` runs it.
 
 mod audit;
+mod console;
 mod edition;
 mod failover;
 mod faults;
@@ -31,6 +32,7 @@ fn chart_tier_on_a_real_node() {
         ("rollout", rollout::run),
         ("faults", faults::run),
         ("audit", audit::run),
+        ("console", console::run),
         ("edition-uninstall", edition::run),
         ("kustomize", kustomize::run),
     ]);
