@@ -128,7 +128,7 @@ if command -v nft >/dev/null; then
   while read -r _ fam name; do
     [[ -n "$name" ]] || continue
     grep -qxF "table $fam $name" "$BASE/nft-tables" && continue
-    if [[ "$name" == kube-proxy ]] || ! nft list table "$fam" "$name" 2>/dev/null | grep -qvE '^\s*(table |chain |type |policy |\}|$)'; then
+    if [[ "$name" == kube-proxy ]] || ! nft list table "$fam" "$name" 2>/dev/null | grep -vE '^\s*(table |chain |type |policy |\}|$)' >/dev/null; then
       nft delete table "$fam" "$name" 2>/dev/null && log "deleted nft table $fam $name"
     fi
   done < <(nft list tables 2>/dev/null)
@@ -140,7 +140,9 @@ for l in $(ip -o link show master "$BRIDGE" 2>/dev/null | awk -F': ' '{print $2}
   ip link del "$l" 2>/dev/null && log "deleted leftover link $l"
 done
 ip link show "$BRIDGE" >/dev/null 2>&1 && ip link del "$BRIDGE" && log "deleted link $BRIDGE"
-while ip rule show | grep -q "^$ROUTE_PRIORITY:"; do ip rule del priority "$ROUTE_PRIORITY" || break; done
+# (grep without -q: it reads all of `ip rule show`, whose SIGPIPE would otherwise fail the
+# pipeline under pipefail and leave the rule behind on a busy machine)
+while ip rule show | grep "^$ROUTE_PRIORITY:" >/dev/null; do ip rule del priority "$ROUTE_PRIORITY" || break; done
 ip route flush table "$ROUTE_TABLE" 2>/dev/null
 
 # ---- 5. sysctls -----------------------------------------------------------------------------------

@@ -8,6 +8,7 @@
 
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use crate::support::{NS, TENANT_NS, Tier};
 
@@ -181,11 +182,16 @@ subjects: [{{kind: ServiceAccount, name: {PERSON}, namespace: {TENANT_NS}}}]
         "{result}"
     );
 
-    // The ServiceAccount goes: its token is refused, and the person is back at sign-in.
+    // The ServiceAccount goes: once the API server refuses its token (its ServiceAccount
+    // cache follows the deletion within moments), the person is back at sign-in.
     node.kubectl_ok(&["-n", TENANT_NS, "delete", "serviceaccount", PERSON]);
-    let (status, _, location) = curl(&jar, &[&format!("{base}/ui/hooks")]);
-    assert_eq!(status, 303);
-    assert!(location.contains("reason=expired"), "{location}");
+    let mut last = (0, String::new());
+    let refused = agenthooks_e2e::wait_for(Duration::from_secs(20), || {
+        let (status, _, location) = curl(&jar, &[&format!("{base}/ui/hooks")]);
+        last = (status, location);
+        last.0 == 303
+    });
+    assert!(refused && last.1.contains("reason=expired"), "{last:?}");
     node.kubectl_ok(&[
         "-n",
         TENANT_NS,
