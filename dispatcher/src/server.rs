@@ -248,7 +248,10 @@ pub async fn serve(
 pub fn router(state: Arc<AppState>) -> Router {
     // The console calls the API routes in process as the signed-in person; those calls
     // already hold the request's slot, so they skip the port's layers.
-    let console = crate::console::router(Arc::clone(&state), api_routes().with_state(Arc::clone(&state)));
+    let console = crate::console::router(
+        Arc::clone(&state),
+        api_routes().with_state(Arc::clone(&state)),
+    );
     api_routes()
         .nest_service("/ui", console)
         .fallback(unknown_route)

@@ -2,9 +2,9 @@
 //! the hooks files this dispatcher serves (standalone) or from the API server as the
 //! signed-in person ([`super::kube`]); and the list's filters. Pure.
 
+use agenthooks_crds::HookEvent;
 use agenthooks_crds::agenthook::{AgentHook, AgentHookSpec, HandlerType, HookScope};
 use agenthooks_crds::budget::{BudgetState, TenantHookBudget};
-use agenthooks_crds::HookEvent;
 use chrono::{DateTime, SecondsFormat, Utc};
 
 use crate::hookset::{HookSet, UnavailableHook};
@@ -114,10 +114,7 @@ impl HookSummary {
             block: e.block,
             error: e.error,
             timeout: e.timeout,
-            last: e
-                .last_execution_time
-                .clone()
-                .zip(e.last_decision.clone()),
+            last: e.last_execution_time.clone().zip(e.last_decision.clone()),
         });
         let mut circuit = cond("CircuitOpen");
         if circuit.reason == "NotReported" {
@@ -450,7 +447,10 @@ mod tests {
         let all = [a, b, c];
         let names = |q: &str| -> Vec<String> {
             let f = Filters::parse(&pairs(q)).unwrap();
-            all.iter().filter(|h| f.keep(h)).map(|h| h.name.clone()).collect()
+            all.iter()
+                .filter(|h| f.keep(h))
+                .map(|h| h.name.clone())
+                .collect()
         };
         assert_eq!(names(""), ["a", "b", "c"]);
         assert_eq!(names("namespace=&event=&handler=&state="), ["a", "b", "c"]);

@@ -128,9 +128,9 @@ mod tests {
             (at("2026-12-03T19:05:00Z"), "block"),
             (at("2026-12-03T19:39:59Z"), "allow"),
             (at("2026-12-03T18:00:00Z"), "allow"),
-            (at("2026-12-03T17:59:59Z"), "error"),  // before the 2-hour window
-            (at("2026-12-03T20:00:00Z"), "allow"),  // after it
-            (at("2026-12-03T19:10:00Z"), "weird"),  // not a decision
+            (at("2026-12-03T17:59:59Z"), "error"), // before the 2-hour window
+            (at("2026-12-03T20:00:00Z"), "allow"), // after it
+            (at("2026-12-03T19:10:00Z"), "weird"), // not a decision
             (at("2026-12-03T18:30:00Z"), "timeout"),
         ];
         let b = buckets(runs, now, 2);
@@ -155,9 +155,15 @@ mod tests {
         let b = buckets([(at("2026-12-03T19:05:00Z"), "block")], now, 24);
         assert_eq!(b.len(), 24);
         let html = render(&b, "h").into_string();
-        assert!(html.contains("1 run: 0 allow, 1 block, 0 error, 0 timeout"), "{html}");
+        assert!(
+            html.contains("1 run: 0 allow, 1 block, 0 error, 0 timeout"),
+            "{html}"
+        );
         assert!(html.contains(r#"class="bar block""#), "{html}");
-        assert!(html.contains("<th scope=\"row\">2026-12-03 19:00</th><td>0</td><td>1</td>"), "{html}");
+        assert!(
+            html.contains("<th scope=\"row\">2026-12-03 19:00</th><td>0</td><td>1</td>"),
+            "{html}"
+        );
         let empty = render(&buckets([], now, 24), "h").into_string();
         assert!(empty.contains("0 runs"), "{empty}");
         assert!(!empty.contains("<rect"), "{empty}");

@@ -74,7 +74,11 @@ fn sorted(v: &Value) -> Value {
         Value::Object(m) => {
             let mut keys: Vec<&String> = m.keys().collect();
             keys.sort();
-            Value::Object(keys.into_iter().map(|k| (k.clone(), sorted(&m[k]))).collect())
+            Value::Object(
+                keys.into_iter()
+                    .map(|k| (k.clone(), sorted(&m[k])))
+                    .collect(),
+            )
         }
         Value::Array(a) => Value::Array(a.iter().map(sorted).collect()),
         other => other.clone(),
@@ -116,8 +120,10 @@ mod tests {
     #[test]
     fn added_keys_have_an_empty_left_side_and_equal_inputs_no_change() {
         let rows = side_by_side(&json!({"a": 1}), &json!({"a": 1, "b": 2}));
-        assert!(rows.iter().any(|r| r.before == Cell::Empty
-            && r.after == Cell::Added(r#"  "b": 2"#.into())));
+        assert!(
+            rows.iter()
+                .any(|r| r.before == Cell::Empty && r.after == Cell::Added(r#"  "b": 2"#.into()))
+        );
         let unchanged = side_by_side(&json!({"x": [1, 2]}), &json!({"x": [1, 2]}));
         assert!(
             unchanged

@@ -266,16 +266,24 @@ mod tests {
             .manifest()
             .unwrap_err();
         let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
-        assert_eq!(fields, ["spec.priority", "spec.timeoutMs", "spec.handler.type"]);
+        assert_eq!(
+            fields,
+            ["spec.priority", "spec.timeoutMs", "spec.handler.type"]
+        );
         let unknown = HookForm::parse(vec![("colour".into(), "red".into())]).unwrap_err();
         assert_eq!(unknown.field, "colour");
-        let twice =
-            HookForm::parse(vec![("name".into(), "a".into()), ("name".into(), "b".into())])
-                .unwrap_err();
+        let twice = HookForm::parse(vec![
+            ("name".into(), "a".into()),
+            ("name".into(), "b".into()),
+        ])
+        .unwrap_err();
         assert_eq!(twice.field, "name");
         let half_header = form("handler=http&httpUrl=https://p.example&httpHeaderName=X-Key")
             .manifest()
             .unwrap_err();
-        assert_eq!(half_header[0].field, "spec.handler.http.headers[0].valueFrom");
+        assert_eq!(
+            half_header[0].field,
+            "spec.handler.http.headers[0].valueFrom"
+        );
     }
 }

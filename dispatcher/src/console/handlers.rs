@@ -45,7 +45,10 @@ fn only(pairs: &[(String, String)], allowed: &[&str]) -> Result<(), (String, Str
         if !allowed.contains(&k.as_str()) {
             return Err((
                 k.clone(),
-                format!("{k}: unknown parameter; this page takes {}", allowed.join(", ")),
+                format!(
+                    "{k}: unknown parameter; this page takes {}",
+                    allowed.join(", ")
+                ),
             ));
         }
     }
@@ -60,8 +63,17 @@ fn only(pairs: &[(String, String)], allowed: &[&str]) -> Result<(), (String, Str
 }
 
 /// An error page: the alert names `field`.
-fn error_page(session: Option<&Session>, status: StatusCode, title: &str, field: &str, message: &str) -> Response {
-    html(status, layout::page(title, session, layout::alert(field, message)))
+fn error_page(
+    session: Option<&Session>,
+    status: StatusCode,
+    title: &str,
+    field: &str,
+    message: &str,
+) -> Response {
+    html(
+        status,
+        layout::page(title, session, layout::alert(field, message)),
+    )
 }
 
 /// `GET /ui/`: the list, or sign-in.
@@ -129,7 +141,12 @@ pub async fn sign_in(State(c): C, headers: HeaderMap, body: Bytes) -> Response {
         (Some(kube), Some(Authenticator::Kubernetes(_))) => match kube.sign_in(&token).await {
             Ok((user, ttl)) => {
                 let name = user.name.to_string();
-                (Principal::Kubernetes(Arc::new(user)), name, Some(token), ttl)
+                (
+                    Principal::Kubernetes(Arc::new(user)),
+                    name,
+                    Some(token),
+                    ttl,
+                )
             }
             Err(KubeError::Unauthorized) => {
                 return refuse(
@@ -140,9 +157,14 @@ pub async fn sign_in(State(c): C, headers: HeaderMap, body: Bytes) -> Response {
             Err(e) => return refuse(StatusCode::SERVICE_UNAVAILABLE, &format!("token: {e}")),
         },
         _ => match c.app.admin_token() {
-            Some(admin) if admin.matches(&token) => (Principal::Admin, "admin".to_owned(), None, None),
+            Some(admin) if admin.matches(&token) => {
+                (Principal::Admin, "admin".to_owned(), None, None)
+            }
             Some(_) => {
-                return refuse(StatusCode::UNAUTHORIZED, "token: not this dispatcher's admin token");
+                return refuse(
+                    StatusCode::UNAUTHORIZED,
+                    "token: not this dispatcher's admin token",
+                );
             }
             None => {
                 return refuse(
@@ -152,7 +174,10 @@ pub async fn sign_in(State(c): C, headers: HeaderMap, body: Bytes) -> Response {
             }
         },
     };
-    match c.sessions.create(principal, name, kube_token, ttl, Instant::now()) {
+    match c
+        .sessions
+        .create(principal, name, kube_token, ttl, Instant::now())
+    {
         Ok((id, _)) => {
             let mut r = Redirect::to(&next).into_response();
             if let Ok(v) = HeaderValue::from_str(&session::set_cookie(&id, c.secure())) {
@@ -160,7 +185,10 @@ pub async fn sign_in(State(c): C, headers: HeaderMap, body: Bytes) -> Response {
             }
             r
         }
-        Err(e) => refuse(StatusCode::SERVICE_UNAVAILABLE, &format!("token: no session could be made: {e}")),
+        Err(e) => refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!("token: no session could be made: {e}"),
+        ),
     }
 }
 
@@ -193,10 +221,25 @@ struct Catalog {
 
 /// The catalog as `s` may see it. Errors: the answer to send (sign-in again on a refused
 /// token, 503 when the API server cannot be asked).
-async fn catalog(c: &Console, s: &Session, headers: &HeaderMap, uri: &Uri) -> Result<Catalog, Response> {
+async fn catalog(
+    c: &Console,
+    s: &Session,
+    headers: &HeaderMap,
+    uri: &Uri,
+) -> Result<Catalog, Response> {
     match (&c.kube, &s.principal) {
         (Some(kube), Principal::Kubernetes(_)) => {
-            let namespaces: Vec<String> = c.app.hooks().map(|set| set.tenants.entries().into_iter().map(|e| e.namespace).collect()).unwrap_or_default();
+            let namespaces: Vec<String> = c
+                .app
+                .hooks()
+                .map(|set| {
+                    set.tenants
+                        .entries()
+                        .into_iter()
+                        .map(|e| e.namespace)
+                        .collect()
+                })
+                .unwrap_or_default();
             match kube.catalog(s, &namespaces).await {
                 Ok(k) => Ok(Catalog {
                     hooks: k.hooks,
@@ -204,12 +247,24 @@ async fn catalog(c: &Console, s: &Session, headers: &HeaderMap, uri: &Uri) -> Re
                     denied: k.denied,
                 }),
                 Err(KubeError::Unauthorized) => Err(c.expired(headers, uri)),
-                Err(e) => Err(error_page(Some(s), StatusCode::SERVICE_UNAVAILABLE, "Hooks", "", &e.to_string())),
+                Err(e) => Err(error_page(
+                    Some(s),
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "Hooks",
+                    "",
+                    &e.to_string(),
+                )),
             }
         }
         _ => {
             let Some(set) = c.app.hooks() else {
-                return Err(error_page(Some(s), StatusCode::SERVICE_UNAVAILABLE, "Hooks", "", "no hooks loaded yet"));
+                return Err(error_page(
+                    Some(s),
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "Hooks",
+                    "",
+                    "no hooks loaded yet",
+                ));
             };
             let budgets = c
                 .app
@@ -263,7 +318,11 @@ pub async fn list(State(c): C, headers: HeaderMap, uri: Uri, RawQuery(q): RawQue
     } else {
         cat.hooks.into_iter().filter(|h| filters.keep(h)).collect()
     };
-    let status = if error.is_some() { StatusCode::BAD_REQUEST } else { StatusCode::OK };
+    let status = if error.is_some() {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::OK
+    };
     let view = views::list::ListView {
         hooks: &shown,
         namespaces: &namespaces,
@@ -272,23 +331,42 @@ pub async fn list(State(c): C, headers: HeaderMap, uri: Uri, RawQuery(q): RawQue
         denied: &cat.denied,
         error,
     };
-    html(status, layout::page("Hooks", Some(&s), views::list::render(&view)))
+    html(
+        status,
+        layout::page("Hooks", Some(&s), views::list::render(&view)),
+    )
 }
 
 /// The hook `namespace/name` as `s` may see it; 404 (the same for "not there" and "not
 /// yours") otherwise.
-async fn one_hook(c: &Console, s: &Session, headers: &HeaderMap, uri: &Uri, ns: &str, name: &str) -> Result<HookSummary, Response> {
+async fn one_hook(
+    c: &Console,
+    s: &Session,
+    headers: &HeaderMap,
+    uri: &Uri,
+    ns: &str,
+    name: &str,
+) -> Result<HookSummary, Response> {
     let key = format!("{ns}/{name}");
     let found = match (&c.kube, &s.principal) {
         (Some(kube), Principal::Kubernetes(_)) => match kube.hook(s, ns, name).await {
             Ok(h) => h,
             Err(KubeError::Unauthorized) => return Err(c.expired(headers, uri)),
-            Err(e) => return Err(error_page(Some(s), StatusCode::SERVICE_UNAVAILABLE, &key, "", &e.to_string())),
+            Err(e) => {
+                return Err(error_page(
+                    Some(s),
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &key,
+                    "",
+                    &e.to_string(),
+                ));
+            }
         },
-        _ => c
-            .app
-            .hooks()
-            .and_then(|set| catalog::standalone(&set).into_iter().find(|h| h.namespace == ns && h.name == name)),
+        _ => c.app.hooks().and_then(|set| {
+            catalog::standalone(&set)
+                .into_iter()
+                .find(|h| h.namespace == ns && h.name == name)
+        }),
     };
     found.ok_or_else(|| {
         error_page(
@@ -302,7 +380,12 @@ async fn one_hook(c: &Console, s: &Session, headers: &HeaderMap, uri: &Uri, ns: 
 }
 
 /// `GET /ui/hooks/{namespace}/{name}`: the overview.
-pub async fn overview(State(c): C, headers: HeaderMap, uri: Uri, Path((ns, name)): Path<(String, String)>) -> Response {
+pub async fn overview(
+    State(c): C,
+    headers: HeaderMap,
+    uri: Uri,
+    Path((ns, name)): Path<(String, String)>,
+) -> Response {
     let s = match c.session(&headers, &uri) {
         Ok(s) => s,
         Err(r) => return r,
@@ -319,7 +402,10 @@ pub async fn overview(State(c): C, headers: HeaderMap, uri: Uri, Path((ns, name)
         enc(&since)
     );
     let answer = api::call(&c.api, &s, Method::GET, &path, None).await;
-    let rows: Vec<Value> = answer.body["executions"].as_array().cloned().unwrap_or_default();
+    let rows: Vec<Value> = answer.body["executions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     let runs: Vec<(chrono::DateTime<Utc>, String)> = rows
         .iter()
         .filter_map(|r| {
@@ -341,9 +427,9 @@ pub async fn overview(State(c): C, headers: HeaderMap, uri: Uri, Path((ns, name)
 /// events a shell call.
 fn sample_event(h: &HookSummary) -> Value {
     let spec = h.spec.as_ref();
-    let tenant = spec
-        .and_then(|s| s.tenant.clone())
-        .unwrap_or_else(|| agenthooks_crds::tenancy::namespace_tenant(&h.namespace, None).to_owned());
+    let tenant = spec.and_then(|s| s.tenant.clone()).unwrap_or_else(|| {
+        agenthooks_crds::tenancy::namespace_tenant(&h.namespace, None).to_owned()
+    });
     let agent = spec
         .and_then(|s| s.agent_ids.first().cloned())
         .unwrap_or_else(|| "console-agent".into());
@@ -367,7 +453,12 @@ fn sample_event(h: &HookSummary) -> Value {
 }
 
 /// `GET /ui/hooks/{namespace}/{name}/test`.
-pub async fn test_form(State(c): C, headers: HeaderMap, uri: Uri, Path((ns, name)): Path<(String, String)>) -> Response {
+pub async fn test_form(
+    State(c): C,
+    headers: HeaderMap,
+    uri: Uri,
+    Path((ns, name)): Path<(String, String)>,
+) -> Response {
     let s = match c.session(&headers, &uri) {
         Ok(s) => s,
         Err(r) => return r,
@@ -378,11 +469,20 @@ pub async fn test_form(State(c): C, headers: HeaderMap, uri: Uri, Path((ns, name
     };
     let sample = serde_json::to_string_pretty(&sample_event(&h)).unwrap_or_default();
     let body = views::hook::test(&h.key(), &s.csrf, &sample, false, None);
-    html(StatusCode::OK, layout::page(&format!("Test {}", h.key()), Some(&s), body))
+    html(
+        StatusCode::OK,
+        layout::page(&format!("Test {}", h.key()), Some(&s), body),
+    )
 }
 
 /// `POST /ui/hooks/{namespace}/{name}/test`: `POST /v1/test` as the person.
-pub async fn test_run(State(c): C, headers: HeaderMap, uri: Uri, Path((ns, name)): Path<(String, String)>, body: Bytes) -> Response {
+pub async fn test_run(
+    State(c): C,
+    headers: HeaderMap,
+    uri: Uri,
+    Path((ns, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
     let s = match c.session(&headers, &uri) {
         Ok(s) => s,
         Err(r) => return r,
@@ -411,7 +511,13 @@ pub async fn test_run(State(c): C, headers: HeaderMap, uri: Uri, Path((ns, name)
             let answer = api::call(&c.api, &s, Method::POST, "/v1/test", Some(&req)).await;
             if answer.status.is_success() {
                 let input = event.get("tool_input").cloned().unwrap_or(json!({}));
-                (StatusCode::OK, TestResult::Report { report: answer.body, input })
+                (
+                    StatusCode::OK,
+                    TestResult::Report {
+                        report: answer.body,
+                        input,
+                    },
+                )
             } else {
                 let (field, message) = answer.refusal();
                 (answer.status, TestResult::Refused { field, message })
@@ -423,7 +529,13 @@ pub async fn test_run(State(c): C, headers: HeaderMap, uri: Uri, Path((ns, name)
 }
 
 /// `GET /ui/hooks/{namespace}/{name}/history?decision=&since=&cursor=&limit=`.
-pub async fn history(State(c): C, headers: HeaderMap, uri: Uri, Path((ns, name)): Path<(String, String)>, RawQuery(q): RawQuery) -> Response {
+pub async fn history(
+    State(c): C,
+    headers: HeaderMap,
+    uri: Uri,
+    Path((ns, name)): Path<(String, String)>,
+    RawQuery(q): RawQuery,
+) -> Response {
     let s = match c.session(&headers, &uri) {
         Ok(s) => s,
         Err(r) => return r,
@@ -432,7 +544,12 @@ pub async fn history(State(c): C, headers: HeaderMap, uri: Uri, Path((ns, name))
     let title = format!("History of {key}");
     let p = pairs(q.as_deref());
     let mut error = only(&p, &["decision", "since", "cursor", "limit"]).err();
-    let (decision, since_local, cursor, limit) = (value(&p, "decision"), value(&p, "since"), value(&p, "cursor"), value(&p, "limit"));
+    let (decision, since_local, cursor, limit) = (
+        value(&p, "decision"),
+        value(&p, "since"),
+        value(&p, "cursor"),
+        value(&p, "limit"),
+    );
     // `datetime-local` sends `YYYY-MM-DDTHH:MM` (or with seconds): read as UTC.
     let since = match since_local.len() {
         0 => String::new(),
@@ -443,20 +560,40 @@ pub async fn history(State(c): C, headers: HeaderMap, uri: Uri, Path((ns, name))
     let mut rows = Vec::new();
     let mut next = None;
     if error.is_none() {
-        let mut path = format!("/v1/executions?hook={}&limit={}", enc(&key), if limit.is_empty() { "20" } else { limit });
-        for (k, v) in [("decision", decision), ("since", since.as_str()), ("cursor", cursor)] {
+        let mut path = format!(
+            "/v1/executions?hook={}&limit={}",
+            enc(&key),
+            if limit.is_empty() { "20" } else { limit }
+        );
+        for (k, v) in [
+            ("decision", decision),
+            ("since", since.as_str()),
+            ("cursor", cursor),
+        ] {
             if !v.is_empty() {
                 path.push_str(&format!("&{k}={}", enc(v)));
             }
         }
         let answer = api::call(&c.api, &s, Method::GET, &path, None).await;
         if answer.status.is_success() {
-            rows = answer.body["executions"].as_array().cloned().unwrap_or_default();
+            rows = answer.body["executions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
             next = answer.body["nextCursor"].as_str().map(|cur| {
                 let mut q = String::new();
-                for (k, v) in [("decision", decision), ("since", since_local), ("limit", limit), ("cursor", cur)] {
+                for (k, v) in [
+                    ("decision", decision),
+                    ("since", since_local),
+                    ("limit", limit),
+                    ("cursor", cur),
+                ] {
                     if !v.is_empty() {
-                        q.push_str(&format!("{}{k}={}", if q.is_empty() { "" } else { "&" }, enc(v)));
+                        q.push_str(&format!(
+                            "{}{k}={}",
+                            if q.is_empty() { "" } else { "&" },
+                            enc(v)
+                        ));
                     }
                 }
                 q
@@ -465,7 +602,11 @@ pub async fn history(State(c): C, headers: HeaderMap, uri: Uri, Path((ns, name))
             error = Some(answer.refusal());
         }
     }
-    let status = if error.is_some() { StatusCode::BAD_REQUEST } else { StatusCode::OK };
+    let status = if error.is_some() {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::OK
+    };
     let view = HistoryView {
         key: &key,
         decision,
@@ -474,33 +615,57 @@ pub async fn history(State(c): C, headers: HeaderMap, uri: Uri, Path((ns, name))
         next,
         error,
     };
-    html(status, layout::page(&title, Some(&s), views::hook::history(&view)))
+    html(
+        status,
+        layout::page(&title, Some(&s), views::hook::history(&view)),
+    )
 }
 
 /// `GET /ui/executions/{id}`: one row, with its error detail when the API opens it for
 /// the person.
-pub async fn execution(State(c): C, headers: HeaderMap, uri: Uri, Path(id): Path<String>) -> Response {
+pub async fn execution(
+    State(c): C,
+    headers: HeaderMap,
+    uri: Uri,
+    Path(id): Path<String>,
+) -> Response {
     let s = match c.session(&headers, &uri) {
         Ok(s) => s,
         Err(r) => return r,
     };
     let title = format!("Execution {id}");
-    let answer = api::call(&c.api, &s, Method::GET, &format!("/v1/executions/{}?errorDetail=true", enc(&id)), None).await;
+    let answer = api::call(
+        &c.api,
+        &s,
+        Method::GET,
+        &format!("/v1/executions/{}?errorDetail=true", enc(&id)),
+        None,
+    )
+    .await;
     if !answer.status.is_success() {
         let (field, message) = answer.refusal();
         return error_page(Some(&s), answer.status, &title, &field, &message);
     }
-    html(StatusCode::OK, layout::page(&title, Some(&s), views::hook::execution(&answer.body)))
+    html(
+        StatusCode::OK,
+        layout::page(&title, Some(&s), views::hook::execution(&answer.body)),
+    )
 }
 
 /// Why command hooks cannot be chosen here, if so (Standard edition), and where they are
 /// accepted.
 fn command_rules(c: &Console) -> (Option<&'static str>, String) {
-    let master = c.app.hooks().map(|s| s.master_namespace.clone()).unwrap_or_else(|| "agenthooks-system".into());
+    let master = c
+        .app
+        .hooks()
+        .map(|s| s.master_namespace.clone())
+        .unwrap_or_else(|| "agenthooks-system".into());
     let disabled = (c.app.engine.edition == agenthooks_crds::Edition::Standard)
         .then_some("Command hooks are not available on the Standard edition (EditionForbidsCommand): use an http or prompt handler.");
     let note = if c.kube.is_some() {
-        format!("Command hooks run in the dispatcher's command runner; they are accepted in the master namespace ({master}) only, unless the platform team allows tenant namespaces (CommandHookNotAllowed).")
+        format!(
+            "Command hooks run in the dispatcher's command runner; they are accepted in the master namespace ({master}) only, unless the platform team allows tenant namespaces (CommandHookNotAllowed)."
+        )
     } else {
         "Command hooks run on this dispatcher's machine, in a private directory with an empty environment.".to_owned()
     };
@@ -508,18 +673,38 @@ fn command_rules(c: &Console) -> (Option<&'static str>, String) {
 }
 
 /// `GET /ui/hooks/new`.
-pub async fn new_form(State(c): C, headers: HeaderMap, uri: Uri, RawQuery(q): RawQuery) -> Response {
+pub async fn new_form(
+    State(c): C,
+    headers: HeaderMap,
+    uri: Uri,
+    RawQuery(q): RawQuery,
+) -> Response {
     let s = match c.session(&headers, &uri) {
         Ok(s) => s,
         Err(r) => return r,
     };
     let p = pairs(q.as_deref());
     let ns = match value(&p, "namespace") {
-        "" => c.app.hooks().map(|s| s.master_namespace.clone()).unwrap_or_default(),
+        "" => c
+            .app
+            .hooks()
+            .map(|s| s.master_namespace.clone())
+            .unwrap_or_default(),
         ns => ns.to_owned(),
     };
     let form = HookForm::new_default(&ns);
-    render_form(&c, &s, &headers, &uri, &form, &[], None, None, StatusCode::OK).await
+    render_form(
+        &c,
+        &s,
+        &headers,
+        &uri,
+        &form,
+        &[],
+        None,
+        None,
+        StatusCode::OK,
+    )
+    .await
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -556,7 +741,10 @@ async fn render_form(
         can_apply: true,
         status: status_note,
     };
-    html(status, layout::page("New hook", Some(s), views::new_hook::render(&view)))
+    html(
+        status,
+        layout::page("New hook", Some(s), views::new_hook::render(&view)),
+    )
 }
 
 /// `POST /ui/hooks/new`: validate (the shared validation, and in a cluster a server-side
@@ -568,7 +756,15 @@ pub async fn new_submit(State(c): C, headers: HeaderMap, uri: Uri, body: Bytes) 
     };
     let form = match HookForm::parse(pairs(std::str::from_utf8(&body).ok())) {
         Ok(f) => f,
-        Err(e) => return error_page(Some(&s), StatusCode::BAD_REQUEST, "New hook", &e.field, &e.message),
+        Err(e) => {
+            return error_page(
+                Some(&s),
+                StatusCode::BAD_REQUEST,
+                "New hook",
+                &e.field,
+                &e.message,
+            );
+        }
     };
     if let Err(refused) = check_post(&headers, Some(&s), &form.csrf) {
         return refused;
@@ -579,14 +775,49 @@ pub async fn new_submit(State(c): C, headers: HeaderMap, uri: Uri, body: Bytes) 
             field: "action".into(),
             message: format!("action: {action:?} is not one of validate, apply, download"),
         }];
-        return render_form(&c, &s, &headers, &uri, &form, &e, None, None, StatusCode::BAD_REQUEST).await;
+        return render_form(
+            &c,
+            &s,
+            &headers,
+            &uri,
+            &form,
+            &e,
+            None,
+            None,
+            StatusCode::BAD_REQUEST,
+        )
+        .await;
     }
     let manifest = match form.manifest() {
         Ok(m) => m,
-        Err(errors) => return render_form(&c, &s, &headers, &uri, &form, &errors, None, None, StatusCode::BAD_REQUEST).await,
+        Err(errors) => {
+            return render_form(
+                &c,
+                &s,
+                &headers,
+                &uri,
+                &form,
+                &errors,
+                None,
+                None,
+                StatusCode::BAD_REQUEST,
+            )
+            .await;
+        }
     };
     if let Err(errors) = validate(&c, &manifest) {
-        return render_form(&c, &s, &headers, &uri, &form, &errors, None, None, StatusCode::BAD_REQUEST).await;
+        return render_form(
+            &c,
+            &s,
+            &headers,
+            &uri,
+            &form,
+            &errors,
+            None,
+            None,
+            StatusCode::BAD_REQUEST,
+        )
+        .await;
     }
     let in_cluster = match (&c.kube, &s.principal) {
         (Some(kube), Principal::Kubernetes(_)) => Some(kube),
@@ -599,30 +830,74 @@ pub async fn new_submit(State(c): C, headers: HeaderMap, uri: Uri, body: Bytes) 
         match kube.apply(&s, &manifest, dry_run).await {
             Ok(()) => {}
             Err(KubeError::Unauthorized) => return c.expired(&headers, &uri),
-            Err(KubeError::Refused { status, field, message }) => {
+            Err(KubeError::Refused {
+                status,
+                field,
+                message,
+            }) => {
                 let errors = [FieldError { field, message }];
                 let code = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
                 return render_form(&c, &s, &headers, &uri, &form, &errors, None, None, code).await;
             }
             Err(e) => {
-                let errors = [FieldError { field: String::new(), message: e.to_string() }];
-                return render_form(&c, &s, &headers, &uri, &form, &errors, None, None, StatusCode::SERVICE_UNAVAILABLE).await;
+                let errors = [FieldError {
+                    field: String::new(),
+                    message: e.to_string(),
+                }];
+                return render_form(
+                    &c,
+                    &s,
+                    &headers,
+                    &uri,
+                    &form,
+                    &errors,
+                    None,
+                    None,
+                    StatusCode::SERVICE_UNAVAILABLE,
+                )
+                .await;
             }
         }
         if action == "apply" {
-            return Redirect::to(&format!("/ui/hooks/{}/{}", enc(form.namespace.trim()), enc(form.name.trim()))).into_response();
+            return Redirect::to(&format!(
+                "/ui/hooks/{}/{}",
+                enc(form.namespace.trim()),
+                enc(form.name.trim())
+            ))
+            .into_response();
         }
     } else if action == "apply" {
         return match apply_standalone(&c, &manifest).await {
-            Ok(()) => Redirect::to(&format!("/ui/hooks/{}/{}", enc(form.namespace.trim()), enc(form.name.trim()))).into_response(),
-            Err(e) => render_form(&c, &s, &headers, &uri, &form, &[e], None, None, StatusCode::CONFLICT).await,
+            Ok(()) => Redirect::to(&format!(
+                "/ui/hooks/{}/{}",
+                enc(form.namespace.trim()),
+                enc(form.name.trim())
+            ))
+            .into_response(),
+            Err(e) => {
+                render_form(
+                    &c,
+                    &s,
+                    &headers,
+                    &uri,
+                    &form,
+                    &[e],
+                    None,
+                    None,
+                    StatusCode::CONFLICT,
+                )
+                .await
+            }
         };
     }
     let yaml = serde_norway::to_string(&manifest).unwrap_or_default();
     if action == "download" {
         let file = format!("{}.yaml", form.name.trim());
         let mut r = yaml.into_response();
-        r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/yaml"));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/yaml"),
+        );
         if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{file}\"")) {
             r.headers_mut().insert(header::CONTENT_DISPOSITION, v);
         }
@@ -633,7 +908,18 @@ pub async fn new_submit(State(c): C, headers: HeaderMap, uri: Uri, body: Bytes) 
     } else {
         "Valid. Apply serves it on this dispatcher until it restarts (the hooks files stay as they are); Download YAML keeps it."
     };
-    render_form(&c, &s, &headers, &uri, &form, &[], Some(&yaml), Some(note), StatusCode::OK).await
+    render_form(
+        &c,
+        &s,
+        &headers,
+        &uri,
+        &form,
+        &[],
+        Some(&yaml),
+        Some(note),
+        StatusCode::OK,
+    )
+    .await
 }
 
 /// The uid prefix of hooks created in the console of a standalone dispatcher.
@@ -647,7 +933,10 @@ pub const CONSOLE_UID_PREFIX: &str = "console:";
 async fn apply_standalone(c: &Console, manifest: &Value) -> Result<(), FieldError> {
     let _one_at_a_time = c.apply_lock.lock().await;
     let Some(set) = c.app.hooks() else {
-        return Err(FieldError { field: "action".into(), message: "action: no hooks loaded yet".into() });
+        return Err(FieldError {
+            field: "action".into(),
+            message: "action: no hooks loaded yet".into(),
+        });
     };
     let (ns, name) = (
         manifest["metadata"]["namespace"].as_str().unwrap_or(""),
@@ -660,7 +949,9 @@ async fn apply_standalone(c: &Console, manifest: &Value) -> Result<(), FieldErro
     {
         return Err(FieldError {
             field: "metadata.name".into(),
-            message: format!("metadata.name: {key} comes from this dispatcher's hooks files, which the console does not change: edit the file, or choose another name"),
+            message: format!(
+                "metadata.name: {key} comes from this dispatcher's hooks files, which the console does not change: edit the file, or choose another name"
+            ),
         });
     }
     let mut manifest = manifest.clone();
@@ -694,7 +985,10 @@ async fn apply_standalone(c: &Console, manifest: &Value) -> Result<(), FieldErro
         Some(&set),
     );
     if let Some(r) = rejected.into_iter().next() {
-        return Err(FieldError { field: "spec".into(), message: format!("{}/{}: {}", r.namespace, r.name, r.errors) });
+        return Err(FieldError {
+            field: "spec".into(),
+            message: format!("{}/{}: {}", r.namespace, r.name, r.errors),
+        });
     }
     c.app.set_hooks(next);
     tracing::info!(hook = %key, "console: hook applied in memory (standalone)");
@@ -704,7 +998,10 @@ async fn apply_standalone(c: &Console, manifest: &Value) -> Result<(), FieldErro
 /// The shared validation of the operator and the hooks files, on the form's manifest.
 fn validate(c: &Console, manifest: &Value) -> Result<(), Vec<FieldError>> {
     let set = c.app.hooks();
-    let master = set.as_ref().map(|s| s.master_namespace.clone()).unwrap_or_else(|| "agenthooks-system".into());
+    let master = set
+        .as_ref()
+        .map(|s| s.master_namespace.clone())
+        .unwrap_or_else(|| "agenthooks-system".into());
     let ctx = crate::dry_run::InlineContext {
         master_namespace: &master,
         edition: c.app.engine.edition,
@@ -712,18 +1009,20 @@ fn validate(c: &Console, manifest: &Value) -> Result<(), Vec<FieldError>> {
         served: set.as_deref(),
         validate_only: true,
     };
-    crate::dry_run::inline_hook(manifest, &ctx).map(|_| ()).map_err(|e| {
-        e.0.into_iter()
-            .map(|f| FieldError {
-                message: if f.message.starts_with(&f.field) {
-                    f.message
-                } else {
-                    format!("{}: {}", f.field, f.message)
-                },
-                field: f.field,
-            })
-            .collect()
-    })
+    crate::dry_run::inline_hook(manifest, &ctx)
+        .map(|_| ())
+        .map_err(|e| {
+            e.0.into_iter()
+                .map(|f| FieldError {
+                    message: if f.message.starts_with(&f.field) {
+                        f.message
+                    } else {
+                        format!("{}: {}", f.field, f.message)
+                    },
+                    field: f.field,
+                })
+                .collect()
+        })
 }
 
 /// Anything else under `/ui/`.

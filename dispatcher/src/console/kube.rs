@@ -110,20 +110,32 @@ impl KubeConsole {
 
     /// The hooks and budgets the person may list (see the module docs); `namespaces` are
     /// the ones to try one by one when a cluster-wide list is refused.
-    pub async fn catalog(&self, s: &Session, namespaces: &[String]) -> Result<KubeCatalog, KubeError> {
+    pub async fn catalog(
+        &self,
+        s: &Session,
+        namespaces: &[String],
+    ) -> Result<KubeCatalog, KubeError> {
         let client = self.session_client(s)?;
         let mut denied = Vec::new();
-        let hooks: Vec<AgentHook> = match Api::<AgentHook>::all(client.clone()).list(&ListParams::default()).await {
+        let hooks: Vec<AgentHook> = match Api::<AgentHook>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+        {
             Ok(list) => list.items,
             Err(e) => match classify(e) {
                 KubeError::Refused { status: 403, .. } => {
                     denied.push("You may not list AgentHooks cluster-wide: showing the namespaces you may list.".to_owned());
                     let mut all = Vec::new();
                     for ns in namespaces {
-                        match Api::<AgentHook>::namespaced(client.clone(), ns).list(&ListParams::default()).await {
+                        match Api::<AgentHook>::namespaced(client.clone(), ns)
+                            .list(&ListParams::default())
+                            .await
+                        {
                             Ok(list) => all.extend(list.items),
                             Err(e) => match classify(e) {
-                                KubeError::Refused { status: 403 | 404, .. } => {}
+                                KubeError::Refused {
+                                    status: 403 | 404, ..
+                                } => {}
                                 other => return Err(other),
                             },
                         }
@@ -133,13 +145,19 @@ impl KubeConsole {
                 other => return Err(other),
             },
         };
-        let budgets: Vec<TenantHookBudget> = match Api::<TenantHookBudget>::all(client.clone()).list(&ListParams::default()).await {
+        let budgets: Vec<TenantHookBudget> = match Api::<TenantHookBudget>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+        {
             Ok(list) => list.items,
             Err(e) => match classify(e) {
                 KubeError::Refused { status: 403, .. } => {
                     let mut all = Vec::new();
                     for ns in namespaces {
-                        if let Ok(list) = Api::<TenantHookBudget>::namespaced(client.clone(), ns).list(&ListParams::default()).await {
+                        if let Ok(list) = Api::<TenantHookBudget>::namespaced(client.clone(), ns)
+                            .list(&ListParams::default())
+                            .await
+                        {
                             all.extend(list.items);
                         }
                     }
@@ -154,34 +172,48 @@ impl KubeConsole {
             .iter()
             .map(|b| {
                 let ns = b.metadata.namespace.clone().unwrap_or_default();
-                let tenant = b
-                    .spec
-                    .tenant
-                    .clone()
-                    .unwrap_or_else(|| agenthooks_crds::tenancy::namespace_tenant(&ns, None).to_owned());
+                let tenant = b.spec.tenant.clone().unwrap_or_else(|| {
+                    agenthooks_crds::tenancy::namespace_tenant(&ns, None).to_owned()
+                });
                 BudgetSummary::of_object(b, tenant)
             })
             .collect();
         budgets.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-        Ok(KubeCatalog { hooks, budgets, denied })
+        Ok(KubeCatalog {
+            hooks,
+            budgets,
+            denied,
+        })
     }
 
     /// One hook, `None` when it does not exist or the person may not read it.
-    pub async fn hook(&self, s: &Session, namespace: &str, name: &str) -> Result<Option<HookSummary>, KubeError> {
+    pub async fn hook(
+        &self,
+        s: &Session,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<HookSummary>, KubeError> {
         let api: Api<AgentHook> = Api::namespaced(self.session_client(s)?, namespace);
         match api.get(name).await {
             Ok(h) => Ok(Some(HookSummary::of_object(&h))),
             Err(e) => match classify(e) {
-                KubeError::Refused { status: 403 | 404, .. } => Ok(None),
+                KubeError::Refused {
+                    status: 403 | 404, ..
+                } => Ok(None),
                 other => Err(other),
             },
         }
     }
 
     /// `NAME/KEY` of every key of the hook Secrets in `namespace` the person may list.
-    pub async fn hook_secrets(&self, s: &Session, namespace: &str) -> Result<Vec<String>, KubeError> {
+    pub async fn hook_secrets(
+        &self,
+        s: &Session,
+        namespace: &str,
+    ) -> Result<Vec<String>, KubeError> {
         let api: Api<Secret> = Api::namespaced(self.session_client(s)?, namespace);
-        let lp = ListParams::default().labels(&format!("{}=true", agenthooks_crds::HOOK_SECRET_LABEL));
+        let lp =
+            ListParams::default().labels(&format!("{}=true", agenthooks_crds::HOOK_SECRET_LABEL));
         match api.list(&lp).await {
             Ok(list) => {
                 let mut out: Vec<String> = list
@@ -200,7 +232,9 @@ impl KubeConsole {
                 Ok(out)
             }
             Err(e) => match classify(e) {
-                KubeError::Refused { status: 403 | 404, .. } => Ok(Vec::new()),
+                KubeError::Refused {
+                    status: 403 | 404, ..
+                } => Ok(Vec::new()),
                 other => Err(other),
             },
         }
@@ -208,7 +242,12 @@ impl KubeConsole {
 
     /// Server-side apply of `manifest` (an AgentHook) as the person; with `dry_run` the
     /// API server checks everything and writes nothing.
-    pub async fn apply(&self, s: &Session, manifest: &Value, dry_run: bool) -> Result<(), KubeError> {
+    pub async fn apply(
+        &self,
+        s: &Session,
+        manifest: &Value,
+        dry_run: bool,
+    ) -> Result<(), KubeError> {
         let ns = manifest["metadata"]["namespace"].as_str().unwrap_or("");
         let name = manifest["metadata"]["name"].as_str().unwrap_or("");
         let api: Api<AgentHook> = Api::namespaced(self.session_client(s)?, ns);
@@ -253,13 +292,20 @@ mod tests {
     #[test]
     fn refusals_name_the_field_the_api_server_names() {
         assert_eq!(
-            field_of(r#"AgentHook.agenthooks.io "x" is invalid: spec.timeoutMs: Invalid value: 20000: spec.timeoutMs in body should be less than or equal to 10000"#),
+            field_of(
+                r#"AgentHook.agenthooks.io "x" is invalid: spec.timeoutMs: Invalid value: 20000: spec.timeoutMs in body should be less than or equal to 10000"#
+            ),
             "spec.timeoutMs"
         );
         assert_eq!(
-            field_of(r#"AgentHook.agenthooks.io "x" is invalid: [spec.handler: Invalid value: "object": exactly one, spec.scope: Unsupported value]"#),
+            field_of(
+                r#"AgentHook.agenthooks.io "x" is invalid: [spec.handler: Invalid value: "object": exactly one, spec.scope: Unsupported value]"#
+            ),
             "spec.handler"
         );
-        assert_eq!(field_of("agenthooks.agenthooks.io is forbidden: User \"u\" cannot patch"), "");
+        assert_eq!(
+            field_of("agenthooks.agenthooks.io is forbidden: User \"u\" cannot patch"),
+            ""
+        );
     }
 }

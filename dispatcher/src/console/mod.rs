@@ -106,7 +106,10 @@ async fn security_headers(mut response: Response) -> Response {
     );
     // `same-origin`: a POST keeps its real `Origin` (with `no-referrer` Chromium sends
     // `Origin: null`), and no other site learns a console URL.
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.entry(header::CACHE_CONTROL)
         .or_insert(HeaderValue::from_static("no-store"));
@@ -118,11 +121,12 @@ impl Console {
     /// and why when the session ended).
     fn session(&self, headers: &HeaderMap, uri: &Uri) -> Result<Arc<Session>, Response> {
         let next = format!("/ui{}", uri.path_and_query().map_or("/", |p| p.as_str()));
-        let why = match session::cookie_value(headers).map(|id| self.sessions.get(&id, Instant::now())) {
-            Some(Lookup::Live(s)) => return Ok(s),
-            Some(Lookup::Ended) => "ended",
-            Some(Lookup::Unknown) | None => "required",
-        };
+        let why =
+            match session::cookie_value(headers).map(|id| self.sessions.get(&id, Instant::now())) {
+                Some(Lookup::Live(s)) => return Ok(s),
+                Some(Lookup::Ended) => "ended",
+                Some(Lookup::Unknown) | None => "required",
+            };
         Err(to_sign_in(&next, Some(why)))
     }
 
@@ -169,7 +173,10 @@ fn safe_next(next: &str) -> &str {
 /// host) or without the session's CSRF token.
 fn check_post(headers: &HeaderMap, session: Option<&Session>, csrf: &str) -> Result<(), Response> {
     if !same_origin(headers) {
-        return Err(plain(StatusCode::FORBIDDEN, "Origin: this form was sent from another site"));
+        return Err(plain(
+            StatusCode::FORBIDDEN,
+            "Origin: this form was sent from another site",
+        ));
     }
     match session {
         Some(s) if !s.csrf_matches(csrf) => Err(plain(

@@ -221,14 +221,23 @@ mod tests {
             assert!(matches!(s.get(&id, t), Lookup::Live(_)), "at {:?}", t - t0);
         }
         assert!(matches!(s.get(&id, t0 + MAX_AGE), Lookup::Ended));
-        assert!(matches!(s.get(&id, t0 + MAX_AGE), Lookup::Unknown), "removed");
+        assert!(
+            matches!(s.get(&id, t0 + MAX_AGE), Lookup::Unknown),
+            "removed"
+        );
 
         let (idle, _) = start(&s, None, t0);
         assert!(matches!(s.get(&idle, t0 + IDLE), Lookup::Ended));
 
         let (short, _) = start(&s, Some(Duration::from_secs(600)), t0);
-        assert!(matches!(s.get(&short, t0 + Duration::from_secs(599)), Lookup::Live(_)));
-        assert!(matches!(s.get(&short, t0 + Duration::from_secs(600)), Lookup::Ended));
+        assert!(matches!(
+            s.get(&short, t0 + Duration::from_secs(599)),
+            Lookup::Live(_)
+        ));
+        assert!(matches!(
+            s.get(&short, t0 + Duration::from_secs(600)),
+            Lookup::Ended
+        ));
     }
 
     #[test]
@@ -251,7 +260,10 @@ mod tests {
             start(&s, None, t0);
         }
         assert_eq!(s.len(), MAX_SESSIONS);
-        assert!(matches!(s.get(&first, t0), Lookup::Unknown), "oldest pushed out");
+        assert!(
+            matches!(s.get(&first, t0), Lookup::Unknown),
+            "oldest pushed out"
+        );
     }
 
     #[test]

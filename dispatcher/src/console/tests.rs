@@ -25,7 +25,11 @@ fn hook(ns: &str, name: &str, spec: &str) -> SnapshotHook {
         name: name.into(),
         generation: 1,
         created_at: String::new(),
-        namespace_tenant: if ns == "agenthooks-system" { ns.into() } else { "acme".into() },
+        namespace_tenant: if ns == "agenthooks-system" {
+            ns.into()
+        } else {
+            "acme".into()
+        },
         spec: serde_norway::from_str(spec).unwrap(),
         sealed_headers: vec![],
         open_breakers: Vec::new(),
@@ -34,7 +38,11 @@ fn hook(ns: &str, name: &str, spec: &str) -> SnapshotHook {
 }
 
 fn state(edition: Edition) -> Arc<AppState> {
-    let state = AppState::new(Engine::new(HttpCaller::new(vec![]), edition, SealKey::generate()));
+    let state = AppState::new(Engine::new(
+        HttpCaller::new(vec![]),
+        edition,
+        SealKey::generate(),
+    ));
     state.set_authenticator(crate::identity::Authenticator::Anonymous);
     state.set_admin_token(admin::AdminToken::new(ADMIN).unwrap());
     let (set, _) = HookSet::build(
@@ -133,8 +141,13 @@ impl Browser {
     }
 
     async fn sign_in(&mut self) -> String {
-        let p = self.post("/ui/sign-in", &[("token", ADMIN), ("next", "/ui/hooks")]).await;
-        assert_eq!((p.status, p.location.as_str()), (StatusCode::SEE_OTHER, "/ui/hooks"));
+        let p = self
+            .post("/ui/sign-in", &[("token", ADMIN), ("next", "/ui/hooks")])
+            .await;
+        assert_eq!(
+            (p.status, p.location.as_str()),
+            (StatusCode::SEE_OTHER, "/ui/hooks")
+        );
         self.csrf().await
     }
 
@@ -150,21 +163,48 @@ async fn pages_need_a_session_and_the_admin_token_signs_in() {
     let mut b = Browser::new(state(Edition::Lite));
     let p = b.get("/ui/hooks?event=stop").await;
     assert_eq!(p.status, StatusCode::SEE_OTHER);
-    assert_eq!(p.location, "/ui/sign-in?next=%2Fui%2Fhooks%3Fevent%3Dstop&reason=required");
+    assert_eq!(
+        p.location,
+        "/ui/sign-in?next=%2Fui%2Fhooks%3Fevent%3Dstop&reason=required"
+    );
     let p = b.get("/ui").await;
-    assert_eq!((p.status, p.location.as_str()), (StatusCode::SEE_OTHER, "/ui/sign-in?next=%2Fui%2F&reason=required"));
+    assert_eq!(
+        (p.status, p.location.as_str()),
+        (
+            StatusCode::SEE_OTHER,
+            "/ui/sign-in?next=%2Fui%2F&reason=required"
+        )
+    );
 
-    let bad = b.post("/ui/sign-in", &[("token", "wrong-token-0123456789"), ("next", "/ui/hooks")]).await;
+    let bad = b
+        .post(
+            "/ui/sign-in",
+            &[("token", "wrong-token-0123456789"), ("next", "/ui/hooks")],
+        )
+        .await;
     assert_eq!(bad.status, StatusCode::UNAUTHORIZED);
     assert!(bad.body.contains(r#"id="sign-in-error""#), "{}", bad.body);
     assert!(b.cookie.is_none());
 
     // next= never leads off the console.
-    let p = b.post("/ui/sign-in", &[("token", ADMIN), ("next", "//evil.example/x")]).await;
-    assert_eq!((p.status, p.location.as_str()), (StatusCode::SEE_OTHER, "/ui/hooks"));
+    let p = b
+        .post(
+            "/ui/sign-in",
+            &[("token", ADMIN), ("next", "//evil.example/x")],
+        )
+        .await;
+    assert_eq!(
+        (p.status, p.location.as_str()),
+        (StatusCode::SEE_OTHER, "/ui/hooks")
+    );
     let list = b.get("/ui/hooks").await;
     assert_eq!(list.status, StatusCode::OK);
-    assert!(list.body.contains(r#"<span data-testid="whoami">admin</span>"#), "{}", list.body);
+    assert!(
+        list.body
+            .contains(r#"<span data-testid="whoami">admin</span>"#),
+        "{}",
+        list.body
+    );
 
     // Signing out ends the session on the server, not only in the browser.
     let kept = b.cookie.clone();
@@ -180,15 +220,29 @@ async fn a_post_without_the_forms_token_or_from_another_site_is_refused() {
     let mut b = Browser::new(state(Edition::Lite));
     let csrf = b.sign_in().await;
     let event = r#"{"event":"pre_tool_use","tenant_id":"acme","agent_id":"a","tool_name":"Bash","tool_input":{"command":"rm -rf /"}}"#;
-    let p = b.post("/ui/hooks/agenthooks-system/rm-guard/test", &[("event", event)]).await;
+    let p = b
+        .post(
+            "/ui/hooks/agenthooks-system/rm-guard/test",
+            &[("event", event)],
+        )
+        .await;
     assert_eq!(p.status, StatusCode::FORBIDDEN);
     assert!(p.body.starts_with("csrf:"), "{}", p.body);
     let p = b
-        .post_from("/ui/hooks/agenthooks-system/rm-guard/test", &[("csrf", &csrf), ("event", event)], "https://evil.example")
+        .post_from(
+            "/ui/hooks/agenthooks-system/rm-guard/test",
+            &[("csrf", &csrf), ("event", event)],
+            "https://evil.example",
+        )
         .await;
     assert_eq!(p.status, StatusCode::FORBIDDEN);
     assert!(p.body.starts_with("Origin:"), "{}", p.body);
-    let ok = b.post("/ui/hooks/agenthooks-system/rm-guard/test", &[("csrf", &csrf), ("event", event)]).await;
+    let ok = b
+        .post(
+            "/ui/hooks/agenthooks-system/rm-guard/test",
+            &[("csrf", &csrf), ("event", event)],
+        )
+        .await;
     assert_eq!(ok.status, StatusCode::OK);
 }
 
@@ -197,20 +251,49 @@ async fn the_list_shows_conditions_and_filters_name_bad_values() {
     let mut b = Browser::new(state(Edition::Lite));
     b.sign_in().await;
     let all = b.get("/ui/hooks").await;
-    for key in ["agenthooks-system/rm-guard", "agenthooks-system/rewrite", "tenant-acme/notify"] {
-        assert!(all.body.contains(&format!(r#"data-hook="{key}""#)), "{key}: {}", all.body);
+    for key in [
+        "agenthooks-system/rm-guard",
+        "agenthooks-system/rewrite",
+        "tenant-acme/notify",
+    ] {
+        assert!(
+            all.body.contains(&format!(r#"data-hook="{key}""#)),
+            "{key}: {}",
+            all.body
+        );
     }
-    assert!(all.body.contains(r#"data-status="True" title="loaded from the hooks files">Valid"#), "{}", all.body);
+    assert!(
+        all.body
+            .contains(r#"data-status="True" title="loaded from the hooks files">Valid"#),
+        "{}",
+        all.body
+    );
     let http = b.get("/ui/hooks?handler=http&event=").await;
     assert!(http.body.contains(r#"data-hook="tenant-acme/notify""#));
-    assert!(!http.body.contains(r#"data-hook="agenthooks-system/rm-guard""#));
+    assert!(
+        !http
+            .body
+            .contains(r#"data-hook="agenthooks-system/rm-guard""#)
+    );
     let none = b.get("/ui/hooks?state=circuit-open").await;
-    assert!(none.body.contains(r#"data-testid="no-hooks""#), "{}", none.body);
+    assert!(
+        none.body.contains(r#"data-testid="no-hooks""#),
+        "{}",
+        none.body
+    );
     let bad = b.get("/ui/hooks?event=pre_tool").await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
-    assert!(bad.body.contains(r#"role="alert" data-field="event""#), "{}", bad.body);
+    assert!(
+        bad.body.contains(r#"role="alert" data-field="event""#),
+        "{}",
+        bad.body
+    );
     let unknown = b.get("/ui/hooks?colour=red").await;
-    assert!(unknown.body.contains(r#"data-field="colour""#), "{}", unknown.body);
+    assert!(
+        unknown.body.contains(r#"data-field="colour""#),
+        "{}",
+        unknown.body
+    );
 }
 
 #[tokio::test]
@@ -218,26 +301,76 @@ async fn the_test_panel_shows_a_block_with_stderr_and_a_rewrite_with_its_diff() 
     let mut b = Browser::new(state(Edition::Lite));
     let csrf = b.sign_in().await;
     let form = b.get("/ui/hooks/agenthooks-system/rm-guard/test").await;
-    assert!(form.body.contains("&quot;tool_name&quot;: &quot;Bash&quot;"), "sample event: {}", form.body);
+    assert!(
+        form.body
+            .contains("&quot;tool_name&quot;: &quot;Bash&quot;"),
+        "sample event: {}",
+        form.body
+    );
 
     let event = r#"{"event":"pre_tool_use","tenant_id":"acme","agent_id":"a","tool_name":"Bash","tool_input":{"command":"rm -rf /"}}"#;
-    let p = b.post("/ui/hooks/agenthooks-system/rm-guard/test", &[("csrf", &csrf), ("event", event)]).await;
-    assert!(p.body.contains(r#"data-testid="decision"><span class="decision" data-decision="block">block"#), "{}", p.body);
-    assert!(p.body.contains(r#"<pre data-testid="stderr">destructive command refused"#), "{}", p.body);
+    let p = b
+        .post(
+            "/ui/hooks/agenthooks-system/rm-guard/test",
+            &[("csrf", &csrf), ("event", event)],
+        )
+        .await;
+    assert!(
+        p.body.contains(
+            r#"data-testid="decision"><span class="decision" data-decision="block">block"#
+        ),
+        "{}",
+        p.body
+    );
+    assert!(
+        p.body
+            .contains(r#"<pre data-testid="stderr">destructive command refused"#),
+        "{}",
+        p.body
+    );
 
-    let p = b.post("/ui/hooks/agenthooks-system/rewrite/test", &[("csrf", &csrf), ("event", event)]).await;
+    let p = b
+        .post(
+            "/ui/hooks/agenthooks-system/rewrite/test",
+            &[("csrf", &csrf), ("event", event)],
+        )
+        .await;
     assert!(p.body.contains(r#"data-testid="diff""#), "{}", p.body);
-    assert!(p.body.contains(r#"<span class="del"><del>  &quot;command&quot;: &quot;rm -rf /&quot;</del>"#), "{}", p.body);
-    assert!(p.body.contains(r#"<span class="add"><ins>  &quot;command&quot;: &quot;ls -la ./build&quot;</ins>"#), "{}", p.body);
+    assert!(
+        p.body.contains(
+            r#"<span class="del"><del>  &quot;command&quot;: &quot;rm -rf /&quot;</del>"#
+        ),
+        "{}",
+        p.body
+    );
+    assert!(
+        p.body.contains(
+            r#"<span class="add"><ins>  &quot;command&quot;: &quot;ls -la ./build&quot;</ins>"#
+        ),
+        "{}",
+        p.body
+    );
 
-    let bad = b.post("/ui/hooks/agenthooks-system/rewrite/test", &[("csrf", &csrf), ("event", "{not json")]).await;
+    let bad = b
+        .post(
+            "/ui/hooks/agenthooks-system/rewrite/test",
+            &[("csrf", &csrf), ("event", "{not json")],
+        )
+        .await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
     assert!(bad.body.contains(r#"data-field="event""#), "{}", bad.body);
     let bad_event = b
-        .post("/ui/hooks/agenthooks-system/rewrite/test", &[("csrf", &csrf), ("event", r#"{"event":"lunch"}"#)])
+        .post(
+            "/ui/hooks/agenthooks-system/rewrite/test",
+            &[("csrf", &csrf), ("event", r#"{"event":"lunch"}"#)],
+        )
         .await;
     assert_eq!(bad_event.status, StatusCode::BAD_REQUEST);
-    assert!(bad_event.body.contains(r#"data-field="event.event""#), "{}", bad_event.body);
+    assert!(
+        bad_event.body.contains(r#"data-field="event.event""#),
+        "{}",
+        bad_event.body
+    );
     let missing = b.get("/ui/hooks/agenthooks-system/nope").await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
 }
@@ -260,48 +393,103 @@ async fn the_form_refuses_with_the_field_named_and_command_is_greyed_out_on_stan
     slow.extend([("timeoutMs", "20000"), ("action", "validate")]);
     let p = b.post("/ui/hooks/new", &slow).await;
     assert_eq!(p.status, StatusCode::BAD_REQUEST);
-    assert!(p.body.contains(r#"data-field="spec.timeoutMs""#), "{}", p.body);
+    assert!(
+        p.body.contains(r#"data-field="spec.timeoutMs""#),
+        "{}",
+        p.body
+    );
     assert!(p.body.contains(r#"aria-invalid="true""#), "{}", p.body);
 
     let mut ok = base.to_vec();
     ok.push(("action", "validate"));
     let p = b.post("/ui/hooks/new", &ok).await;
     assert_eq!(p.status, StatusCode::OK, "{}", p.body);
-    assert!(p.body.contains(r#"<pre data-testid="yaml">apiVersion: agenthooks.io/v1alpha1"#), "{}", p.body);
+    assert!(
+        p.body
+            .contains(r#"<pre data-testid="yaml">apiVersion: agenthooks.io/v1alpha1"#),
+        "{}",
+        p.body
+    );
 
     let mut dl = base.to_vec();
     dl.push(("action", "download"));
     let p = b.post("/ui/hooks/new", &dl).await;
-    assert!(p.body.starts_with("apiVersion: agenthooks.io/v1alpha1\nkind: AgentHook\n"), "{}", p.body);
+    assert!(
+        p.body
+            .starts_with("apiVersion: agenthooks.io/v1alpha1\nkind: AgentHook\n"),
+        "{}",
+        p.body
+    );
 
     // Standalone apply: served at once, in memory; the files' hooks are never replaced.
     let mut apply = base.to_vec();
     apply.push(("action", "apply"));
     let p = b.post("/ui/hooks/new", &apply).await;
-    assert_eq!((p.status, p.location.as_str()), (StatusCode::SEE_OTHER, "/ui/hooks/tenant-acme/guard"));
+    assert_eq!(
+        (p.status, p.location.as_str()),
+        (StatusCode::SEE_OTHER, "/ui/hooks/tenant-acme/guard")
+    );
     let list = b.get("/ui/hooks").await;
-    assert!(list.body.contains(r#"data-hook="tenant-acme/guard""#), "{}", list.body);
-    assert!(list.body.contains("created in the console"), "{}", list.body);
+    assert!(
+        list.body.contains(r#"data-hook="tenant-acme/guard""#),
+        "{}",
+        list.body
+    );
+    assert!(
+        list.body.contains("created in the console"),
+        "{}",
+        list.body
+    );
     let again = b.post("/ui/hooks/new", &apply).await;
-    assert_eq!(again.status, StatusCode::SEE_OTHER, "a console hook is replaced");
+    assert_eq!(
+        again.status,
+        StatusCode::SEE_OTHER,
+        "a console hook is replaced"
+    );
     let mut clash = base.to_vec();
     clash.retain(|(k, _)| !matches!(*k, "namespace" | "name"));
-    clash.extend([("namespace", "agenthooks-system"), ("name", "rm-guard"), ("action", "apply")]);
+    clash.extend([
+        ("namespace", "agenthooks-system"),
+        ("name", "rm-guard"),
+        ("action", "apply"),
+    ]);
     let p = b.post("/ui/hooks/new", &clash).await;
     assert_eq!(p.status, StatusCode::CONFLICT);
-    assert!(p.body.contains(r#"data-field="metadata.name""#), "{}", p.body);
+    assert!(
+        p.body.contains(r#"data-field="metadata.name""#),
+        "{}",
+        p.body
+    );
 
     let mut std = Browser::new(state(Edition::Standard));
     let csrf = std.sign_in().await;
     let form = std.get("/ui/hooks/new").await;
-    assert!(form.body.contains(r#"id="handler-command" name="handler" value="command" disabled"#), "{}", form.body);
+    assert!(
+        form.body
+            .contains(r#"id="handler-command" name="handler" value="command" disabled"#),
+        "{}",
+        form.body
+    );
     assert!(form.body.contains("EditionForbidsCommand"), "{}", form.body);
     let p = std
         .post(
             "/ui/hooks/new",
-            &[("csrf", &csrf), ("namespace", "agenthooks-system"), ("name", "c"), ("event", "stop"), ("scope", "tenant"), ("handler", "command"), ("command", "true"), ("action", "validate")],
+            &[
+                ("csrf", &csrf),
+                ("namespace", "agenthooks-system"),
+                ("name", "c"),
+                ("event", "stop"),
+                ("scope", "tenant"),
+                ("handler", "command"),
+                ("command", "true"),
+                ("action", "validate"),
+            ],
         )
         .await;
     assert_eq!(p.status, StatusCode::BAD_REQUEST);
-    assert!(p.body.contains("EditionForbidsCommand") || p.body.contains("Standard"), "{}", p.body);
+    assert!(
+        p.body.contains("EditionForbidsCommand") || p.body.contains("Standard"),
+        "{}",
+        p.body
+    );
 }

@@ -336,7 +336,7 @@ fn the_namespace_tenant_comes_from_the_served_hooks() {
         edition: Edition::Lite,
         seal_key: &key,
         served: Some(&set),
-                validate_only: false,
+        validate_only: false,
     };
     let h = inline_hook(&manifest("team-a", "true", json!({"tenant": "acme"})), &ctx).unwrap();
     assert_eq!(h.compiled.tenant, "acme");
@@ -515,7 +515,11 @@ async fn tool_facts_and_tool_kinds_select_as_in_dispatch() {
     )
     .unwrap();
     let r = dry_run(&e, &h, &event(json!({})), DryRunOptions::default()).await;
-    assert_eq!((r.ran, r.cel_matched, r.matcher_matched), (true, Some(true), true), "{r:?}");
+    assert_eq!(
+        (r.ran, r.cel_matched, r.matcher_matched),
+        (true, Some(true), true),
+        "{r:?}"
+    );
     assert_eq!(r.decision, Some(Outcome::Block));
     let read = event(json!({"tool_name": "Read", "tool_input": {"file_path": "/etc/hosts"}}));
     let r = dry_run(&e, &h, &read, DryRunOptions::default()).await;

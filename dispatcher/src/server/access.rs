@@ -75,7 +75,9 @@ pub(super) async fn reader<'a>(
             return Err(error(
                 StatusCode::FORBIDDEN,
                 "authorization",
-                format!("{what}: this console session does not match the dispatcher's callers mode; sign in again"),
+                format!(
+                    "{what}: this console session does not match the dispatcher's callers mode; sign in again"
+                ),
             ));
         }
         (Some(Principal::Admin), _) => return Ok(Reader::Admin),

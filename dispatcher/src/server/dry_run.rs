@@ -40,7 +40,6 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::access::{Principal, reader};
-use axum::Extension;
 use super::{AppState, error, read_body};
 use crate::dry_run::{
     DryRunOptions, InlineContext, InlineSpecError, SpecFieldError, dry_run, inline_hook,
@@ -48,6 +47,7 @@ use crate::dry_run::{
 };
 use crate::event::{Event, EventError};
 use crate::identity::Access;
+use axum::Extension;
 
 /// The body of `POST /v1/test`: `event`, and `hook` or `spec` (one of them).
 #[derive(Deserialize, schemars::JsonSchema)]

@@ -49,12 +49,12 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::access::{Principal, reader};
-use axum::Extension;
 use super::{AppState, error};
 use crate::audit::row::{AuditRow, detail_binding};
 use crate::audit::store::{AuditStore, ExecutionParams, ExecutionQuery, StoreError};
 use crate::decision::outcome::Outcome;
 use crate::identity::Access;
+use axum::Extension;
 
 /// The query parameters `GET /v1/executions` takes (the fields of [`ExecutionParams`]).
 pub(super) const LIST_PARAMS: [&str; 6] =
@@ -212,7 +212,14 @@ pub(super) async fn get_one(
     headers: HeaderMap,
 ) -> Response {
     let principal = principal.map(|Extension(p)| p);
-    let reader = match reader(&state, &headers, principal.as_ref(), "GET /v1/executions/{id}").await {
+    let reader = match reader(
+        &state,
+        &headers,
+        principal.as_ref(),
+        "GET /v1/executions/{id}",
+    )
+    .await
+    {
         Ok(r) => r,
         Err(refused) => return refused,
     };

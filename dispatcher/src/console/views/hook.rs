@@ -73,7 +73,13 @@ pub fn overview(h: &HookSummary, buckets: &[Bucket], last: Option<&Value>) -> Ma
 }
 
 /// The test form, and the report of a run when there is one.
-pub fn test(key: &str, csrf: &str, event_text: &str, force: bool, result: Option<&TestResult>) -> Markup {
+pub fn test(
+    key: &str,
+    csrf: &str,
+    event_text: &str,
+    force: bool,
+    result: Option<&TestResult>,
+) -> Markup {
     html! {
         (tabs(key, "test"))
         p { "Runs the hook once on the sample event as a dry run: nothing is recorded (no audit row, breaker, counter or budget)." }

@@ -29,12 +29,23 @@ pub struct FormView<'a> {
 fn error_for<'a>(errors: &'a [FieldError], field: &str) -> Vec<&'a FieldError> {
     errors
         .iter()
-        .filter(|e| e.field == field || e.field.starts_with(&format!("{field}.")) || e.field.starts_with(&format!("{field}[")))
+        .filter(|e| {
+            e.field == field
+                || e.field.starts_with(&format!("{field}."))
+                || e.field.starts_with(&format!("{field}["))
+        })
         .collect()
 }
 
 /// A text input with its label and its errors.
-fn input(v: &FormView<'_>, id: &str, label: &str, field: &str, value: &str, help: Option<&str>) -> Markup {
+fn input(
+    v: &FormView<'_>,
+    id: &str,
+    label: &str,
+    field: &str,
+    value: &str,
+    help: Option<&str>,
+) -> Markup {
     let errs = error_for(v.errors, field);
     let described = match (errs.is_empty(), help.is_some()) {
         (false, _) => Some(format!("{id}-error")),
@@ -57,7 +68,13 @@ pub fn render(v: &FormView<'_>) -> Markup {
     let other_errors: Vec<&FieldError> = v
         .errors
         .iter()
-        .filter(|e| !KNOWN_FIELDS.iter().any(|k| e.field == *k || e.field.starts_with(&format!("{k}.")) || e.field.starts_with(&format!("{k}["))))
+        .filter(|e| {
+            !KNOWN_FIELDS.iter().any(|k| {
+                e.field == *k
+                    || e.field.starts_with(&format!("{k}."))
+                    || e.field.starts_with(&format!("{k}["))
+            })
+        })
         .collect();
     html! {
         @if let Some(s) = v.status { p.note role="status" data-testid="form-status" { (s) } }
