@@ -212,11 +212,11 @@ pub async fn sign_out(State(c): C, headers: HeaderMap, uri: Uri, body: Bytes) ->
     r
 }
 
-/// Every hook the person may see, every budget, the namespaces they may not list.
+/// Every hook the person may see, every budget, notes on what is left out.
 struct Catalog {
     hooks: Vec<HookSummary>,
     budgets: Vec<BudgetSummary>,
-    denied: Vec<String>,
+    notes: Vec<String>,
 }
 
 /// The catalog as `s` may see it. Errors: the answer to send (sign-in again on a refused
@@ -244,7 +244,7 @@ async fn catalog(
                 Ok(k) => Ok(Catalog {
                     hooks: k.hooks,
                     budgets: k.budgets,
-                    denied: k.denied,
+                    notes: k.notes,
                 }),
                 Err(KubeError::Unauthorized) => Err(c.expired(headers, uri)),
                 Err(e) => Err(error_page(
@@ -290,7 +290,7 @@ async fn catalog(
             Ok(Catalog {
                 hooks: catalog::standalone(&set),
                 budgets,
-                denied: Vec::new(),
+                notes: Vec::new(),
             })
         }
     }
@@ -328,7 +328,7 @@ pub async fn list(State(c): C, headers: HeaderMap, uri: Uri, RawQuery(q): RawQue
         namespaces: &namespaces,
         filters: &filters,
         budgets: &cat.budgets,
-        denied: &cat.denied,
+        notes: &cat.notes,
         error,
     };
     html(

@@ -59,7 +59,7 @@ pub struct KubeCatalog {
     pub hooks: Vec<HookSummary>,
     pub budgets: Vec<BudgetSummary>,
     /// Notes for the page (e.g. that the list is per namespace).
-    pub denied: Vec<String>,
+    pub notes: Vec<String>,
 }
 
 /// How to reach the API server (its address and CA; never the dispatcher's credential).
@@ -116,7 +116,7 @@ impl KubeConsole {
         namespaces: &[String],
     ) -> Result<KubeCatalog, KubeError> {
         let client = self.session_client(s)?;
-        let mut denied = Vec::new();
+        let mut notes = Vec::new();
         let hooks: Vec<AgentHook> = match Api::<AgentHook>::all(client.clone())
             .list(&ListParams::default())
             .await
@@ -124,7 +124,7 @@ impl KubeConsole {
             Ok(list) => list.items,
             Err(e) => match classify(e) {
                 KubeError::Refused { status: 403, .. } => {
-                    denied.push("You may not list AgentHooks cluster-wide: showing the namespaces you may list.".to_owned());
+                    notes.push("You may not list AgentHooks cluster-wide: showing the namespaces you may list.".to_owned());
                     let mut all = Vec::new();
                     for ns in namespaces {
                         match Api::<AgentHook>::namespaced(client.clone(), ns)
@@ -182,7 +182,7 @@ impl KubeConsole {
         Ok(KubeCatalog {
             hooks,
             budgets,
-            denied,
+            notes,
         })
     }
 
