@@ -494,7 +494,11 @@ pub async fn test_run(
     if let Err((field, message)) = only(&p, &["csrf", "event", "force"]) {
         return error_page(Some(&s), StatusCode::BAD_REQUEST, "Test", &field, &message);
     }
-    let key = format!("{ns}/{name}");
+    // As the Test tab's page: 404 for a hook the person may not read.
+    let key = match one_hook(&c, &s, &headers, &uri, &ns, &name).await {
+        Ok(h) => h.key(),
+        Err(r) => return r,
+    };
     let text = value(&p, "event");
     let force = value(&p, "force") == "true";
     let title = format!("Test {key}");
@@ -540,10 +544,20 @@ pub async fn history(
         Ok(s) => s,
         Err(r) => return r,
     };
-    let key = format!("{ns}/{name}");
+    // A hook the person may not read gets the overview's 404 before any history is asked
+    // for (the API's answer would name the permission and the namespace).
+    let key = match one_hook(&c, &s, &headers, &uri, &ns, &name).await {
+        Ok(h) => h.key(),
+        Err(r) => return r,
+    };
     let title = format!("History of {key}");
     let p = pairs(q.as_deref());
     let mut error = only(&p, &["decision", "since", "cursor", "limit"]).err();
+    let mut status = if error.is_some() {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::OK
+    };
     let (decision, since_local, cursor, limit) = (
         value(&p, "decision"),
         value(&p, "since"),
@@ -599,14 +613,12 @@ pub async fn history(
                 q
             });
         } else {
+            // The API's own status: 400 for a bad filter, 403 when RBAC does not let the
+            // person read this namespace's history.
+            status = answer.status;
             error = Some(answer.refusal());
         }
     }
-    let status = if error.is_some() {
-        StatusCode::BAD_REQUEST
-    } else {
-        StatusCode::OK
-    };
     let view = HistoryView {
         key: &key,
         decision,

@@ -376,6 +376,40 @@ async fn the_test_panel_shows_a_block_with_stderr_and_a_rewrite_with_its_diff() 
 }
 
 #[tokio::test]
+async fn every_tab_of_a_hook_the_person_may_not_read_is_the_same_404() {
+    let mut b = Browser::new(state(Edition::Lite));
+    let csrf = b.sign_in().await;
+    let event = r#"{"event":"pre_tool_use","tool_name":"Bash","tool_input":{"command":"ls"}}"#;
+    for page in [
+        b.get("/ui/hooks/tenant-other/nope").await,
+        b.get("/ui/hooks/tenant-other/nope/test").await,
+        b.get("/ui/hooks/tenant-other/nope/history").await,
+        b.post(
+            "/ui/hooks/tenant-other/nope/test",
+            &[("csrf", &csrf), ("event", event)],
+        )
+        .await,
+    ] {
+        assert_eq!(page.status, StatusCode::NOT_FOUND, "{}", page.body);
+        assert!(
+            page.body.contains(r#"role="alert" data-field="hook""#),
+            "{}",
+            page.body
+        );
+        assert!(!page.body.contains("data-execution"), "{}", page.body);
+    }
+    let bad = b
+        .get("/ui/hooks/agenthooks-system/rm-guard/history?decision=maybe")
+        .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST, "{}", bad.body);
+    assert!(
+        bad.body.contains(r#"data-field="decision""#),
+        "{}",
+        bad.body
+    );
+}
+
+#[tokio::test]
 async fn the_form_refuses_with_the_field_named_and_command_is_greyed_out_on_standard() {
     let mut b = Browser::new(state(Edition::Lite));
     let csrf = b.sign_in().await;
