@@ -240,8 +240,13 @@ impl KubeConsole {
         }
     }
 
-    /// Server-side apply of `manifest` (an AgentHook) as the person; with `dry_run` the
-    /// API server checks everything and writes nothing.
+    /// Server-side apply of `manifest` (an AgentHook, from the New hook form) as the
+    /// person; with `dry_run` the API server checks everything and writes nothing.
+    ///
+    /// The name of a hook made elsewhere (kubectl, GitOps: no `agenthooks-console` apply
+    /// among its managers) is refused (409, `metadata.name`): a server-side apply would
+    /// merge the form's fields into that hook, keeping whatever the form left out. A hook
+    /// made in the console is applied again (its fields the form no longer sets go).
     pub async fn apply(
         &self,
         s: &Session,
@@ -251,28 +256,114 @@ impl KubeConsole {
         let ns = manifest["metadata"]["namespace"].as_str().unwrap_or("");
         let name = manifest["metadata"]["name"].as_str().unwrap_or("");
         let api: Api<AgentHook> = Api::namespaced(self.session_client(s)?, ns);
+        match api.get_opt(name).await {
+            Ok(Some(existing)) if !made_in_console(&existing) => {
+                return Err(made_elsewhere(&existing, ns, name));
+            }
+            Ok(_) => {}
+            // Not readable, or the name is refused: the apply itself answers.
+            Err(e) => match classify(e) {
+                KubeError::Refused { .. } => {}
+                other => return Err(other),
+            },
+        }
         let mut pp = PatchParams::apply(FIELD_MANAGER);
         pp.dry_run = dry_run;
         api.patch(name, &pp, &Patch::Apply(manifest))
             .await
             .map(|_| ())
-            .map_err(classify)
+            .map_err(|e| apply_refusal(e, ns))
+    }
+}
+
+/// Whether the console made `hook` (a server-side apply by [`FIELD_MANAGER`]).
+fn made_in_console(hook: &AgentHook) -> bool {
+    hook.metadata.managed_fields.iter().flatten().any(|f| {
+        f.manager.as_deref() == Some(FIELD_MANAGER) && f.operation.as_deref() == Some("Apply")
+    })
+}
+
+/// The refusal of a New hook named as one made elsewhere.
+fn made_elsewhere(hook: &AgentHook, ns: &str, name: &str) -> KubeError {
+    let mut managers: Vec<&str> = hook
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|f| f.subresource.is_none())
+        .filter_map(|f| f.manager.as_deref())
+        .collect();
+    managers.dedup();
+    let by = if managers.is_empty() {
+        String::new()
+    } else {
+        format!(" (its fields are managed by {})", managers.join(", "))
+    };
+    KubeError::Refused {
+        status: 409,
+        field: "metadata.name".into(),
+        message: format!(
+            "metadata.name: {ns}/{name} exists already and was not made in the console{by}: choose another name, or change it where it is kept"
+        ),
+    }
+}
+
+/// A refused apply in namespace `ns`, named for the form: RBAC's 403 and a namespace that
+/// does not exist (404) are about `metadata.namespace`; the rest as [`classify`] says.
+fn apply_refusal(e: kube::Error, ns: &str) -> KubeError {
+    match &e {
+        kube::Error::Api(status) if status.code == 403 && status.message.contains(" cannot ") => {
+            KubeError::Refused {
+                status: 403,
+                field: "metadata.namespace".into(),
+                message: format!(
+                    "metadata.namespace: you may not create or change AgentHooks in namespace {ns:?} (Kubernetes RBAC: create and patch on agenthooks.agenthooks.io there): {}",
+                    status.message
+                ),
+            }
+        }
+        kube::Error::Api(status)
+            if status.code == 404
+                && status
+                    .details
+                    .as_ref()
+                    .is_some_and(|d| d.kind == "namespaces") =>
+        {
+            KubeError::Refused {
+                status: 404,
+                field: "metadata.namespace".into(),
+                message: format!("metadata.namespace: there is no namespace {ns:?}"),
+            }
+        }
+        _ => classify(e),
     }
 }
 
 /// A kube error as the console reports it: 401 ends the session; other API answers are
-/// refusals with the field the message names (`AgentHook.agenthooks.io "x" is invalid:
-/// spec.timeoutMs: Invalid value: ...` names `spec.timeoutMs`).
+/// refusals with the field they name ([`field_of_status`]).
 fn classify(e: kube::Error) -> KubeError {
     match e {
         kube::Error::Api(status) if status.code == 401 => KubeError::Unauthorized,
         kube::Error::Api(status) => KubeError::Refused {
             status: status.code,
-            field: field_of(&status.message),
+            field: field_of_status(&status),
             message: status.message.clone(),
         },
         other => KubeError::Unavailable(other.to_string()),
     }
+}
+
+/// The field a refusal is about: its first cause's `field` (a 422 Invalid or a 409
+/// field manager conflict names it, the latter with a leading `.`), else the one its
+/// message names ([`field_of`]), else `""`.
+fn field_of_status(status: &kube::core::Status) -> String {
+    status
+        .details
+        .iter()
+        .flat_map(|d| &d.causes)
+        .map(|c| c.field.trim_start_matches('.'))
+        .find(|f| !f.is_empty())
+        .map_or_else(|| field_of(&status.message), str::to_owned)
 }
 
 /// The first field a Kubernetes refusal names (`... is invalid: FIELD: ...`), or `""`.
@@ -306,6 +397,110 @@ mod tests {
         assert_eq!(
             field_of("agenthooks.agenthooks.io is forbidden: User \"u\" cannot patch"),
             ""
+        );
+    }
+
+    fn api_error(status: Value) -> kube::Error {
+        kube::Error::Api(Box::new(serde_json::from_value(status).unwrap()))
+    }
+
+    fn refused(e: KubeError) -> (u16, String, String) {
+        match e {
+            KubeError::Refused {
+                status,
+                field,
+                message,
+            } => (status, field, message),
+            other => panic!("not a refusal: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_api_servers_refusals_of_an_apply_name_the_forms_field() {
+        // As kube-apiserver 1.35 answers them (details.causes for 422 and 409).
+        let invalid = api_error(serde_json::json!({
+            "status": "Failure", "code": 422, "reason": "Invalid",
+            "message": "AgentHook.agenthooks.io \"Bad_Name\" is invalid: metadata.name: Invalid value: \"Bad_Name\": a lowercase RFC 1123 subdomain must consist of ...",
+            "details": {"name": "Bad_Name", "group": "agenthooks.io", "kind": "AgentHook",
+                        "causes": [{"reason": "FieldValueInvalid", "message": "Invalid value: \"Bad_Name\"", "field": "metadata.name"}]}
+        }));
+        assert_eq!(refused(apply_refusal(invalid, "a")).1, "metadata.name");
+        let conflict = api_error(serde_json::json!({
+            "status": "Failure", "code": 409, "reason": "Conflict",
+            "message": "Apply failed with 1 conflict: conflict with \"kubectl\" using agenthooks.io/v1alpha1: .spec.priority",
+            "details": {"causes": [{"reason": "FieldManagerConflict", "message": "conflict with \"kubectl\"", "field": ".spec.priority"}]}
+        }));
+        assert_eq!(refused(apply_refusal(conflict, "a")).1, "spec.priority");
+        let rbac = api_error(serde_json::json!({
+            "status": "Failure", "code": 403, "reason": "Forbidden",
+            "message": "agenthooks.agenthooks.io \"x\" is forbidden: User \"system:serviceaccount:a:alice\" cannot patch resource \"agenthooks\" in API group \"agenthooks.io\" in the namespace \"b\"",
+            "details": {"name": "x", "group": "agenthooks.io", "kind": "agenthooks"}
+        }));
+        let (status, field, message) = refused(apply_refusal(rbac, "b"));
+        assert_eq!((status, field.as_str()), (403, "metadata.namespace"));
+        assert!(
+            message.starts_with(
+                "metadata.namespace: you may not create or change AgentHooks in namespace \"b\""
+            ),
+            "{message}"
+        );
+        let no_namespace = api_error(serde_json::json!({
+            "status": "Failure", "code": 404, "reason": "NotFound",
+            "message": "namespaces \"nope\" not found",
+            "details": {"name": "nope", "kind": "namespaces"}
+        }));
+        assert_eq!(
+            refused(apply_refusal(no_namespace, "nope")),
+            (
+                404,
+                "metadata.namespace".into(),
+                "metadata.namespace: there is no namespace \"nope\"".into()
+            )
+        );
+        let expired = api_error(
+            serde_json::json!({"status": "Failure", "code": 401, "reason": "Unauthorized", "message": "Unauthorized"}),
+        );
+        assert!(matches!(
+            apply_refusal(expired, "a"),
+            KubeError::Unauthorized
+        ));
+    }
+
+    #[test]
+    fn a_hook_made_elsewhere_is_not_the_consoles_to_apply() {
+        let hook = |managers: Value| -> AgentHook {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "agenthooks.io/v1alpha1", "kind": "AgentHook",
+                "metadata": {"name": "guard", "namespace": "a", "managedFields": managers},
+                "spec": {"event": "stop", "handler": {"type": "http", "http": {"url": "https://p.example/h"}}}
+            }))
+            .unwrap()
+        };
+        let by = |manager: &str, operation: &str| serde_json::json!({"manager": manager, "operation": operation, "apiVersion": "agenthooks.io/v1alpha1"});
+        assert!(made_in_console(&hook(serde_json::json!([by(
+            FIELD_MANAGER,
+            "Apply"
+        )]))));
+        assert!(made_in_console(&hook(serde_json::json!([
+            by(FIELD_MANAGER, "Apply"),
+            {"manager": "agenthooks-operator", "operation": "Update", "subresource": "status"}
+        ]))));
+        let kubectl = hook(serde_json::json!([
+            by("kubectl", "Apply"),
+            {"manager": "agenthooks-operator", "operation": "Update", "subresource": "status"}
+        ]));
+        assert!(!made_in_console(&kubectl));
+        assert!(!made_in_console(&hook(serde_json::json!([by(
+            FIELD_MANAGER,
+            "Update"
+        )]))));
+        assert_eq!(
+            refused(made_elsewhere(&kubectl, "a", "guard")),
+            (
+                409,
+                "metadata.name".into(),
+                "metadata.name: a/guard exists already and was not made in the console (its fields are managed by kubectl): choose another name, or change it where it is kept".into()
+            )
         );
     }
 }
