@@ -646,6 +646,23 @@ pub async fn execution(
         Err(r) => return r,
     };
     let title = format!("Execution {id}");
+    // Only the audit trail is read here, authorized by RBAC on the person's name, which
+    // outlives a revoked token: the API server is asked whether the token still holds.
+    if let (Some(kube), Principal::Kubernetes(_)) = (&c.kube, &s.principal) {
+        match kube.check(&s).await {
+            Ok(()) => {}
+            Err(KubeError::Unauthorized) => return c.expired(&headers, &uri),
+            Err(e) => {
+                return error_page(
+                    Some(&s),
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &title,
+                    "",
+                    &e.to_string(),
+                );
+            }
+        }
+    }
     let answer = api::call(
         &c.api,
         &s,

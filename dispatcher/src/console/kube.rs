@@ -15,7 +15,8 @@
 //! - Apply: server-side apply with field manager [`FIELD_MANAGER`], first as a dry run
 //!   (`dryRun=All`: the schema, its CEL rules, admission policies, RBAC), then for real.
 //! - A 401 from the API server on any request ends the session (the token expired or was
-//!   revoked): the person signs in again.
+//!   revoked): the person signs in again. Every page asks the API server something as the
+//!   person; one that reads only the audit trail asks [`KubeConsole::check`] first.
 
 use std::time::Duration;
 
@@ -91,21 +92,36 @@ impl KubeConsole {
     /// Who `token` is (SelfSubjectReview), and how long the session may last: at most
     /// [`MAX_AGE`], cut to the token's `exp` when it is a JWT.
     pub async fn sign_in(&self, token: &str) -> Result<(KubeUser, Option<Duration>), KubeError> {
-        let api: Api<SelfSubjectReview> = Api::all(self.client(token)?);
-        let review = api
-            .create(&PostParams::default(), &SelfSubjectReview::default())
-            .await
-            .map_err(classify)?;
-        let user = review
-            .status
-            .and_then(|s| s.user_info)
-            .and_then(|info| agenthooks_kube_review::user_of_info(&info))
-            .ok_or_else(|| KubeError::Unavailable("the API server named no user".into()))?;
+        let user = self.review(token).await?;
         let ttl = agenthooks_kube_review::token_ttl(token, MAX_AGE, chrono::Utc::now().timestamp());
         if ttl.is_zero() {
             return Err(KubeError::Unauthorized);
         }
         Ok((user, Some(ttl)))
+    }
+
+    /// Whether the API server still accepts the session's token: a SelfSubjectReview,
+    /// [`KubeError::Unauthorized`] once the token is revoked (its ServiceAccount deleted)
+    /// or expired. For pages that ask the API server nothing else: history and dry runs
+    /// are authorized by RBAC on the person's name, which outlives a revoked token.
+    pub async fn check(&self, s: &Session) -> Result<(), KubeError> {
+        self.review(s.token.as_deref().ok_or(KubeError::Unauthorized)?)
+            .await
+            .map(|_| ())
+    }
+
+    /// The user the API server says `token` is (SelfSubjectReview).
+    async fn review(&self, token: &str) -> Result<KubeUser, KubeError> {
+        let api: Api<SelfSubjectReview> = Api::all(self.client(token)?);
+        let review = api
+            .create(&PostParams::default(), &SelfSubjectReview::default())
+            .await
+            .map_err(classify)?;
+        review
+            .status
+            .and_then(|s| s.user_info)
+            .and_then(|info| agenthooks_kube_review::user_of_info(&info))
+            .ok_or_else(|| KubeError::Unavailable("the API server named no user".into()))
     }
 
     /// The hooks and budgets the person may list (see the module docs); `namespaces` are

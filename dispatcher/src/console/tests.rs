@@ -527,3 +527,137 @@ async fn the_form_refuses_with_the_field_named_and_command_is_greyed_out_on_stan
         p.body
     );
 }
+
+/// A stand-in for kube-apiserver as a console in a cluster asks it: SelfSubjectReview
+/// names the person of a token in `accepted` (401 for any other), every
+/// SubjectAccessReview is allowed, AgentHook and TenantHookBudget lists are empty (401
+/// without an accepted token).
+struct FakeApiServer {
+    url: String,
+    accepted: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+async fn fake_api_server(accepted: &[&str]) -> FakeApiServer {
+    use axum::response::IntoResponse;
+    let tokens = Arc::new(std::sync::Mutex::new(
+        accepted.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
+    ));
+    let known = Arc::clone(&tokens);
+    let app = axum::Router::new().fallback(move |req: Request<Body>| {
+        let known = Arc::clone(&known);
+        async move {
+            let token = req
+                .headers()
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .unwrap_or("")
+                .to_owned();
+            let path = req.uri().path().to_owned();
+            let body = axum::body::to_bytes(req.into_body(), 1 << 20).await.unwrap();
+            let json = |status: StatusCode, v: serde_json::Value| {
+                (status, [(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response()
+            };
+            if path.ends_with("/subjectaccessreviews") {
+                let mut review: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                review["status"] = serde_json::json!({"allowed": true});
+                return json(StatusCode::CREATED, review);
+            }
+            if !known.lock().unwrap().contains(&token) {
+                return json(
+                    StatusCode::UNAUTHORIZED,
+                    serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                       "message": "Unauthorized", "reason": "Unauthorized", "code": 401}),
+                );
+            }
+            if path.ends_with("/selfsubjectreviews") {
+                return json(
+                    StatusCode::CREATED,
+                    serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview",
+                        "status": {"userInfo": {"username": "system:serviceaccount:tenant-acme:alice", "uid": "u-alice",
+                                                "groups": ["system:serviceaccounts", "system:authenticated"]}}}),
+                );
+            }
+            json(
+                StatusCode::OK,
+                serde_json::json!({"apiVersion": "agenthooks.io/v1alpha1", "kind": "List", "metadata": {}, "items": []}),
+            )
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    FakeApiServer {
+        url,
+        accepted: tokens,
+    }
+}
+
+/// A dispatcher with `--kubernetes-callers` whose API server is `api`.
+fn cluster_state(api: &FakeApiServer) -> Arc<AppState> {
+    crate::operator_urls::install_crypto_provider();
+    let config = kube::Config::new(api.url.parse().unwrap());
+    let client = kube::Client::try_from(config.clone()).unwrap();
+    let state = AppState::new(Engine::new(
+        HttpCaller::new(vec![]),
+        Edition::Lite,
+        SealKey::generate(),
+    ));
+    state.set_authenticator(crate::identity::Authenticator::Kubernetes(Box::new(
+        crate::identity::KubeCallers::new(client, "agenthooks.io", Default::default()),
+    )));
+    state.set_console_kube(config);
+    let (set, _) = HookSet::build(vec![], "agenthooks-system", Edition::Lite, 1, None);
+    state.set_hooks(set);
+    state
+}
+
+#[tokio::test]
+async fn in_a_cluster_a_revoked_token_ends_the_session_on_a_page_that_reads_only_history() {
+    let api = fake_api_server(&["alice-token"]).await;
+    let mut b = Browser::new(cluster_state(&api));
+    let p = b
+        .post(
+            "/ui/sign-in",
+            &[("token", "alice-token"), ("next", "/ui/hooks")],
+        )
+        .await;
+    assert_eq!(
+        (p.status, p.location.as_str()),
+        (StatusCode::SEE_OTHER, "/ui/hooks"),
+        "{}",
+        p.body
+    );
+    let list = b.get("/ui/hooks").await;
+    assert_eq!(list.status, StatusCode::OK, "{}", list.body);
+    assert!(
+        list.body
+            .contains("system:serviceaccount:tenant-acme:alice"),
+        "{}",
+        list.body
+    );
+    // While the token holds, the page asks the audit trail (off here: its refusal).
+    let row = b.get("/ui/executions/1").await;
+    assert_ne!(row.status, StatusCode::SEE_OTHER, "{}", row.body);
+
+    // The token is revoked (its ServiceAccount deleted): RBAC on the name would still
+    // allow the read, the API server no longer accepts the token.
+    api.accepted.lock().unwrap().clear();
+    let row = b.get("/ui/executions/1").await;
+    assert_eq!(
+        (row.status, row.location.as_str()),
+        (
+            StatusCode::SEE_OTHER,
+            "/ui/sign-in?next=%2Fui%2Fexecutions%2F1&reason=expired"
+        ),
+        "{}",
+        row.body
+    );
+    let after = b.get("/ui/hooks").await;
+    assert_eq!(
+        after.location, "/ui/sign-in?next=%2Fui%2Fhooks&reason=required",
+        "the session ended"
+    );
+    let again = b.post("/ui/sign-in", &[("token", "alice-token")]).await;
+    assert_eq!(again.status, StatusCode::UNAUTHORIZED, "{}", again.body);
+}
