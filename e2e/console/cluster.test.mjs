@@ -385,9 +385,11 @@ test('the tenant person: their namespace only; none of namespace B, not even its
       response = await visit(page, `/ui/hooks/${TENANT_HOOK}/test`);
       assert.equal(response.status(), 200);
       const form = page.locator(`form[method="post"][action="/ui/hooks/${TENANT_HOOK}/test"]`);
-      await form.getByLabel('Sample event (JSON)').fill(
-        JSON.stringify({ event: 'pre_tool_use', tool_name: 'a-only', tool_input: { cmd: 'x' } }),
-      );
+      // The pre-filled sample names the hook's tenant; the hook selects tool a-only.
+      const sample = form.getByLabel('Sample event (JSON)');
+      const event = JSON.parse(await sample.inputValue());
+      assert.equal(event.tenant_id, TENANT_NS, 'the sample is of the namespace\'s tenant');
+      await sample.fill(JSON.stringify({ ...event, tool_name: 'a-only', tool_input: { cmd: 'x' } }, null, 2));
       response = await clickAndWait(page, form.getByRole('button', { name: 'Run test' }));
       assert.equal(response.status(), 200);
       assert.equal((await page.getByTestId('decision').textContent()).trim(), 'allow');
