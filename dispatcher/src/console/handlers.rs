@@ -97,7 +97,9 @@ fn sign_in_mode(c: &Console) -> views::sign_in::Mode {
 pub async fn sign_in_page(State(c): C, RawQuery(q): RawQuery) -> Response {
     let p = pairs(q.as_deref());
     let reason = match value(&p, "reason") {
-        "ended" => Some("Your session ended (an hour idle, or 12 hours old). Sign in again."),
+        "ended" => Some(
+            "Your session ended (an hour idle, 12 hours old, or the token you signed in with expired). Sign in again.",
+        ),
         "expired" => Some("Your token was refused or has expired. Sign in again."),
         "signed-out" => Some("You signed out."),
         "required" => Some("Sign in to continue."),
