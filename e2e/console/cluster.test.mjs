@@ -4,7 +4,8 @@
 // harness's admin kubeconfig) to compare.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { randomUUID } from 'node:crypto';
+import { createSign, randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { after, before, test } from 'node:test';
 import {
   checkFrame,
@@ -35,6 +36,9 @@ const HOOK_SECRET = env('CONSOLE_HOOK_SECRET');
 const REVOKE_TOKEN = env('CONSOLE_REVOKE_TOKEN');
 const REVOKE_SA = env('CONSOLE_REVOKE_SA');
 const STANDARD_URL = env('CONSOLE_STANDARD_URL').replace(/\/$/, '');
+const EXPIRING_SA = env('CONSOLE_EXPIRING_SA');
+// The control plane's ServiceAccount signing key ('' on an external cluster).
+const SIGNING_KEY = process.env.CONSOLE_SIGNING_KEY ?? '';
 const KUBECTL = env('CONSOLE_KUBECTL');
 const KUBECONFIG = env('CONSOLE_KUBECONFIG');
 
@@ -54,6 +58,30 @@ const agentHooks = (ns) => kubectl('get', 'agenthooks.agenthooks.io', '-n', ns).
 const condition = (obj, type) => (obj.status?.conditions ?? []).find((c) => c.type === type);
 const keyOf = (h) => `${h.metadata.namespace}/${h.metadata.name}`;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * A token of ServiceAccount EXPIRING_SA (`ns/name/uid`) signed with SIGNING_KEY as the API
+ * server signs them (issuer and audience those of CONSOLE_TOKEN, a `kubectl create token`),
+ * expiring `seconds` from now: the API server's own TokenRequest gives 10 minutes at least.
+ */
+function expiringToken(seconds) {
+  const [ns, name, uid] = EXPIRING_SA.split('/');
+  const part = (s) => JSON.parse(Buffer.from(s, 'base64url').toString());
+  const like = part(env('CONSOLE_TOKEN').split('.')[1]);
+  const now = Math.floor(Date.now() / 1000);
+  const b64 = (o) => Buffer.from(JSON.stringify(o)).toString('base64url');
+  const input = `${b64({ alg: 'RS256', typ: 'JWT' })}.${b64({
+    aud: like.aud,
+    iss: like.iss,
+    exp: now + seconds,
+    iat: now - 5,
+    nbf: now - 5,
+    sub: `system:serviceaccount:${ns}:${name}`,
+    'kubernetes.io': { namespace: ns, serviceaccount: { name, uid } },
+  })}`;
+  const signature = createSign('RSA-SHA256').update(input).sign(readFileSync(SIGNING_KEY)).toString('base64url');
+  return { token: `${input}.${signature}`, exp: now + seconds };
+}
 
 /** The `data-hook` of every row of the hooks table, sorted. */
 async function listed(page) {
@@ -169,6 +197,11 @@ test('filters: by namespace, event, handler and state', () =>
       'state=circuit-open',
     );
     assert.ok((await listed(page)).includes(FLAKY), 'the failing hook is circuit-open');
+    // Not ready: the command hooks, which the Standard dispatcher cannot load (HookUnavailable).
+    await filter(page, { state: 'not-ready' });
+    const notReady = want((h) => condition(h, 'Ready')?.status !== 'True');
+    assert.deepEqual(ours(await listed(page)), notReady, 'state=not-ready');
+    assert.ok(notReady.length > 0, 'some hooks are not ready');
     await checkPage(page, 'cluster-hooks-filtered');
   }));
 
@@ -437,6 +470,23 @@ test('a revoked token: once its ServiceAccount is deleted, the next page is sign
     await visit(page, pages[1]);
     assert.equal(new URL(page.url()).pathname, '/ui/sign-in', 'the session ended');
     const again = await signIn(page, REVOKE_TOKEN);
+    assert.equal(again.status(), 401);
+    assert.equal(await page.locator('p[role="alert"]#sign-in-error').count(), 1);
+  }));
+
+test('an expired token: the session ends with it, and it signs in no more', { skip: !SIGNING_KEY && 'no signing key (an external cluster)' }, () =>
+  withPage(browser, async (page) => {
+    const { token, exp } = expiringToken(8);
+    const response = await signIn(page, token);
+    assert.equal(response.status(), 200, 'the API server accepts it while valid');
+    await page.getByTestId('hooks').waitFor();
+    await sleep(Math.max(0, exp * 1000 - Date.now()) + 500);
+    await visit(page, '/ui/hooks');
+    assert.equal(new URL(page.url()).pathname, '/ui/sign-in', pathOf(page));
+    assert.equal(new URL(page.url()).searchParams.get('reason'), 'ended');
+    assert.match(await page.locator('p[role="status"]#sign-in-reason').textContent(), /token you signed in with expired/);
+    await checkPage(page, 'cluster-expired');
+    const again = await signIn(page, token);
     assert.equal(again.status(), 401);
     assert.equal(await page.locator('p[role="alert"]#sign-in-error').count(), 1);
   }));

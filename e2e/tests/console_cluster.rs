@@ -10,7 +10,8 @@
 //!   and `agenthooks-tester`;
 //! - a tenant person with the same roles in tenant namespace A only, and a namespace B with
 //!   hooks, a budget and audit rows the tenant person must never see;
-//! - a person (history reader in A) whose ServiceAccount is deleted while signed in.
+//! - a person (history reader in A) whose ServiceAccount is deleted while signed in, and
+//!   one whose token expires while signed in.
 //!
 //! The hooks: in the master namespace a command hook that blocks with a reason on stderr,
 //! one that rewrites `tool_input`, one that allows every shell call (the history), an http
@@ -146,6 +147,7 @@ fn console_in_a_cluster_in_a_real_browser() {
         (&master, "platform"),
         (&ns_a, "alice"),
         (&ns_a, "bob"),
+        (&ns_a, "carol"),
         (&ns_a, "runtime"),
         (&ns_b, "runtime"),
     ] {
@@ -275,6 +277,7 @@ fn console_in_a_cluster_in_a_real_browser() {
     }
     rbac.push(binding("bob", Some(&ns_a), &person_role, &ns_a, "bob"));
     rbac.push(binding("bob-history", Some(&ns_a), &history, &ns_a, "bob"));
+    rbac.push(binding("carol", Some(&ns_a), &person_role, &ns_a, "carol"));
     apply(cp, &rbac);
     let platform_token = person_token(cp, &master, "platform");
     let platform_api_token = service_account_token(cp, &master, "platform", CALLER_AUDIENCE);
@@ -385,6 +388,23 @@ fn console_in_a_cluster_in_a_real_browser() {
         "the failing hook stays served"
     );
 
+    // Carol's tokens are signed by the browser test with the control plane's own key, to
+    // expire within seconds (`kubectl create token` gives 10 minutes at least); not on an
+    // external cluster, whose key is not ours.
+    let carol_uid = cp.kubectl_ok(&[
+        "get",
+        "serviceaccount",
+        "carol",
+        "-n",
+        &ns_a,
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ]);
+    let signing_key = cp
+        .dir
+        .as_ref()
+        .map(|d| d.join("sa.key").to_string_lossy().into_owned())
+        .unwrap_or_default();
     let kubectl = cp.kubectl_bin.to_string_lossy().into_owned();
     let kubeconfig = cp.kubeconfig.to_string_lossy().into_owned();
     let shots = workspace().join("target/console-cluster-screenshots");
@@ -421,6 +441,8 @@ fn console_in_a_cluster_in_a_real_browser() {
         ("CONSOLE_HOOK_SECRET", "policy-token/token".into()),
         ("CONSOLE_REVOKE_TOKEN", bob_token),
         ("CONSOLE_REVOKE_SA", format!("{ns_a}/bob")),
+        ("CONSOLE_EXPIRING_SA", format!("{ns_a}/carol/{carol_uid}")),
+        ("CONSOLE_SIGNING_KEY", signing_key),
         ("CONSOLE_KUBECTL", kubectl),
         ("CONSOLE_KUBECONFIG", kubeconfig),
     ];
