@@ -24,6 +24,8 @@ import {
 
 const MASTER = env('CONSOLE_NAMESPACE');
 const TENANT_NS = env('CONSOLE_TENANT_NS');
+// The tenant of TENANT_NS: its label agenthooks.io/tenant.
+const TENANT = env('CONSOLE_TENANT');
 const OTHER_NS = env('CONSOLE_OTHER_NS');
 const NAMESPACES = [MASTER, TENANT_NS, OTHER_NS];
 const USER = env('CONSOLE_USER');
@@ -162,11 +164,13 @@ test('the platform person: every hook, Accepted and Ready as the operator set th
       }
       assert.equal((await badge(page, keyOf(h), 'accepted')).status, 'True', `${keyOf(h)} accepted`);
     }
-    // Budgets: both tenants', with the state the operator set.
-    for (const ns of [TENANT_NS, OTHER_NS]) {
+    // Budgets: both tenants' (A's by its label, B's by its name), with the state the
+    // operator set.
+    for (const [ns, tenant] of [[TENANT_NS, TENANT], [OTHER_NS, OTHER_NS]]) {
       for (const b of kubectl('get', 'tenanthookbudgets', '-n', ns).items) {
         const row = page.locator(`tr[data-budget="${ns}/${b.metadata.name}"]`);
         assert.equal(await row.count(), 1, `budget ${ns}/${b.metadata.name}`);
+        assert.equal((await row.locator('[data-col="tenant"]').textContent()).trim(), tenant, `budget ${ns}/${b.metadata.name}`);
         assert.equal((await row.locator('[data-col="state"]').textContent()).trim(), b.status.state);
       }
     }
@@ -212,13 +216,13 @@ test('an open breaker: Open with its tenant on the list, its reason on the overv
     const open = condition(h, 'CircuitOpen');
     assert.equal(open?.status, 'True', JSON.stringify(h.status));
     const tenants = h.status.breaker.open.map((o) => o.tenant);
-    assert.ok(tenants.includes(TENANT_NS), `open for ${tenants}`);
+    assert.ok(tenants.includes(TENANT), `open for ${tenants}`);
 
     await visit(page, '/ui/hooks');
     const cell = page.locator(`tr[data-hook="${FLAKY}"] [data-col="circuit"]`);
     const text = (await cell.textContent()).replace(/\s+/g, ' ');
     assert.match(text, /Open/);
-    assert.ok(text.includes(TENANT_NS), `the tenant in ${text}`);
+    assert.ok(text.includes(TENANT), `the tenant in ${text}`);
     assert.ok(text.includes(open.message), `the condition's message in ${text}`);
     assert.equal(await cell.locator('span.badge').getAttribute('title'), open.message);
     // Other hooks stay closed.
@@ -228,8 +232,8 @@ test('an open breaker: Open with its tenant on the list, its reason on the overv
     assert.equal(response.status(), 200);
     await checkFrame(page);
     const breaker = (await page.getByTestId('breaker').textContent()).replace(/\s+/g, ' ');
-    assert.ok(breaker.includes(`Open for tenant ${TENANT_NS}`), breaker);
-    const reason = h.status.breaker.open.find((o) => o.tenant === TENANT_NS).reason ?? h.status.breaker.reason;
+    assert.ok(breaker.includes(`Open for tenant ${TENANT}`), breaker);
+    const reason = h.status.breaker.open.find((o) => o.tenant === TENANT).reason ?? h.status.breaker.reason;
     assert.ok(reason, `a reason in ${JSON.stringify(h.status.breaker)}`);
     assert.ok(breaker.includes(reason), `the reason "${reason}" in ${breaker}`);
     await checkPage(page, 'cluster-breaker-overview');
@@ -421,7 +425,7 @@ test('the tenant person: their namespace only; none of namespace B, not even its
       // The pre-filled sample names the hook's tenant; the hook selects tool a-only.
       const sample = form.getByLabel('Sample event (JSON)');
       const event = JSON.parse(await sample.inputValue());
-      assert.equal(event.tenant_id, TENANT_NS, 'the sample is of the namespace\'s tenant');
+      assert.equal(event.tenant_id, TENANT, 'the sample is of the namespace\'s tenant (its label)');
       await sample.fill(JSON.stringify({ ...event, tool_name: 'a-only', tool_input: { cmd: 'x' } }, null, 2));
       response = await clickAndWait(page, form.getByRole('button', { name: 'Run test' }));
       assert.equal(response.status(), 200);

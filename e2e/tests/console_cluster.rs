@@ -8,8 +8,9 @@
 //! - a platform person, bound cluster-wide to read and write AgentHooks, read
 //!   TenantHookBudgets, list Secrets, and this run's copies of `agenthooks-history-reader`
 //!   and `agenthooks-tester`;
-//! - a tenant person with the same roles in tenant namespace A only, and a namespace B with
-//!   hooks, a budget and audit rows the tenant person must never see;
+//! - a tenant person with the same roles in tenant namespace A only (labelled with its
+//!   tenant, `agenthooks.io/tenant`), and a namespace B with hooks, a budget and audit rows
+//!   the tenant person must never see;
 //! - a person (history reader in A) whose ServiceAccount is deleted while signed in, and
 //!   one whose token expires while signed in.
 //!
@@ -140,9 +141,11 @@ fn console_in_a_cluster_in_a_real_browser() {
     let master = unique_name("console-master");
     let ns_a = unique_name("console-a");
     let ns_b = unique_name("console-b");
-    for ns in [&master, &ns_a, &ns_b] {
-        cp.create_namespace(ns, &[]);
-    }
+    // A's tenant is its label (as a platform team names tenants), B's its name.
+    let tenant_a = unique_name("acme");
+    cp.create_namespace(&master, &[]);
+    cp.create_namespace(&ns_a, &[("agenthooks.io/tenant", tenant_a.as_str())]);
+    cp.create_namespace(&ns_b, &[]);
     for (ns, sa) in [
         (&master, "platform"),
         (&ns_a, "alice"),
@@ -430,6 +433,7 @@ fn console_in_a_cluster_in_a_real_browser() {
         ("CONSOLE_HOOK_HISTORY", key(&master, "console-history")),
         ("CONSOLE_HOOK_FLAKY", flaky_key),
         ("CONSOLE_TENANT_NS", ns_a.clone()),
+        ("CONSOLE_TENANT", tenant_a),
         ("CONSOLE_OTHER_NS", ns_b.clone()),
         ("CONSOLE_HOOK_TENANT", key(&ns_a, "a-guard")),
         ("CONSOLE_HOOK_OTHER", key(&ns_b, "b-guard")),
