@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use agenthooks_crds::tenancy::TenantMap;
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
@@ -231,18 +232,9 @@ async fn catalog(
 ) -> Result<Catalog, Response> {
     match (&c.kube, &s.principal) {
         (Some(kube), Principal::Kubernetes(_)) => {
-            let namespaces: Vec<String> = c
-                .app
-                .hooks()
-                .map(|set| {
-                    set.tenants
-                        .entries()
-                        .into_iter()
-                        .map(|e| e.namespace)
-                        .collect()
-                })
-                .unwrap_or_default();
-            match kube.catalog(s, &namespaces).await {
+            let (set, none) = (c.app.hooks(), TenantMap::default());
+            let tenants = set.as_ref().map_or(&none, |set| &set.tenants);
+            match kube.catalog(s, tenants).await {
                 Ok(k) => Ok(Catalog {
                     hooks: k.hooks,
                     budgets: k.budgets,
@@ -351,19 +343,23 @@ async fn one_hook(
 ) -> Result<HookSummary, Response> {
     let key = format!("{ns}/{name}");
     let found = match (&c.kube, &s.principal) {
-        (Some(kube), Principal::Kubernetes(_)) => match kube.hook(s, ns, name).await {
-            Ok(h) => h,
-            Err(KubeError::Unauthorized) => return Err(c.expired(headers, uri)),
-            Err(e) => {
-                return Err(error_page(
-                    Some(s),
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    &key,
-                    "",
-                    &e.to_string(),
-                ));
+        (Some(kube), Principal::Kubernetes(_)) => {
+            let (set, none) = (c.app.hooks(), TenantMap::default());
+            let tenants = set.as_ref().map_or(&none, |set| &set.tenants);
+            match kube.hook(s, ns, name, tenants).await {
+                Ok(h) => h,
+                Err(KubeError::Unauthorized) => return Err(c.expired(headers, uri)),
+                Err(e) => {
+                    return Err(error_page(
+                        Some(s),
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        &key,
+                        "",
+                        &e.to_string(),
+                    ));
+                }
             }
-        },
+        }
         _ => c.app.hooks().and_then(|set| {
             catalog::standalone(&set)
                 .into_iter()
@@ -429,9 +425,7 @@ pub async fn overview(
 /// events a shell call.
 fn sample_event(h: &HookSummary) -> Value {
     let spec = h.spec.as_ref();
-    let tenant = spec.and_then(|s| s.tenant.clone()).unwrap_or_else(|| {
-        agenthooks_crds::tenancy::namespace_tenant(&h.namespace, None).to_owned()
-    });
+    let tenant = h.tenant.clone();
     let agent = spec
         .and_then(|s| s.agent_ids.first().cloned())
         .unwrap_or_else(|| "console-agent".into());

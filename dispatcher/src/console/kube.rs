@@ -22,12 +22,13 @@ use std::time::Duration;
 
 use agenthooks_crds::agenthook::AgentHook;
 use agenthooks_crds::budget::TenantHookBudget;
+use agenthooks_crds::tenancy::TenantMap;
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::Value;
 
-use super::catalog::{BudgetSummary, HookSummary};
+use super::catalog::{BudgetSummary, HookSummary, namespace_tenant};
 use super::session::{MAX_AGE, Session};
 use crate::identity::kubernetes::KubeUser;
 
@@ -124,13 +125,15 @@ impl KubeConsole {
             .ok_or_else(|| KubeError::Unavailable("the API server named no user".into()))
     }
 
-    /// The hooks and budgets the person may list (see the module docs); `namespaces` are
-    /// the ones to try one by one when a cluster-wide list is refused.
+    /// The hooks and budgets the person may list (see the module docs); `tenants` are the
+    /// served snapshot's namespaces (tried one by one when a cluster-wide list is refused)
+    /// and their tenants.
     pub async fn catalog(
         &self,
         s: &Session,
-        namespaces: &[String],
+        tenants: &TenantMap,
     ) -> Result<KubeCatalog, KubeError> {
+        let namespaces: Vec<String> = tenants.entries().into_iter().map(|e| e.namespace).collect();
         let client = self.session_client(s)?;
         let mut notes = Vec::new();
         let hooks: Vec<AgentHook> = match Api::<AgentHook>::all(client.clone())
@@ -142,7 +145,7 @@ impl KubeConsole {
                 KubeError::Refused { status: 403, .. } => {
                     notes.push("You may not list AgentHooks cluster-wide: showing the namespaces you may list.".to_owned());
                     let mut all = Vec::new();
-                    for ns in namespaces {
+                    for ns in &namespaces {
                         match Api::<AgentHook>::namespaced(client.clone(), ns)
                             .list(&ListParams::default())
                             .await
@@ -169,7 +172,7 @@ impl KubeConsole {
             Err(e) => match classify(e) {
                 KubeError::Refused { status: 403, .. } => {
                     let mut all = Vec::new();
-                    for ns in namespaces {
+                    for ns in &namespaces {
                         if let Ok(list) = Api::<TenantHookBudget>::namespaced(client.clone(), ns)
                             .list(&ListParams::default())
                             .await
@@ -182,15 +185,20 @@ impl KubeConsole {
                 other => return Err(other),
             },
         };
-        let mut hooks: Vec<HookSummary> = hooks.iter().map(HookSummary::of_object).collect();
+        let mut hooks: Vec<HookSummary> = hooks
+            .iter()
+            .map(|h| HookSummary::of_object(h, tenants))
+            .collect();
         hooks.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         let mut budgets: Vec<BudgetSummary> = budgets
             .iter()
             .map(|b| {
                 let ns = b.metadata.namespace.clone().unwrap_or_default();
-                let tenant = b.spec.tenant.clone().unwrap_or_else(|| {
-                    agenthooks_crds::tenancy::namespace_tenant(&ns, None).to_owned()
-                });
+                let tenant = b
+                    .spec
+                    .tenant
+                    .clone()
+                    .unwrap_or_else(|| namespace_tenant(tenants, &ns));
                 BudgetSummary::of_object(b, tenant)
             })
             .collect();
@@ -208,10 +216,11 @@ impl KubeConsole {
         s: &Session,
         namespace: &str,
         name: &str,
+        tenants: &TenantMap,
     ) -> Result<Option<HookSummary>, KubeError> {
         let api: Api<AgentHook> = Api::namespaced(self.session_client(s)?, namespace);
         match api.get(name).await {
-            Ok(h) => Ok(Some(HookSummary::of_object(&h))),
+            Ok(h) => Ok(Some(HookSummary::of_object(&h, tenants))),
             Err(e) => match classify(e) {
                 KubeError::Refused {
                     status: 403 | 404, ..

@@ -94,7 +94,7 @@ pub fn render(v: &ListView<'_>) -> Markup {
                         @for b in v.budgets {
                             tr data-budget={(b.namespace) "/" (b.name)} {
                                 th scope="row" { (b.namespace) "/" (b.name) }
-                                td { (b.tenant) }
+                                td data-col="tenant" { (b.tenant) }
                                 td { (b.monthly_tokens) }
                                 td { (b.used) }
                                 td { (b.remaining) }
