@@ -144,22 +144,7 @@ impl KubeConsole {
             Err(e) => match classify(e) {
                 KubeError::Refused { status: 403, .. } => {
                     notes.push("You may not list AgentHooks cluster-wide: showing the namespaces you may list.".to_owned());
-                    let mut all = Vec::new();
-                    for ns in &namespaces {
-                        match Api::<AgentHook>::namespaced(client.clone(), ns)
-                            .list(&ListParams::default())
-                            .await
-                        {
-                            Ok(list) => all.extend(list.items),
-                            Err(e) => match classify(e) {
-                                KubeError::Refused {
-                                    status: 403 | 404, ..
-                                } => {}
-                                other => return Err(other),
-                            },
-                        }
-                    }
-                    all
+                    list_each(&client, &namespaces).await?
                 }
                 other => return Err(other),
             },
@@ -170,18 +155,7 @@ impl KubeConsole {
         {
             Ok(list) => list.items,
             Err(e) => match classify(e) {
-                KubeError::Refused { status: 403, .. } => {
-                    let mut all = Vec::new();
-                    for ns in &namespaces {
-                        if let Ok(list) = Api::<TenantHookBudget>::namespaced(client.clone(), ns)
-                            .list(&ListParams::default())
-                            .await
-                        {
-                            all.extend(list.items);
-                        }
-                    }
-                    all
-                }
+                KubeError::Refused { status: 403, .. } => list_each(&client, &namespaces).await?,
                 other => return Err(other),
             },
         };
@@ -299,6 +273,45 @@ impl KubeConsole {
             .map(|_| ())
             .map_err(|e| apply_refusal(e, ns))
     }
+}
+
+/// Namespaces listed at once when a person may not list cluster-wide.
+const NAMESPACES_AT_ONCE: usize = 16;
+
+/// Every `K` of `namespaces` the person may list, [`NAMESPACES_AT_ONCE`] namespaces at a
+/// time (a tenant's list page asks once per namespace the dispatcher knows): a namespace
+/// refused (403) or gone (404) is skipped, and never named; any other answer fails it all.
+async fn list_each<K>(client: &kube::Client, namespaces: &[String]) -> Result<Vec<K>, KubeError>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    use futures::{StreamExt, TryStreamExt};
+    let lists: Vec<Vec<K>> = futures::stream::iter(namespaces.to_vec())
+        .map(|ns| {
+            let client = client.clone();
+            async move {
+                match Api::<K>::namespaced(client, &ns)
+                    .list(&ListParams::default())
+                    .await
+                {
+                    Ok(list) => Ok(list.items),
+                    Err(e) => match classify(e) {
+                        KubeError::Refused {
+                            status: 403 | 404, ..
+                        } => Ok(Vec::new()),
+                        other => Err(other),
+                    },
+                }
+            }
+        })
+        .buffered(NAMESPACES_AT_ONCE)
+        .try_collect()
+        .await?;
+    Ok(lists.into_iter().flatten().collect())
 }
 
 /// Whether the console made `hook` (a server-side apply by [`FIELD_MANAGER`]).

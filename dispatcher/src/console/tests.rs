@@ -530,21 +530,26 @@ async fn the_form_refuses_with_the_field_named_and_command_is_greyed_out_on_stan
 
 /// A stand-in for kube-apiserver as a console in a cluster asks it: SelfSubjectReview
 /// names the person of a token in `accepted` (401 for any other), every
-/// SubjectAccessReview is allowed, AgentHook and TenantHookBudget lists are empty (401
-/// without an accepted token).
+/// SubjectAccessReview is allowed. AgentHook and TenantHookBudget lists: empty
+/// cluster-wide; with `only`, the person may list in that namespace alone (403 elsewhere
+/// and cluster-wide), where one hook `guard` lives, and each namespaced list takes 20 ms
+/// (`peak`: the most answered at once).
 struct FakeApiServer {
     url: String,
     accepted: Arc<std::sync::Mutex<Vec<String>>>,
+    peak: Arc<std::sync::atomic::AtomicUsize>,
 }
 
-async fn fake_api_server(accepted: &[&str]) -> FakeApiServer {
+async fn fake_api_server(accepted: &[&str], only: Option<&'static str>) -> FakeApiServer {
     use axum::response::IntoResponse;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     let tokens = Arc::new(std::sync::Mutex::new(
         accepted.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
     ));
-    let known = Arc::clone(&tokens);
+    let (peak, now) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (known, top) = (Arc::clone(&tokens), Arc::clone(&peak));
     let app = axum::Router::new().fallback(move |req: Request<Body>| {
-        let known = Arc::clone(&known);
+        let (known, top, now) = (Arc::clone(&known), Arc::clone(&top), Arc::clone(&now));
         async move {
             let token = req
                 .headers()
@@ -578,9 +583,41 @@ async fn fake_api_server(accepted: &[&str]) -> FakeApiServer {
                                                 "groups": ["system:serviceaccounts", "system:authenticated"]}}}),
                 );
             }
+            let forbidden = || {
+                json(
+                    StatusCode::FORBIDDEN,
+                    serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                        "message": "forbidden: User \"alice\" cannot list resource", "reason": "Forbidden", "code": 403}),
+                )
+            };
+            let mut items = vec![];
+            if let Some(only) = only {
+                // /apis/agenthooks.io/v1alpha1[/namespaces/NS]/agenthooks
+                let Some(ns) = path.split("/namespaces/").nth(1).and_then(|r| r.split('/').next())
+                else {
+                    return forbidden();
+                };
+                let at_once = now.fetch_add(1, Ordering::SeqCst) + 1;
+                top.fetch_max(at_once, Ordering::SeqCst);
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                now.fetch_sub(1, Ordering::SeqCst);
+                if ns != only {
+                    return forbidden();
+                }
+                if path.ends_with("/agenthooks") {
+                    items.push(serde_json::json!({
+                        "apiVersion": "agenthooks.io/v1alpha1", "kind": "AgentHook",
+                        "metadata": {"name": "guard", "namespace": ns, "generation": 1},
+                        "spec": {"event": "pre_tool_use", "matcher": "^exec$",
+                                 "handler": {"type": "http", "http": {"url": "https://p.example/h"}}},
+                        "status": {"conditions": [
+                            {"type": "Accepted", "status": "True", "reason": "Accepted", "message": "the hook passed validation",
+                             "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}));
+                }
+            }
             json(
                 StatusCode::OK,
-                serde_json::json!({"apiVersion": "agenthooks.io/v1alpha1", "kind": "List", "metadata": {}, "items": []}),
+                serde_json::json!({"apiVersion": "agenthooks.io/v1alpha1", "kind": "List", "metadata": {}, "items": items}),
             )
         }
     });
@@ -590,11 +627,13 @@ async fn fake_api_server(accepted: &[&str]) -> FakeApiServer {
     FakeApiServer {
         url,
         accepted: tokens,
+        peak,
     }
 }
 
-/// A dispatcher with `--kubernetes-callers` whose API server is `api`.
-fn cluster_state(api: &FakeApiServer) -> Arc<AppState> {
+/// A dispatcher with `--kubernetes-callers` whose API server is `api`, following a
+/// snapshot that knows `namespaces` (each its own tenant).
+fn cluster_state(api: &FakeApiServer, namespaces: &[&str]) -> Arc<AppState> {
     crate::operator_urls::install_crypto_provider();
     let config = kube::Config::new(api.url.parse().unwrap());
     let client = kube::Client::try_from(config.clone()).unwrap();
@@ -607,20 +646,22 @@ fn cluster_state(api: &FakeApiServer) -> Arc<AppState> {
         crate::identity::KubeCallers::new(client, "agenthooks.io", Default::default()),
     )));
     state.set_console_kube(config);
-    let (set, _) = HookSet::build(vec![], "agenthooks-system", Edition::Lite, 1, None);
+    let (mut set, _) = HookSet::build(vec![], "agenthooks-system", Edition::Lite, 1, None);
+    set.tenants = agenthooks_crds::tenancy::TenantMap::from_entries(namespaces.iter().map(|ns| {
+        agenthooks_crds::tenancy::NamespaceTenant {
+            namespace: ns.to_string(),
+            tenant: ns.to_string(),
+            held_by: None,
+        }
+    }));
     state.set_hooks(set);
     state
 }
 
-#[tokio::test]
-async fn in_a_cluster_a_revoked_token_ends_the_session_on_a_page_that_reads_only_history() {
-    let api = fake_api_server(&["alice-token"]).await;
-    let mut b = Browser::new(cluster_state(&api));
+/// Signs in to `b` with `token` (accepted by the stand-in API server).
+async fn sign_in_as(b: &mut Browser, token: &str) {
     let p = b
-        .post(
-            "/ui/sign-in",
-            &[("token", "alice-token"), ("next", "/ui/hooks")],
-        )
+        .post("/ui/sign-in", &[("token", token), ("next", "/ui/hooks")])
         .await;
     assert_eq!(
         (p.status, p.location.as_str()),
@@ -628,6 +669,49 @@ async fn in_a_cluster_a_revoked_token_ends_the_session_on_a_page_that_reads_only
         "{}",
         p.body
     );
+}
+
+#[tokio::test]
+async fn in_a_cluster_a_person_who_may_not_list_cluster_wide_sees_their_namespaces_asked_at_once() {
+    let others: Vec<String> = (0..40).map(|i| format!("tenant-{i:02}")).collect();
+    let mut namespaces: Vec<&str> = others.iter().map(String::as_str).collect();
+    namespaces.push("tenant-acme");
+    let api = fake_api_server(&["alice-token"], Some("tenant-acme")).await;
+    let mut b = Browser::new(cluster_state(&api, &namespaces));
+    sign_in_as(&mut b, "alice-token").await;
+    let list = b.get("/ui/hooks").await;
+    assert_eq!(list.status, StatusCode::OK, "{}", list.body);
+    assert!(
+        list.body.contains(r#"data-hook="tenant-acme/guard""#),
+        "{}",
+        list.body
+    );
+    assert!(
+        list.body.contains(
+            "You may not list AgentHooks cluster-wide: showing the namespaces you may list."
+        ),
+        "{}",
+        list.body
+    );
+    for ns in &others {
+        assert!(
+            !list.body.contains(ns.as_str()),
+            "{ns} is never named: {}",
+            list.body
+        );
+    }
+    let peak = api.peak.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        peak > 1,
+        "the namespaces are asked at once, not one by one (at most {peak} at a time)"
+    );
+}
+
+#[tokio::test]
+async fn in_a_cluster_a_revoked_token_ends_the_session_on_a_page_that_reads_only_history() {
+    let api = fake_api_server(&["alice-token"], None).await;
+    let mut b = Browser::new(cluster_state(&api, &[]));
+    sign_in_as(&mut b, "alice-token").await;
     let list = b.get("/ui/hooks").await;
     assert_eq!(list.status, StatusCode::OK, "{}", list.body);
     assert!(
