@@ -81,7 +81,7 @@ fn error_page(
 pub async fn root(State(c): C, headers: HeaderMap, uri: Uri) -> Response {
     match c.session(&headers, &uri) {
         Ok(_) => Redirect::to("/ui/hooks").into_response(),
-        Err(to_sign_in) => to_sign_in,
+        Err(to_sign_in) => to_sign_in.into_response(),
     }
 }
 
@@ -121,7 +121,7 @@ pub async fn sign_in_page(State(c): C, RawQuery(q): RawQuery) -> Response {
 /// cluster); a session starts and the browser goes to `next`.
 pub async fn sign_in(State(c): C, headers: HeaderMap, body: Bytes) -> Response {
     if let Err(refused) = check_post(&headers, None, "") {
-        return refused;
+        return refused.into_response();
     }
     let p = pairs(std::str::from_utf8(&body).ok());
     let token = value(&p, "token").trim().to_owned();
@@ -203,7 +203,7 @@ pub async fn sign_out(State(c): C, headers: HeaderMap, uri: Uri, body: Bytes) ->
     };
     let p = pairs(std::str::from_utf8(&body).ok());
     if let Err(refused) = check_post(&headers, Some(&s), value(&p, "csrf")) {
-        return refused;
+        return refused.into_response();
     }
     if let Some(id) = session::cookie_value(&headers) {
         c.sessions.remove(&id);
@@ -294,7 +294,7 @@ async fn catalog(
 pub async fn list(State(c): C, headers: HeaderMap, uri: Uri, RawQuery(q): RawQuery) -> Response {
     let s = match c.session(&headers, &uri) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let cat = match catalog(&c, &s, &headers, &uri).await {
         Ok(cat) => cat,
@@ -386,7 +386,7 @@ pub async fn overview(
 ) -> Response {
     let s = match c.session(&headers, &uri) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let h = match one_hook(&c, &s, &headers, &uri, &ns, &name).await {
         Ok(h) => h,
@@ -457,7 +457,7 @@ pub async fn test_form(
 ) -> Response {
     let s = match c.session(&headers, &uri) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let h = match one_hook(&c, &s, &headers, &uri, &ns, &name).await {
         Ok(h) => h,
@@ -481,11 +481,11 @@ pub async fn test_run(
 ) -> Response {
     let s = match c.session(&headers, &uri) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let p = pairs(std::str::from_utf8(&body).ok());
     if let Err(refused) = check_post(&headers, Some(&s), value(&p, "csrf")) {
-        return refused;
+        return refused.into_response();
     }
     if let Err((field, message)) = only(&p, &["csrf", "event", "force"]) {
         return error_page(Some(&s), StatusCode::BAD_REQUEST, "Test", &field, &message);
@@ -538,7 +538,7 @@ pub async fn history(
 ) -> Response {
     let s = match c.session(&headers, &uri) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     // A hook the person may not read gets the overview's 404 before any history is asked
     // for (the API's answer would name the permission and the namespace).
@@ -639,7 +639,7 @@ pub async fn execution(
 ) -> Response {
     let s = match c.session(&headers, &uri) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let title = format!("Execution {id}");
     // Only the audit trail is read here, authorized by RBAC on the person's name, which
@@ -706,7 +706,7 @@ pub async fn new_form(
 ) -> Response {
     let s = match c.session(&headers, &uri) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let p = pairs(q.as_deref());
     let ns = match value(&p, "namespace") {
@@ -777,7 +777,7 @@ async fn render_form(
 pub async fn new_submit(State(c): C, headers: HeaderMap, uri: Uri, body: Bytes) -> Response {
     let s = match c.session(&headers, &uri) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let form = match HookForm::parse(pairs(std::str::from_utf8(&body).ok())) {
         Ok(f) => f,
@@ -792,7 +792,7 @@ pub async fn new_submit(State(c): C, headers: HeaderMap, uri: Uri, body: Bytes) 
         }
     };
     if let Err(refused) = check_post(&headers, Some(&s), &form.csrf) {
-        return refused;
+        return refused.into_response();
     }
     let action = form.action.clone();
     if !matches!(action.as_str(), "validate" | "apply" | "download") {
@@ -1052,10 +1052,7 @@ fn validate(c: &Console, manifest: &Value) -> Result<(), Vec<FieldError>> {
 
 /// Anything else under `/ui/`.
 pub async fn not_found(State(c): C, headers: HeaderMap, uri: Uri) -> Response {
-    let s = match c.session(&headers, &uri) {
-        Ok(s) => Some(s),
-        Err(_) => None,
-    };
+    let s = c.session(&headers, &uri).ok();
     error_page(
         s.as_deref(),
         StatusCode::NOT_FOUND,

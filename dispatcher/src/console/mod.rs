@@ -119,7 +119,7 @@ async fn security_headers(mut response: Response) -> Response {
 impl Console {
     /// The session of this request, or the redirect to sign-in (with `next` = this page,
     /// and why when the session ended).
-    fn session(&self, headers: &HeaderMap, uri: &Uri) -> Result<Arc<Session>, Response> {
+    fn session(&self, headers: &HeaderMap, uri: &Uri) -> Result<Arc<Session>, Redirect> {
         let next = format!("/ui{}", uri.path_and_query().map_or("/", |p| p.as_str()));
         let why =
             match session::cookie_value(headers).map(|id| self.sessions.get(&id, Instant::now())) {
@@ -127,7 +127,7 @@ impl Console {
                 Some(Lookup::Ended) => "ended",
                 Some(Lookup::Unknown) | None => "required",
             };
-        Err(to_sign_in(&next, Some(why)))
+        Err(sign_in_redirect(&next, Some(why)))
     }
 
     /// Ends the request's session (its token was refused by the API server) and sends
@@ -148,6 +148,11 @@ impl Console {
 
 /// `303` to the sign-in page.
 fn to_sign_in(next: &str, why: Option<&str>) -> Response {
+    sign_in_redirect(next, why).into_response()
+}
+
+/// The redirect of [`to_sign_in`].
+fn sign_in_redirect(next: &str, why: Option<&str>) -> Redirect {
     let mut to = format!(
         "/ui/sign-in?next={}",
         url::form_urlencoded::byte_serialize(next.as_bytes()).collect::<String>()
@@ -156,7 +161,7 @@ fn to_sign_in(next: &str, why: Option<&str>) -> Response {
         to.push_str("&reason=");
         to.push_str(w);
     }
-    Redirect::to(&to).into_response()
+    Redirect::to(&to)
 }
 
 /// Where to go after sign-in: `next` when it is a console path, else the list (never
@@ -171,15 +176,19 @@ fn safe_next(next: &str) -> &str {
 
 /// Refuses a POST from another origin (the `Origin` header, when sent, must be this
 /// host) or without the session's CSRF token.
-fn check_post(headers: &HeaderMap, session: Option<&Session>, csrf: &str) -> Result<(), Response> {
+fn check_post(
+    headers: &HeaderMap,
+    session: Option<&Session>,
+    csrf: &str,
+) -> Result<(), (StatusCode, &'static str)> {
     if !same_origin(headers) {
-        return Err(plain(
+        return Err((
             StatusCode::FORBIDDEN,
             "Origin: this form was sent from another site",
         ));
     }
     match session {
-        Some(s) if !s.csrf_matches(csrf) => Err(plain(
+        Some(s) if !s.csrf_matches(csrf) => Err((
             StatusCode::FORBIDDEN,
             "csrf: the form's token is missing or stale; reload the page and send it again",
         )),
@@ -197,10 +206,6 @@ fn same_origin(headers: &HeaderMap) -> bool {
         (Some(o), Some(h)) => o == format!("http://{h}") || o == format!("https://{h}"),
         _ => false,
     }
-}
-
-fn plain(status: StatusCode, message: &str) -> Response {
-    (status, message.to_owned()).into_response()
 }
 
 /// A page with a status.
