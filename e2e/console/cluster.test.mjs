@@ -8,6 +8,7 @@ import { createSign, randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { after, before, test } from 'node:test';
 import {
+  API_TOKEN,
   checkFrame,
   checkPage,
   clickAndWait,
@@ -493,4 +494,11 @@ test('an expired token: the session ends with it, and it signs in no more', { sk
     const again = await signIn(page, token);
     assert.equal(again.status(), 401);
     assert.equal(await page.locator('p[role="alert"]#sign-in-error').count(), 1);
+  }));
+
+test("a token for another audience than the API server's (the dispatcher's own) does not sign in", () =>
+  withPage(browser, async (page) => {
+    const response = await signIn(page, API_TOKEN);
+    assert.equal(response.status(), 401);
+    assert.match(await page.locator('p[role="alert"]#sign-in-error').textContent(), /another audience/);
   }));
