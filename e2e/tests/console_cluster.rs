@@ -1,8 +1,9 @@
 //! The web console (issue 14) in a cluster, in a real browser: on the e2e harness's real
 //! API server, an operator and a dispatcher with `--kubernetes-callers` (Lite edition, its
 //! own ServiceAccount with `config/rbac/dispatcher.yaml`'s RBAC) and a second one on the
-//! Standard edition; people who sign in with ServiceAccount tokens as `kubectl create token`
-//! gives them (the API server's default audience), each seeing and changing what their RBAC
+//! Standard edition (which makes the command hooks Ready=False, HookUnavailable: it cannot
+//! load them); people who sign in with ServiceAccount tokens as `kubectl create token` gives
+//! them (the API server's default audience), each seeing and changing what their RBAC
 //! allows:
 //!
 //! - a platform person, bound cluster-wide to read and write AgentHooks, read
@@ -29,9 +30,9 @@ use std::time::{Duration, Instant};
 
 use agenthooks_e2e::console::{browser_tools, run_node, test_files, workspace};
 use agenthooks_e2e::stack::{
-    DispatcherProc, bindable_role, dispatcher_service_account_kubeconfig, hook_server,
-    kubernetes_callers_stack, log_dir, service_account_token, switchable_hook_server, tails,
-    wait_or_panic,
+    CALLER_AUDIENCE, DispatcherProc, bindable_role, dispatcher_service_account_kubeconfig,
+    hook_server, kubernetes_callers_stack, log_dir, service_account_token, switchable_hook_server,
+    tails, wait_or_panic,
 };
 use agenthooks_e2e::{ControlPlane, condition, unique_name, wait_for};
 use serde_json::{Value, json};
@@ -45,8 +46,6 @@ const REWRITE_COMMAND: &str = "console-rewrite";
 const REWRITTEN_COMMAND: &str = "echo rewritten-by-the-console-test";
 /// The tool name only the failing http hook selects.
 const FLAKY_TOOL: &str = "console-flaky";
-/// The audience of a caller's token on a dispatcher.
-const CALLER_AUDIENCE: &str = "agenthooks.io";
 /// How long the browser tests may take in all.
 const TIMEOUT: Duration = Duration::from_secs(600);
 
