@@ -404,7 +404,23 @@ pub fn inline_hook(
     if name.is_empty() {
         return Err(InlineSpecError::one("metadata.name", "required"));
     }
+    if !agenthooks_crds::names::is_dns_subdomain(name) {
+        return Err(InlineSpecError::one(
+            "metadata.name",
+            format!(
+                "{name:?} is not a Kubernetes object name (lowercase letters, digits, '-' and '.', at most 253)"
+            ),
+        ));
+    }
     let namespace = inline_namespace(manifest);
+    if !agenthooks_crds::names::is_dns_label(namespace) {
+        return Err(InlineSpecError::one(
+            "metadata.namespace",
+            format!(
+                "{namespace:?} is not a namespace name (lowercase letters, digits and '-', at most 63)"
+            ),
+        ));
+    }
     let generation = meta
         .and_then(|m| m.get("generation"))
         .and_then(Value::as_i64)

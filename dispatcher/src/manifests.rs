@@ -205,6 +205,19 @@ pub fn load_all(
                     if head.metadata.name.is_empty() {
                         return Err(derr("metadata.name: required".into()));
                     }
+                    if !agenthooks_crds::names::is_dns_subdomain(&head.metadata.name) {
+                        return Err(derr(format!(
+                            "metadata.name: {:?} is not a Kubernetes object name (lowercase letters, digits, '-' and '.', at most 253)",
+                            head.metadata.name
+                        )));
+                    }
+                    if let Some(ns) = &head.metadata.namespace
+                        && !agenthooks_crds::names::is_dns_label(ns)
+                    {
+                        return Err(derr(format!(
+                            "metadata.namespace: {ns:?} is not a namespace name (lowercase letters, digits and '-', at most 63)"
+                        )));
+                    }
                     if head.kind == "TenantHookBudget" {
                         if let Some(spec) = value.get("spec").and_then(|s| s.as_mapping()) {
                             for k in spec.keys() {

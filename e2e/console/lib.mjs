@@ -16,6 +16,10 @@ export function env(name, fallback) {
 export const URL_BASE = env('CONSOLE_URL').replace(/\/$/, '');
 export const ORIGIN = new URL(URL_BASE).origin;
 export const TOKEN = env('CONSOLE_TOKEN');
+// The token the tests read `GET /v1/executions` with. Standalone: the admin token. In a
+// cluster the console's token is for the API server's audience, which the dispatcher's own
+// routes refuse: the driver gives one of the same person for the dispatcher's audience.
+export const API_TOKEN = env('CONSOLE_API_TOKEN', TOKEN);
 export const SCREENSHOT_DIR = env('SCREENSHOT_DIR');
 const CHROMIUM = env('CHROMIUM', '/usr/bin/chromium');
 
@@ -49,16 +53,17 @@ export function launch() {
 
 /**
  * Runs `fn(page)` in a fresh browser context (no cookies: not signed in), then fails if the
- * page asked any origin but the console's, threw, or broke the Content-Security-Policy.
+ * page asked any origin but the console's (`origin`, default CONSOLE_URL's), threw, or broke
+ * the Content-Security-Policy.
  */
-export async function withPage(browser, fn, contextOptions = {}) {
+export async function withPage(browser, fn, contextOptions = {}, origin = ORIGIN) {
   const context = await browser.newContext(contextOptions);
   const page = await context.newPage();
   page.setDefaultTimeout(15_000);
   const problems = [];
   page.on('request', (r) => {
     const url = r.url();
-    if (url !== 'about:blank' && !url.startsWith(`${ORIGIN}/`)) problems.push(`request to ${url}`);
+    if (url !== 'about:blank' && !url.startsWith(`${origin}/`)) problems.push(`request to ${url}`);
   });
   page.on('pageerror', (e) => problems.push(`script error: ${e.message}`));
   page.on('console', (m) => {
@@ -72,21 +77,26 @@ export async function withPage(browser, fn, contextOptions = {}) {
   assert.deepEqual(problems, [], 'the console stays on its own origin, without errors');
 }
 
-/** Same as `withPage`, signed in with `token` (default: CONSOLE_TOKEN) first. */
-export function withSignedIn(browser, fn, contextOptions = {}) {
+/**
+ * Same as `withPage`, signed in with `token` (default: CONSOLE_TOKEN) first, on the console
+ * at `base` (default: CONSOLE_URL).
+ */
+export function withSignedIn(browser, fn, contextOptions = {}, token = TOKEN, base = URL_BASE) {
   return withPage(
     browser,
     async (page) => {
-      await signIn(page, TOKEN);
+      const response = await signIn(page, token, base);
+      assert.equal(response.status(), 200, `signed in at ${base}`);
       await fn(page);
     },
     contextOptions,
+    new URL(base).origin,
   );
 }
 
-/** Signs in through the form; returns the response of the page it leads to. */
-export async function signIn(page, token) {
-  await page.goto(`${URL_BASE}/ui/sign-in`);
+/** Signs in through the form (of the console at `base`); returns the response of the page it leads to. */
+export async function signIn(page, token, base = URL_BASE) {
+  await page.goto(`${base}/ui/sign-in`);
   await page.locator('textarea#token').fill(token);
   return clickAndWait(page, page.getByRole('button', { name: 'Sign in' }));
 }
@@ -168,7 +178,7 @@ export function shellEvent(command, session) {
 
 /**
  * Every audit row of `hook` (NS/NAME), newest first, through `GET /v1/executions` with
- * CONSOLE_TOKEN (the admin token standalone), following `nextCursor`.
+ * API_TOKEN, following `nextCursor`.
  */
 export async function executions(hook) {
   const rows = [];
@@ -177,7 +187,7 @@ export async function executions(hook) {
     const q = new URLSearchParams({ hook, limit: '500' });
     if (cursor) q.set('cursor', cursor);
     const r = await fetch(`${URL_BASE}/v1/executions?${q}`, {
-      headers: { authorization: `Bearer ${TOKEN}` },
+      headers: { authorization: `Bearer ${API_TOKEN}` },
     });
     const body = await r.text();
     assert.equal(r.status, 200, `GET /v1/executions: ${body}`);

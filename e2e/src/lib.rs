@@ -51,6 +51,7 @@
 //! runtime to make progress meanwhile.
 
 pub mod argocd;
+pub mod console;
 pub mod node;
 pub mod postgres;
 pub mod procs;

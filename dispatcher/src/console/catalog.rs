@@ -5,6 +5,7 @@
 use agenthooks_crds::HookEvent;
 use agenthooks_crds::agenthook::{AgentHook, AgentHookSpec, HandlerType, HookScope};
 use agenthooks_crds::budget::{BudgetState, TenantHookBudget};
+use agenthooks_crds::tenancy::TenantMap;
 use chrono::{DateTime, SecondsFormat, Utc};
 
 use crate::hookset::{HookSet, UnavailableHook};
@@ -59,6 +60,9 @@ pub struct Executions {
 pub struct HookSummary {
     pub namespace: String,
     pub name: String,
+    /// The tenant whose events it takes when tenant- or agent-scoped (a global hook takes
+    /// every tenant's): `spec.tenant`, else its namespace's ([`namespace_tenant`]).
+    pub tenant: String,
     pub generation: i64,
     /// `None` for a hook this dispatcher could not load (only its identity is known).
     pub spec: Option<AgentHookSpec>,
@@ -84,8 +88,10 @@ impl HookSummary {
         self.spec.as_ref().map(|s| s.handler.type_)
     }
 
-    /// From an AgentHook as the API server holds it (status as the operator wrote it).
-    pub fn of_object(hook: &AgentHook) -> HookSummary {
+    /// From an AgentHook as the API server holds it (status as the operator wrote it);
+    /// `tenants` are the namespaces' tenants of the served snapshot.
+    pub fn of_object(hook: &AgentHook, tenants: &TenantMap) -> HookSummary {
+        let namespace = hook.metadata.namespace.clone().unwrap_or_default();
         let status = hook.status.clone().unwrap_or_default();
         let cond = |t: &str| {
             status
@@ -121,7 +127,12 @@ impl HookSummary {
             circuit = Cond::new("False", "Closed", "no breaker is open");
         }
         HookSummary {
-            namespace: hook.metadata.namespace.clone().unwrap_or_default(),
+            tenant: hook
+                .spec
+                .tenant
+                .clone()
+                .unwrap_or_else(|| namespace_tenant(tenants, &namespace)),
+            namespace,
             name: hook.metadata.name.clone().unwrap_or_default(),
             generation: hook.metadata.generation.unwrap_or(0),
             event: hook.spec.event,
@@ -163,7 +174,7 @@ pub fn standalone(set: &HookSet) -> Vec<HookSummary> {
                     "True",
                     "CircuitOpen",
                     format!(
-                        "open for tenant {}: its events are answered as this hook's fault (onTimeout decides) until a probe succeeds",
+                        "open for tenant {}: its events are refused (CircuitOpen), whatever onTimeout says, until a probe succeeds 30 s after it opened",
                         tenants.join(", ")
                     ),
                 )
@@ -171,6 +182,7 @@ pub fn standalone(set: &HookSet) -> Vec<HookSummary> {
             HookSummary {
                 namespace: h.namespace.clone(),
                 name: h.name.clone(),
+                tenant: h.compiled.tenant.clone(),
                 generation: h.generation,
                 event: h.spec.event,
                 scope: h.spec.scope,
@@ -206,6 +218,7 @@ fn unavailable(u: &UnavailableHook) -> HookSummary {
     HookSummary {
         namespace: u.namespace.clone(),
         name: u.name.clone(),
+        tenant: u.tenant.clone(),
         generation: u.generation,
         spec: None,
         event: u.event,
@@ -220,6 +233,17 @@ fn unavailable(u: &UnavailableHook) -> HookSummary {
         circuit: Cond::new("False", "Closed", "no breaker is open"),
         open_breakers: Vec::new(),
         executions: None,
+    }
+}
+
+/// The tenant of namespace `ns` as `tenants` (the served snapshot's) has it: its label
+/// `agenthooks.io/tenant`, else its name; the one it claims when it lost that claim (its
+/// hooks and budgets are refused, TenantConflict); its name when not known yet.
+pub fn namespace_tenant(tenants: &TenantMap, ns: &str) -> String {
+    match tenants.tenant_of(ns) {
+        Ok(Some(t)) => t.to_owned(),
+        Ok(None) => ns.to_owned(),
+        Err(conflict) => conflict.tenant,
     }
 }
 
@@ -424,6 +448,7 @@ mod tests {
         HookSummary {
             namespace: ns.into(),
             name: name.into(),
+            tenant: ns.into(),
             generation: 1,
             event,
             scope: spec.scope,
@@ -460,6 +485,47 @@ mod tests {
         assert_eq!(names("state=circuit-open"), ["c"]);
         assert_eq!(names("state=disabled"), ["c"]);
         assert_eq!(names("state=rejected"), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_hooks_tenant_is_its_namespaces_label_else_its_name() {
+        use agenthooks_crds::tenancy::NamespaceTenant;
+        let tenants = TenantMap::from_entries([
+            NamespaceTenant {
+                namespace: "team-a".into(),
+                tenant: "acme".into(),
+                held_by: None,
+            },
+            NamespaceTenant {
+                namespace: "team-a-copy".into(),
+                tenant: "acme".into(),
+                held_by: Some("team-a".into()),
+            },
+        ]);
+        let object = |ns: &str, tenant: Option<&str>| -> AgentHook {
+            let mut spec = serde_json::json!({"event": "stop",
+                "handler": {"type": "http", "http": {"url": "https://p.example/h"}}});
+            if let Some(t) = tenant {
+                spec["tenant"] = serde_json::json!(t);
+            }
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "agenthooks.io/v1alpha1", "kind": "AgentHook",
+                "metadata": {"name": "guard", "namespace": ns}, "spec": spec}))
+            .unwrap()
+        };
+        let tenant = |ns, t| HookSummary::of_object(&object(ns, t), &tenants).tenant;
+        assert_eq!(tenant("team-a", None), "acme", "the namespace's label");
+        assert_eq!(tenant("team-a-copy", None), "acme", "the claim it lost");
+        assert_eq!(
+            tenant("team-b", None),
+            "team-b",
+            "a namespace not known yet: its name"
+        );
+        assert_eq!(
+            tenant("agenthooks-system", Some("globex")),
+            "globex",
+            "spec.tenant"
+        );
     }
 
     #[test]

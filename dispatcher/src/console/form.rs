@@ -34,6 +34,8 @@ pub struct HookForm {
     /// `validate`, `apply` or `download`.
     pub action: String,
     pub csrf: String,
+    /// Sent by the Edit page's form: the person is changing that existing hook.
+    pub editing: bool,
 }
 
 /// A field of the form (or of the manifest it makes) and what is wrong with it.
@@ -168,6 +170,10 @@ impl HookForm {
                 "csrf" => &mut f.csrf,
                 "enabled" => {
                     f.enabled = v == "true";
+                    continue;
+                }
+                "editing" => {
+                    f.editing = v == "true";
                     continue;
                 }
                 "toolKinds" => {

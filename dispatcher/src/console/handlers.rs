@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use agenthooks_crds::tenancy::TenantMap;
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
@@ -80,7 +81,7 @@ fn error_page(
 pub async fn root(State(c): C, headers: HeaderMap, uri: Uri) -> Response {
     match c.session(&headers, &uri) {
         Ok(_) => Redirect::to("/ui/hooks").into_response(),
-        Err(to_sign_in) => *to_sign_in,
+        Err(to_sign_in) => to_sign_in.into_response(),
     }
 }
 
@@ -97,7 +98,9 @@ fn sign_in_mode(c: &Console) -> views::sign_in::Mode {
 pub async fn sign_in_page(State(c): C, RawQuery(q): RawQuery) -> Response {
     let p = pairs(q.as_deref());
     let reason = match value(&p, "reason") {
-        "ended" => Some("Your session ended (an hour idle, or 12 hours old). Sign in again."),
+        "ended" => Some(
+            "Your session ended (an hour idle, 12 hours old, or the token you signed in with expired). Sign in again.",
+        ),
         "expired" => Some("Your token was refused or has expired. Sign in again."),
         "signed-out" => Some("You signed out."),
         "required" => Some("Sign in to continue."),
@@ -118,7 +121,7 @@ pub async fn sign_in_page(State(c): C, RawQuery(q): RawQuery) -> Response {
 /// cluster); a session starts and the browser goes to `next`.
 pub async fn sign_in(State(c): C, headers: HeaderMap, body: Bytes) -> Response {
     if let Err(refused) = check_post(&headers, None, "") {
-        return *refused;
+        return refused.into_response();
     }
     let p = pairs(std::str::from_utf8(&body).ok());
     let token = value(&p, "token").trim().to_owned();
@@ -180,7 +183,7 @@ pub async fn sign_in(State(c): C, headers: HeaderMap, body: Bytes) -> Response {
     {
         Ok((id, _)) => {
             let mut r = Redirect::to(&next).into_response();
-            if let Ok(v) = HeaderValue::from_str(&session::set_cookie(&id, c.secure())) {
+            if let Ok(v) = HeaderValue::from_str(&session::set_cookie(&id, c.secure(&headers))) {
                 r.headers_mut().insert(header::SET_COOKIE, v);
             }
             r
@@ -200,23 +203,23 @@ pub async fn sign_out(State(c): C, headers: HeaderMap, uri: Uri, body: Bytes) ->
     };
     let p = pairs(std::str::from_utf8(&body).ok());
     if let Err(refused) = check_post(&headers, Some(&s), value(&p, "csrf")) {
-        return *refused;
+        return refused.into_response();
     }
     if let Some(id) = session::cookie_value(&headers) {
         c.sessions.remove(&id);
     }
     let mut r = Redirect::to("/ui/sign-in?reason=signed-out").into_response();
-    if let Ok(v) = HeaderValue::from_str(&session::clear_cookie(c.secure())) {
+    if let Ok(v) = HeaderValue::from_str(&session::clear_cookie(c.secure(&headers))) {
         r.headers_mut().insert(header::SET_COOKIE, v);
     }
     r
 }
 
-/// Every hook the person may see, every budget, the namespaces they may not list.
+/// Every hook the person may see, every budget, notes on what is left out.
 struct Catalog {
     hooks: Vec<HookSummary>,
     budgets: Vec<BudgetSummary>,
-    denied: Vec<String>,
+    notes: Vec<String>,
 }
 
 /// The catalog as `s` may see it. Errors: the answer to send (sign-in again on a refused
@@ -229,22 +232,13 @@ async fn catalog(
 ) -> Result<Catalog, Response> {
     match (&c.kube, &s.principal) {
         (Some(kube), Principal::Kubernetes(_)) => {
-            let namespaces: Vec<String> = c
-                .app
-                .hooks()
-                .map(|set| {
-                    set.tenants
-                        .entries()
-                        .into_iter()
-                        .map(|e| e.namespace)
-                        .collect()
-                })
-                .unwrap_or_default();
-            match kube.catalog(s, &namespaces).await {
+            let (set, none) = (c.app.hooks(), TenantMap::default());
+            let tenants = set.as_ref().map_or(&none, |set| &set.tenants);
+            match kube.catalog(s, tenants).await {
                 Ok(k) => Ok(Catalog {
                     hooks: k.hooks,
                     budgets: k.budgets,
-                    denied: k.denied,
+                    notes: k.notes,
                 }),
                 Err(KubeError::Unauthorized) => Err(c.expired(headers, uri)),
                 Err(e) => Err(error_page(
@@ -290,7 +284,7 @@ async fn catalog(
             Ok(Catalog {
                 hooks: catalog::standalone(&set),
                 budgets,
-                denied: Vec::new(),
+                notes: Vec::new(),
             })
         }
     }
@@ -300,7 +294,7 @@ async fn catalog(
 pub async fn list(State(c): C, headers: HeaderMap, uri: Uri, RawQuery(q): RawQuery) -> Response {
     let s = match c.session(&headers, &uri) {
         Ok(s) => s,
-        Err(r) => return *r,
+        Err(r) => return r.into_response(),
     };
     let cat = match catalog(&c, &s, &headers, &uri).await {
         Ok(cat) => cat,
@@ -328,7 +322,7 @@ pub async fn list(State(c): C, headers: HeaderMap, uri: Uri, RawQuery(q): RawQue
         namespaces: &namespaces,
         filters: &filters,
         budgets: &cat.budgets,
-        denied: &cat.denied,
+        notes: &cat.notes,
         error,
     };
     html(
@@ -349,19 +343,23 @@ async fn one_hook(
 ) -> Result<HookSummary, Response> {
     let key = format!("{ns}/{name}");
     let found = match (&c.kube, &s.principal) {
-        (Some(kube), Principal::Kubernetes(_)) => match kube.hook(s, ns, name).await {
-            Ok(h) => h,
-            Err(KubeError::Unauthorized) => return Err(c.expired(headers, uri)),
-            Err(e) => {
-                return Err(error_page(
-                    Some(s),
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    &key,
-                    "",
-                    &e.to_string(),
-                ));
+        (Some(kube), Principal::Kubernetes(_)) => {
+            let (set, none) = (c.app.hooks(), TenantMap::default());
+            let tenants = set.as_ref().map_or(&none, |set| &set.tenants);
+            match kube.hook(s, ns, name, tenants).await {
+                Ok(h) => h,
+                Err(KubeError::Unauthorized) => return Err(c.expired(headers, uri)),
+                Err(e) => {
+                    return Err(error_page(
+                        Some(s),
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        &key,
+                        "",
+                        &e.to_string(),
+                    ));
+                }
             }
-        },
+        }
         _ => c.app.hooks().and_then(|set| {
             catalog::standalone(&set)
                 .into_iter()
@@ -388,7 +386,7 @@ pub async fn overview(
 ) -> Response {
     let s = match c.session(&headers, &uri) {
         Ok(s) => s,
-        Err(r) => return *r,
+        Err(r) => return r.into_response(),
     };
     let h = match one_hook(&c, &s, &headers, &uri, &ns, &name).await {
         Ok(h) => h,
@@ -427,9 +425,7 @@ pub async fn overview(
 /// events a shell call.
 fn sample_event(h: &HookSummary) -> Value {
     let spec = h.spec.as_ref();
-    let tenant = spec.and_then(|s| s.tenant.clone()).unwrap_or_else(|| {
-        agenthooks_crds::tenancy::namespace_tenant(&h.namespace, None).to_owned()
-    });
+    let tenant = h.tenant.clone();
     let agent = spec
         .and_then(|s| s.agent_ids.first().cloned())
         .unwrap_or_else(|| "console-agent".into());
@@ -461,7 +457,7 @@ pub async fn test_form(
 ) -> Response {
     let s = match c.session(&headers, &uri) {
         Ok(s) => s,
-        Err(r) => return *r,
+        Err(r) => return r.into_response(),
     };
     let h = match one_hook(&c, &s, &headers, &uri, &ns, &name).await {
         Ok(h) => h,
@@ -485,16 +481,20 @@ pub async fn test_run(
 ) -> Response {
     let s = match c.session(&headers, &uri) {
         Ok(s) => s,
-        Err(r) => return *r,
+        Err(r) => return r.into_response(),
     };
     let p = pairs(std::str::from_utf8(&body).ok());
     if let Err(refused) = check_post(&headers, Some(&s), value(&p, "csrf")) {
-        return *refused;
+        return refused.into_response();
     }
     if let Err((field, message)) = only(&p, &["csrf", "event", "force"]) {
         return error_page(Some(&s), StatusCode::BAD_REQUEST, "Test", &field, &message);
     }
-    let key = format!("{ns}/{name}");
+    // As the Test tab's page: 404 for a hook the person may not read.
+    let key = match one_hook(&c, &s, &headers, &uri, &ns, &name).await {
+        Ok(h) => h.key(),
+        Err(r) => return r,
+    };
     let text = value(&p, "event");
     let force = value(&p, "force") == "true";
     let title = format!("Test {key}");
@@ -538,12 +538,22 @@ pub async fn history(
 ) -> Response {
     let s = match c.session(&headers, &uri) {
         Ok(s) => s,
-        Err(r) => return *r,
+        Err(r) => return r.into_response(),
     };
-    let key = format!("{ns}/{name}");
+    // A hook the person may not read gets the overview's 404 before any history is asked
+    // for (the API's answer would name the permission and the namespace).
+    let key = match one_hook(&c, &s, &headers, &uri, &ns, &name).await {
+        Ok(h) => h.key(),
+        Err(r) => return r,
+    };
     let title = format!("History of {key}");
     let p = pairs(q.as_deref());
     let mut error = only(&p, &["decision", "since", "cursor", "limit"]).err();
+    let mut status = if error.is_some() {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::OK
+    };
     let (decision, since_local, cursor, limit) = (
         value(&p, "decision"),
         value(&p, "since"),
@@ -599,14 +609,12 @@ pub async fn history(
                 q
             });
         } else {
+            // The API's own status: 400 for a bad filter, 403 when RBAC does not let the
+            // person read this namespace's history.
+            status = answer.status;
             error = Some(answer.refusal());
         }
     }
-    let status = if error.is_some() {
-        StatusCode::BAD_REQUEST
-    } else {
-        StatusCode::OK
-    };
     let view = HistoryView {
         key: &key,
         decision,
@@ -631,9 +639,26 @@ pub async fn execution(
 ) -> Response {
     let s = match c.session(&headers, &uri) {
         Ok(s) => s,
-        Err(r) => return *r,
+        Err(r) => return r.into_response(),
     };
     let title = format!("Execution {id}");
+    // Only the audit trail is read here, authorized by RBAC on the person's name, which
+    // outlives a revoked token: the API server is asked whether the token still holds.
+    if let (Some(kube), Principal::Kubernetes(_)) = (&c.kube, &s.principal) {
+        match kube.check(&s).await {
+            Ok(()) => {}
+            Err(KubeError::Unauthorized) => return c.expired(&headers, &uri),
+            Err(e) => {
+                return error_page(
+                    Some(&s),
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &title,
+                    "",
+                    &e.to_string(),
+                );
+            }
+        }
+    }
     let answer = api::call(
         &c.api,
         &s,
@@ -681,7 +706,7 @@ pub async fn new_form(
 ) -> Response {
     let s = match c.session(&headers, &uri) {
         Ok(s) => s,
-        Err(r) => return *r,
+        Err(r) => return r.into_response(),
     };
     let p = pairs(q.as_deref());
     let ns = match value(&p, "namespace") {
@@ -717,7 +742,7 @@ pub async fn edit_form(
 ) -> Response {
     let s = match c.session(&headers, &uri) {
         Ok(s) => s,
-        Err(r) => return *r,
+        Err(r) => return r.into_response(),
     };
     let h = match one_hook(&c, &s, &headers, &uri, &ns, &name).await {
         Ok(h) => h,
@@ -824,7 +849,7 @@ async fn render_form(
 pub async fn new_submit(State(c): C, headers: HeaderMap, uri: Uri, body: Bytes) -> Response {
     let s = match c.session(&headers, &uri) {
         Ok(s) => s,
-        Err(r) => return *r,
+        Err(r) => return r.into_response(),
     };
     let form = match HookForm::parse(pairs(std::str::from_utf8(&body).ok())) {
         Ok(f) => f,
@@ -839,7 +864,7 @@ pub async fn new_submit(State(c): C, headers: HeaderMap, uri: Uri, body: Bytes) 
         }
     };
     if let Err(refused) = check_post(&headers, Some(&s), &form.csrf) {
-        return *refused;
+        return refused.into_response();
     }
     let action = form.action.clone();
     if !matches!(action.as_str(), "validate" | "apply" | "download") {
@@ -899,7 +924,7 @@ pub async fn new_submit(State(c): C, headers: HeaderMap, uri: Uri, body: Bytes) 
         // The API server's own checks (schema, CEL rules, admission policies, RBAC) as
         // the person, before anything is written.
         let dry_run = action != "apply";
-        match kube.apply(&s, &manifest, dry_run).await {
+        match kube.apply(&s, &manifest, dry_run, form.editing).await {
             Ok(()) => {}
             Err(KubeError::Unauthorized) => return c.expired(&headers, &uri),
             Err(KubeError::Refused {
@@ -1014,7 +1039,7 @@ pub async fn validate_live(State(c): C, headers: HeaderMap, uri: Uri, body: Byte
         Err(e) => return live(StatusCode::BAD_REQUEST, &[e], None),
     };
     if let Err(refused) = check_post(&headers, Some(&s), &form.csrf) {
-        return *refused;
+        return refused.into_response();
     }
     let manifest = match form.manifest() {
         Ok(m) => m,
@@ -1024,7 +1049,7 @@ pub async fn validate_live(State(c): C, headers: HeaderMap, uri: Uri, body: Byte
         return live(StatusCode::OK, &errors, None);
     }
     if let (Some(kube), Principal::Kubernetes(_)) = (&c.kube, &s.principal) {
-        match kube.apply(&s, &manifest, true).await {
+        match kube.apply(&s, &manifest, true, form.editing).await {
             Ok(()) => {}
             Err(KubeError::Unauthorized) => {
                 return (

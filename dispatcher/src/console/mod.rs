@@ -121,7 +121,7 @@ async fn security_headers(mut response: Response) -> Response {
 impl Console {
     /// The session of this request, or the redirect to sign-in (with `next` = this page,
     /// and why when the session ended).
-    fn session(&self, headers: &HeaderMap, uri: &Uri) -> Result<Arc<Session>, Box<Response>> {
+    fn session(&self, headers: &HeaderMap, uri: &Uri) -> Result<Arc<Session>, Redirect> {
         let next = format!("/ui{}", uri.path_and_query().map_or("/", |p| p.as_str()));
         let why =
             match session::cookie_value(headers).map(|id| self.sessions.get(&id, Instant::now())) {
@@ -129,7 +129,7 @@ impl Console {
                 Some(Lookup::Ended) => "ended",
                 Some(Lookup::Unknown) | None => "required",
             };
-        Err(Box::new(to_sign_in(&next, Some(why))))
+        Err(sign_in_redirect(&next, Some(why)))
     }
 
     /// Ends the request's session (its token was refused by the API server) and sends
@@ -143,13 +143,24 @@ impl Console {
     }
 
     /// Whether cookies get `Secure` (the port serves TLS).
-    fn secure(&self) -> bool {
+    /// The port serves TLS, or the request came through a proxy that terminated it
+    /// (`X-Forwarded-Proto: https`, as the chart's Ingress sends). Only ever adds `Secure`.
+    fn secure(&self, headers: &HeaderMap) -> bool {
         self.app.serves_tls()
+            || headers
+                .get("x-forwarded-proto")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|p| p.eq_ignore_ascii_case("https"))
     }
 }
 
 /// `303` to the sign-in page.
 fn to_sign_in(next: &str, why: Option<&str>) -> Response {
+    sign_in_redirect(next, why).into_response()
+}
+
+/// The redirect of [`to_sign_in`].
+fn sign_in_redirect(next: &str, why: Option<&str>) -> Redirect {
     let mut to = format!(
         "/ui/sign-in?next={}",
         url::form_urlencoded::byte_serialize(next.as_bytes()).collect::<String>()
@@ -158,15 +169,23 @@ fn to_sign_in(next: &str, why: Option<&str>) -> Response {
         to.push_str("&reason=");
         to.push_str(w);
     }
-    Redirect::to(&to).into_response()
+    Redirect::to(&to)
 }
 
 /// Where to go after sign-in: `next` when it is a console path, else the list (never
 /// another origin).
 fn safe_next(next: &str) -> &str {
-    let ok = next.starts_with("/ui/")
-        && !next.starts_with("/ui//")
-        && !next.contains('\\')
+    // A console path of plain characters: no `//`, no `..` segment, no backslash, no
+    // control character (a `Location` header could not hold it).
+    let plain = next
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"/-_.~%?=&+:".contains(&b));
+    let ok = plain
+        && next.starts_with("/ui/")
+        && !next.contains("//")
+        && !next
+            .split(['/', '?'])
+            .any(|seg| seg == ".." || seg == "." || seg.eq_ignore_ascii_case("%2e%2e"))
         && !next.starts_with("/ui/sign-");
     if ok { next } else { "/ui/hooks" }
 }
@@ -177,18 +196,18 @@ fn check_post(
     headers: &HeaderMap,
     session: Option<&Session>,
     csrf: &str,
-) -> Result<(), Box<Response>> {
+) -> Result<(), (StatusCode, &'static str)> {
     if !same_origin(headers) {
-        return Err(Box::new(plain(
+        return Err((
             StatusCode::FORBIDDEN,
             "Origin: this form was sent from another site",
-        )));
+        ));
     }
     match session {
-        Some(s) if !s.csrf_matches(csrf) => Err(Box::new(plain(
+        Some(s) if !s.csrf_matches(csrf) => Err((
             StatusCode::FORBIDDEN,
             "csrf: the form's token is missing or stale; reload the page and send it again",
-        ))),
+        )),
         _ => Ok(()),
     }
 }
@@ -203,10 +222,6 @@ fn same_origin(headers: &HeaderMap) -> bool {
         (Some(o), Some(h)) => o == format!("http://{h}") || o == format!("https://{h}"),
         _ => false,
     }
-}
-
-fn plain(status: StatusCode, message: &str) -> Response {
-    (status, message.to_owned()).into_response()
 }
 
 /// A page with a status.

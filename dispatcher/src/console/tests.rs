@@ -376,6 +376,40 @@ async fn the_test_panel_shows_a_block_with_stderr_and_a_rewrite_with_its_diff() 
 }
 
 #[tokio::test]
+async fn every_tab_of_a_hook_the_person_may_not_read_is_the_same_404() {
+    let mut b = Browser::new(state(Edition::Lite));
+    let csrf = b.sign_in().await;
+    let event = r#"{"event":"pre_tool_use","tool_name":"Bash","tool_input":{"command":"ls"}}"#;
+    for page in [
+        b.get("/ui/hooks/tenant-other/nope").await,
+        b.get("/ui/hooks/tenant-other/nope/test").await,
+        b.get("/ui/hooks/tenant-other/nope/history").await,
+        b.post(
+            "/ui/hooks/tenant-other/nope/test",
+            &[("csrf", &csrf), ("event", event)],
+        )
+        .await,
+    ] {
+        assert_eq!(page.status, StatusCode::NOT_FOUND, "{}", page.body);
+        assert!(
+            page.body.contains(r#"role="alert" data-field="hook""#),
+            "{}",
+            page.body
+        );
+        assert!(!page.body.contains("data-execution"), "{}", page.body);
+    }
+    let bad = b
+        .get("/ui/hooks/agenthooks-system/rm-guard/history?decision=maybe")
+        .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST, "{}", bad.body);
+    assert!(
+        bad.body.contains(r#"data-field="decision""#),
+        "{}",
+        bad.body
+    );
+}
+
+#[tokio::test]
 async fn the_form_refuses_with_the_field_named_and_command_is_greyed_out_on_standard() {
     let mut b = Browser::new(state(Edition::Lite));
     let csrf = b.sign_in().await;
@@ -494,81 +528,297 @@ async fn the_form_refuses_with_the_field_named_and_command_is_greyed_out_on_stan
     );
 }
 
-#[tokio::test]
-async fn a_hook_opens_in_the_form_to_be_edited() {
-    let mut b = Browser::new(state(Edition::Lite));
-    b.sign_in().await;
-    let overview = b.get("/ui/hooks/agenthooks-system/rm-guard").await;
-    assert!(
-        overview
-            .body
-            .contains(r#"href="/ui/hooks/agenthooks-system/rm-guard/edit""#),
-        "{}",
-        overview.body
-    );
-    let edit = b.get("/ui/hooks/agenthooks-system/rm-guard/edit").await;
-    assert_eq!(edit.status, StatusCode::OK);
-    assert!(
-        edit.body.contains(r#"data-testid="editing""#),
-        "{}",
-        edit.body
-    );
-    assert!(
-        edit.body
-            .contains(r#"type="hidden" name="name" value="rm-guard""#),
-        "{}",
-        edit.body
-    );
-    assert!(
-        edit.body
-            .contains(r#"value="echo destructive command refused &gt;&amp;2; exit 2""#),
-        "{}",
-        edit.body
-    );
-    assert!(edit.body.contains(r#"value="^Bash$""#), "{}", edit.body);
+/// A stand-in for kube-apiserver as a console in a cluster asks it: SelfSubjectReview
+/// names the person of a token in `accepted` (401 for any other), every
+/// SubjectAccessReview is allowed. AgentHook and TenantHookBudget lists: empty
+/// cluster-wide; with `only`, the person may list in that namespace alone (403 elsewhere
+/// and cluster-wide), where one hook `guard` lives, and each namespaced list takes 20 ms
+/// (`peak`: the most answered at once).
+struct FakeApiServer {
+    url: String,
+    accepted: Arc<std::sync::Mutex<Vec<String>>>,
+    peak: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+async fn fake_api_server(accepted: &[&str], only: Option<&'static str>) -> FakeApiServer {
+    use axum::response::IntoResponse;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let tokens = Arc::new(std::sync::Mutex::new(
+        accepted.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
+    ));
+    let (peak, now) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (known, top) = (Arc::clone(&tokens), Arc::clone(&peak));
+    let app = axum::Router::new().fallback(move |req: Request<Body>| {
+        let (known, top, now) = (Arc::clone(&known), Arc::clone(&top), Arc::clone(&now));
+        async move {
+            let token = req
+                .headers()
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .unwrap_or("")
+                .to_owned();
+            let path = req.uri().path().to_owned();
+            let body = axum::body::to_bytes(req.into_body(), 1 << 20).await.unwrap();
+            let json = |status: StatusCode, v: serde_json::Value| {
+                (status, [(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response()
+            };
+            if path.ends_with("/subjectaccessreviews") {
+                let mut review: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                review["status"] = serde_json::json!({"allowed": true});
+                return json(StatusCode::CREATED, review);
+            }
+            if !known.lock().unwrap().contains(&token) {
+                return json(
+                    StatusCode::UNAUTHORIZED,
+                    serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                       "message": "Unauthorized", "reason": "Unauthorized", "code": 401}),
+                );
+            }
+            if path.ends_with("/selfsubjectreviews") {
+                return json(
+                    StatusCode::CREATED,
+                    serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview",
+                        "status": {"userInfo": {"username": "system:serviceaccount:tenant-acme:alice", "uid": "u-alice",
+                                                "groups": ["system:serviceaccounts", "system:authenticated"]}}}),
+                );
+            }
+            let forbidden = || {
+                json(
+                    StatusCode::FORBIDDEN,
+                    serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                        "message": "forbidden: User \"alice\" cannot list resource", "reason": "Forbidden", "code": 403}),
+                )
+            };
+            let mut items = vec![];
+            if let Some(only) = only {
+                // /apis/agenthooks.io/v1alpha1[/namespaces/NS]/agenthooks
+                let Some(ns) = path.split("/namespaces/").nth(1).and_then(|r| r.split('/').next())
+                else {
+                    return forbidden();
+                };
+                let at_once = now.fetch_add(1, Ordering::SeqCst) + 1;
+                top.fetch_max(at_once, Ordering::SeqCst);
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                now.fetch_sub(1, Ordering::SeqCst);
+                if ns != only {
+                    return forbidden();
+                }
+                if path.ends_with("/agenthooks") {
+                    items.push(serde_json::json!({
+                        "apiVersion": "agenthooks.io/v1alpha1", "kind": "AgentHook",
+                        "metadata": {"name": "guard", "namespace": ns, "generation": 1},
+                        "spec": {"event": "pre_tool_use", "matcher": "^exec$",
+                                 "handler": {"type": "http", "http": {"url": "https://p.example/h"}}},
+                        "status": {"conditions": [
+                            {"type": "Accepted", "status": "True", "reason": "Accepted", "message": "the hook passed validation",
+                             "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}));
+                }
+            }
+            json(
+                StatusCode::OK,
+                serde_json::json!({"apiVersion": "agenthooks.io/v1alpha1", "kind": "List", "metadata": {}, "items": items}),
+            )
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    FakeApiServer {
+        url,
+        accepted: tokens,
+        peak,
+    }
+}
+
+/// A dispatcher with `--kubernetes-callers` whose API server is `api`, following a
+/// snapshot that knows `namespaces` (each its own tenant).
+fn cluster_state(api: &FakeApiServer, namespaces: &[&str]) -> Arc<AppState> {
+    crate::operator_urls::install_crypto_provider();
+    let config = kube::Config::new(api.url.parse().unwrap());
+    let client = kube::Client::try_from(config.clone()).unwrap();
+    let state = AppState::new(Engine::new(
+        HttpCaller::new(vec![]),
+        Edition::Lite,
+        SealKey::generate(),
+    ));
+    state.set_authenticator(crate::identity::Authenticator::Kubernetes(Box::new(
+        crate::identity::KubeCallers::new(client, "agenthooks.io", Default::default()),
+    )));
+    state.set_console_kube(config);
+    let (mut set, _) = HookSet::build(vec![], "agenthooks-system", Edition::Lite, 1, None);
+    set.tenants = agenthooks_crds::tenancy::TenantMap::from_entries(namespaces.iter().map(|ns| {
+        agenthooks_crds::tenancy::NamespaceTenant {
+            namespace: ns.to_string(),
+            tenant: ns.to_string(),
+            held_by: None,
+        }
+    }));
+    state.set_hooks(set);
+    state
+}
+
+/// Signs in to `b` with `token` (accepted by the stand-in API server).
+async fn sign_in_as(b: &mut Browser, token: &str) {
+    let p = b
+        .post("/ui/sign-in", &[("token", token), ("next", "/ui/hooks")])
+        .await;
     assert_eq!(
-        b.get("/ui/hooks/agenthooks-system/nope/edit").await.status,
-        StatusCode::NOT_FOUND
+        (p.status, p.location.as_str()),
+        (StatusCode::SEE_OTHER, "/ui/hooks"),
+        "{}",
+        p.body
     );
 }
 
 #[tokio::test]
-async fn live_validation_answers_the_fields_at_fault_as_json() {
-    let mut b = Browser::new(state(Edition::Lite));
-    let csrf = b.sign_in().await;
-    let form = [
-        ("csrf", csrf.as_str()),
-        ("namespace", "tenant-acme"),
-        ("name", "guard"),
-        ("event", "pre_tool_use"),
-        ("scope", "tenant"),
-        ("handler", "http"),
-        ("httpUrl", "https://policy.example/hook"),
-        ("ifExpr", "1 +"),
-        ("action", "validate"),
-    ];
-    let p = b.post("/ui/hooks/validate", &form).await;
-    assert_eq!(p.status, StatusCode::OK);
-    let v: serde_json::Value = serde_json::from_str(&p.body).unwrap();
-    assert_eq!(v["valid"], false, "{v}");
-    assert_eq!(v["errors"][0]["field"], "spec.ifExpr", "{v}");
-    let mut ok = form.to_vec();
-    ok.retain(|(k, _)| *k != "ifExpr");
-    let v: serde_json::Value =
-        serde_json::from_str(&b.post("/ui/hooks/validate", &ok).await.body).unwrap();
-    assert_eq!(
-        (v["valid"].as_bool(), v["errors"].as_array().map(Vec::len)),
-        (Some(true), Some(0)),
-        "{v}"
+async fn in_a_cluster_a_person_who_may_not_list_cluster_wide_sees_their_namespaces_asked_at_once() {
+    let others: Vec<String> = (0..40).map(|i| format!("tenant-{i:02}")).collect();
+    let mut namespaces: Vec<&str> = others.iter().map(String::as_str).collect();
+    namespaces.push("tenant-acme");
+    let api = fake_api_server(&["alice-token"], Some("tenant-acme")).await;
+    let mut b = Browser::new(cluster_state(&api, &namespaces));
+    sign_in_as(&mut b, "alice-token").await;
+    let list = b.get("/ui/hooks").await;
+    assert_eq!(list.status, StatusCode::OK, "{}", list.body);
+    assert!(
+        list.body.contains(r#"data-hook="tenant-acme/guard""#),
+        "{}",
+        list.body
     );
     assert!(
-        v["yaml"]
-            .as_str()
-            .unwrap()
-            .starts_with("apiVersion: agenthooks.io/v1alpha1"),
-        "{v}"
+        list.body.contains(
+            "You may not list AgentHooks cluster-wide: showing the namespaces you may list."
+        ),
+        "{}",
+        list.body
     );
-    b.cookie = None;
-    let gone = b.post("/ui/hooks/validate", &ok).await;
-    assert_eq!(gone.status, StatusCode::UNAUTHORIZED);
+    for ns in &others {
+        assert!(
+            !list.body.contains(ns.as_str()),
+            "{ns} is never named: {}",
+            list.body
+        );
+    }
+    let peak = api.peak.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        peak > 1,
+        "the namespaces are asked at once, not one by one (at most {peak} at a time)"
+    );
+}
+
+#[tokio::test]
+async fn in_a_cluster_a_revoked_token_ends_the_session_on_a_page_that_reads_only_history() {
+    let api = fake_api_server(&["alice-token"], None).await;
+    let mut b = Browser::new(cluster_state(&api, &[]));
+    sign_in_as(&mut b, "alice-token").await;
+    let list = b.get("/ui/hooks").await;
+    assert_eq!(list.status, StatusCode::OK, "{}", list.body);
+    assert!(
+        list.body
+            .contains("system:serviceaccount:tenant-acme:alice"),
+        "{}",
+        list.body
+    );
+    // While the token holds, the page asks the audit trail (off here: its refusal).
+    let row = b.get("/ui/executions/1").await;
+    assert_ne!(row.status, StatusCode::SEE_OTHER, "{}", row.body);
+
+    // The token is revoked (its ServiceAccount deleted): RBAC on the name would still
+    // allow the read, the API server no longer accepts the token.
+    api.accepted.lock().unwrap().clear();
+    let row = b.get("/ui/executions/1").await;
+    assert_eq!(
+        (row.status, row.location.as_str()),
+        (
+            StatusCode::SEE_OTHER,
+            "/ui/sign-in?next=%2Fui%2Fexecutions%2F1&reason=expired"
+        ),
+        "{}",
+        row.body
+    );
+    let after = b.get("/ui/hooks").await;
+    assert_eq!(
+        after.location, "/ui/sign-in?next=%2Fui%2Fhooks&reason=required",
+        "the session ended"
+    );
+    let again = b.post("/ui/sign-in", &[("token", "alice-token")]).await;
+    assert_eq!(again.status, StatusCode::UNAUTHORIZED, "{}", again.body);
+}
+
+#[test]
+fn next_stays_a_plain_console_path() {
+    use super::safe_next;
+    assert_eq!(safe_next("/ui/hooks?event=stop"), "/ui/hooks?event=stop");
+    assert_eq!(
+        safe_next("/ui/hooks/tenant-acme/guard/test"),
+        "/ui/hooks/tenant-acme/guard/test"
+    );
+    for bad in [
+        "//evil.example/x",
+        "/ui//evil.example",
+        "/ui/..//evil.com",
+        "/ui/../v1/executions",
+        "/ui/%2e%2e/v1/executions",
+        "/ui/\u{1}",
+        "/ui/\r\nX-Evil: 1",
+        "/ui\\evil",
+        "https://evil.example/ui/",
+        "/ui/sign-out",
+    ] {
+        assert_eq!(safe_next(bad), "/ui/hooks", "{bad:?}");
+    }
+}
+
+#[tokio::test]
+async fn cookies_are_secure_behind_a_tls_proxy_and_names_are_the_api_servers() {
+    let mut b = Browser::new(state(Edition::Lite));
+    let body = format!("token={ADMIN}&next=/ui/hooks");
+    let r = b
+        .app
+        .clone()
+        .oneshot(
+            Request::post("/ui/sign-in")
+                .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+                .header("x-forwarded-proto", "https")
+                .body(Body::from(body))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let cookie = r
+        .headers()
+        .get(header::SET_COOKIE)
+        .unwrap()
+        .to_str()
+        .unwrap();
+    assert!(cookie.ends_with("; Secure"), "{cookie}");
+    let csrf = b.sign_in().await;
+    for (field, ns, name) in [
+        ("metadata.name", "tenant-acme", "a/b"),
+        ("metadata.name", "tenant-acme", "Bad Name<script>"),
+        ("metadata.namespace", "../x", "guard"),
+    ] {
+        let p = b
+            .post(
+                "/ui/hooks/new",
+                &[
+                    ("csrf", &csrf),
+                    ("namespace", ns),
+                    ("name", name),
+                    ("event", "stop"),
+                    ("scope", "tenant"),
+                    ("handler", "http"),
+                    ("httpUrl", "https://p.example/h"),
+                    ("action", "download"),
+                ],
+            )
+            .await;
+        assert_eq!(p.status, StatusCode::BAD_REQUEST, "{name}: {}", p.body);
+        assert!(
+            p.body.contains(&format!(r#"data-field="{field}""#)),
+            "{name}: {}",
+            p.body
+        );
+    }
 }

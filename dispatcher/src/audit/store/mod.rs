@@ -566,12 +566,7 @@ fn redact_url(url: &str) -> String {
 /// Whether `s` is a Kubernetes namespace name (an RFC 1123 label): 1 to 63 lowercase
 /// ASCII letters, digits and `-`, starting and ending with a letter or digit.
 pub fn is_namespace_name(s: &str) -> bool {
-    let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-    let b = s.as_bytes();
-    (1..=63).contains(&b.len())
-        && b.iter().all(|&c| alnum(c) || c == b'-')
-        && alnum(b[0])
-        && alnum(b[b.len() - 1])
+    agenthooks_crds::names::is_dns_label(s)
 }
 
 /// `created_at` as stored on SQLite and compared for `since`: UTC, fixed width

@@ -13,8 +13,9 @@ pub struct ListView<'a> {
     pub namespaces: &'a [String],
     pub filters: &'a Filters,
     pub budgets: &'a [BudgetSummary],
-    /// Namespaces the person may not list hooks in (shown, not hidden).
-    pub denied: &'a [String],
+    /// Notes on what the list leaves out (e.g. that the person may not list AgentHooks
+    /// cluster-wide, so it shows the namespaces they may list), each shown as it is.
+    pub notes: &'a [String],
     /// A refused filter: (field, message).
     pub error: Option<(String, String)>,
 }
@@ -59,10 +60,8 @@ pub fn render(v: &ListView<'_>) -> Markup {
             }
             button type="submit" { "Filter" }
         }
-        @if !v.denied.is_empty() {
-            p.note role="status" data-testid="denied" {
-                "You may not list hooks in: " (v.denied.join(", ")) " (Kubernetes RBAC)."
-            }
+        @for note in v.notes {
+            p.note role="status" data-testid="denied" { (note) }
         }
         @if v.hooks.is_empty() {
             p data-testid="no-hooks" { "No hooks match." }
@@ -95,7 +94,7 @@ pub fn render(v: &ListView<'_>) -> Markup {
                         @for b in v.budgets {
                             tr data-budget={(b.namespace) "/" (b.name)} {
                                 th scope="row" { (b.namespace) "/" (b.name) }
-                                td { (b.tenant) }
+                                td data-col="tenant" { (b.tenant) }
                                 td { (b.monthly_tokens) }
                                 td { (b.used) }
                                 td { (b.remaining) }
@@ -153,5 +152,32 @@ pub fn scope(h: &HookSummary) -> String {
         (HookScope::Tenant, _) => "tenant".into(),
         (HookScope::Agent, Some(s)) => format!("agent: {}", s.agent_ids.join(", ")),
         (HookScope::Agent, None) => "agent".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_note_is_shown_as_it_is() {
+        let note = "You may not list AgentHooks cluster-wide: showing the namespaces you may list."
+            .to_owned();
+        let page = render(&ListView {
+            hooks: &[],
+            namespaces: &[],
+            filters: &Filters::default(),
+            budgets: &[],
+            notes: std::slice::from_ref(&note),
+            error: None,
+        })
+        .into_string();
+        assert!(
+            page.contains(&format!(
+                r#"<p class="note" role="status" data-testid="denied">{note}</p>"#
+            )),
+            "{page}"
+        );
+        assert!(!page.contains("hooks in:"), "{page}");
     }
 }

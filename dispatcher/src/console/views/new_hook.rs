@@ -87,6 +87,7 @@ pub fn render(v: &FormView<'_>) -> Markup {
             fieldset {
                 legend { "Hook" }
                 @if let Some(hidden) = v.editing {
+                    input type="hidden" name="editing" value="true";
                     input type="hidden" name="namespace" value=(f.namespace);
                     input type="hidden" name="name" value=(f.name);
                     p data-testid="editing" { "Editing " strong { (f.namespace) "/" (f.name) } "." }
