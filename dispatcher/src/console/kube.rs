@@ -94,7 +94,11 @@ impl KubeConsole {
     /// [`MAX_AGE`], cut to the token's `exp` when it is a JWT.
     pub async fn sign_in(&self, token: &str) -> Result<(KubeUser, Option<Duration>), KubeError> {
         let user = self.review(token).await?;
-        let ttl = agenthooks_kube_review::token_ttl(token, MAX_AGE, chrono::Utc::now().timestamp());
+        // Now rounded up to the second, so the session never outlives the token's `exp`
+        // (rounded down, it could by up to a second, and the API server still takes a
+        // token for a while after its exp: the session must end by our own clock).
+        let now_ceil = (chrono::Utc::now().timestamp_millis() + 999).div_euclid(1000);
+        let ttl = agenthooks_kube_review::token_ttl(token, MAX_AGE, now_ceil);
         if ttl.is_zero() {
             return Err(KubeError::Unauthorized);
         }
