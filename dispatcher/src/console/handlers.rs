@@ -19,7 +19,7 @@ use super::kube::KubeError;
 use super::session::{self, Session};
 use super::views::hook::{HistoryView, TestResult};
 use super::views::{self, layout};
-use super::{Console, api, chart, check_post, html, safe_next};
+use super::{Console, SignedIn, api, chart, check_post, html, safe_next};
 use crate::identity::Authenticator;
 use crate::server::Principal;
 
@@ -291,11 +291,13 @@ async fn catalog(
 }
 
 /// `GET /ui/hooks?namespace=&event=&handler=&state=`.
-pub async fn list(State(c): C, headers: HeaderMap, uri: Uri, RawQuery(q): RawQuery) -> Response {
-    let s = match c.session(&headers, &uri) {
-        Ok(s) => s,
-        Err(r) => return r.into_response(),
-    };
+pub async fn list(
+    State(c): C,
+    SignedIn(s): SignedIn,
+    headers: HeaderMap,
+    uri: Uri,
+    RawQuery(q): RawQuery,
+) -> Response {
     let cat = match catalog(&c, &s, &headers, &uri).await {
         Ok(cat) => cat,
         Err(r) => return r,
@@ -380,14 +382,11 @@ async fn one_hook(
 /// `GET /ui/hooks/{namespace}/{name}`: the overview.
 pub async fn overview(
     State(c): C,
+    SignedIn(s): SignedIn,
     headers: HeaderMap,
     uri: Uri,
     Path((ns, name)): Path<(String, String)>,
 ) -> Response {
-    let s = match c.session(&headers, &uri) {
-        Ok(s) => s,
-        Err(r) => return r.into_response(),
-    };
     let h = match one_hook(&c, &s, &headers, &uri, &ns, &name).await {
         Ok(h) => h,
         Err(r) => return r,
@@ -451,14 +450,11 @@ fn sample_event(h: &HookSummary) -> Value {
 /// `GET /ui/hooks/{namespace}/{name}/test`.
 pub async fn test_form(
     State(c): C,
+    SignedIn(s): SignedIn,
     headers: HeaderMap,
     uri: Uri,
     Path((ns, name)): Path<(String, String)>,
 ) -> Response {
-    let s = match c.session(&headers, &uri) {
-        Ok(s) => s,
-        Err(r) => return r.into_response(),
-    };
     let h = match one_hook(&c, &s, &headers, &uri, &ns, &name).await {
         Ok(h) => h,
         Err(r) => return r,
@@ -474,15 +470,12 @@ pub async fn test_form(
 /// `POST /ui/hooks/{namespace}/{name}/test`: `POST /v1/test` as the person.
 pub async fn test_run(
     State(c): C,
+    SignedIn(s): SignedIn,
     headers: HeaderMap,
     uri: Uri,
     Path((ns, name)): Path<(String, String)>,
     body: Bytes,
 ) -> Response {
-    let s = match c.session(&headers, &uri) {
-        Ok(s) => s,
-        Err(r) => return r.into_response(),
-    };
     let p = pairs(std::str::from_utf8(&body).ok());
     if let Err(refused) = check_post(&headers, Some(&s), value(&p, "csrf")) {
         return refused.into_response();
@@ -531,15 +524,12 @@ pub async fn test_run(
 /// `GET /ui/hooks/{namespace}/{name}/history?decision=&since=&cursor=&limit=`.
 pub async fn history(
     State(c): C,
+    SignedIn(s): SignedIn,
     headers: HeaderMap,
     uri: Uri,
     Path((ns, name)): Path<(String, String)>,
     RawQuery(q): RawQuery,
 ) -> Response {
-    let s = match c.session(&headers, &uri) {
-        Ok(s) => s,
-        Err(r) => return r.into_response(),
-    };
     // A hook the person may not read gets the overview's 404 before any history is asked
     // for (the API's answer would name the permission and the namespace).
     let key = match one_hook(&c, &s, &headers, &uri, &ns, &name).await {
@@ -633,14 +623,11 @@ pub async fn history(
 /// the person.
 pub async fn execution(
     State(c): C,
+    SignedIn(s): SignedIn,
     headers: HeaderMap,
     uri: Uri,
     Path(id): Path<String>,
 ) -> Response {
-    let s = match c.session(&headers, &uri) {
-        Ok(s) => s,
-        Err(r) => return r.into_response(),
-    };
     let title = format!("Execution {id}");
     // Only the audit trail is read here, authorized by RBAC on the person's name, which
     // outlives a revoked token: the API server is asked whether the token still holds.
@@ -700,14 +687,11 @@ fn command_rules(c: &Console) -> (Option<&'static str>, String) {
 /// `GET /ui/hooks/new`.
 pub async fn new_form(
     State(c): C,
+    SignedIn(s): SignedIn,
     headers: HeaderMap,
     uri: Uri,
     RawQuery(q): RawQuery,
 ) -> Response {
-    let s = match c.session(&headers, &uri) {
-        Ok(s) => s,
-        Err(r) => return r.into_response(),
-    };
     let p = pairs(q.as_deref());
     let ns = match value(&p, "namespace") {
         "" => c
@@ -736,14 +720,11 @@ pub async fn new_form(
 /// posts to `/ui/hooks/new` like a new one (server-side apply updates the hook).
 pub async fn edit_form(
     State(c): C,
+    SignedIn(s): SignedIn,
     headers: HeaderMap,
     uri: Uri,
     Path((ns, name)): Path<(String, String)>,
 ) -> Response {
-    let s = match c.session(&headers, &uri) {
-        Ok(s) => s,
-        Err(r) => return r.into_response(),
-    };
     let h = match one_hook(&c, &s, &headers, &uri, &ns, &name).await {
         Ok(h) => h,
         Err(r) => return r,
@@ -846,11 +827,13 @@ async fn render_form(
 
 /// `POST /ui/hooks/new`: validate (the shared validation, and in a cluster a server-side
 /// dry run as the person), then show the YAML, send it as a file, or apply it.
-pub async fn new_submit(State(c): C, headers: HeaderMap, uri: Uri, body: Bytes) -> Response {
-    let s = match c.session(&headers, &uri) {
-        Ok(s) => s,
-        Err(r) => return r.into_response(),
-    };
+pub async fn new_submit(
+    State(c): C,
+    SignedIn(s): SignedIn,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Bytes,
+) -> Response {
     let form = match HookForm::parse(pairs(std::str::from_utf8(&body).ok())) {
         Ok(f) => f,
         Err(e) => {

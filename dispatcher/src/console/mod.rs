@@ -118,6 +118,24 @@ async fn security_headers(mut response: Response) -> Response {
     response
 }
 
+/// The signed-in person of a request, as an extractor: a route that takes it serves only
+/// a live session, and answers anything else with the redirect to sign-in
+/// ([`Console::session`]).
+pub struct SignedIn(pub Arc<Session>);
+
+impl axum::extract::FromRequestParts<Arc<Console>> for SignedIn {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        c: &Arc<Console>,
+    ) -> Result<Self, Response> {
+        c.session(&parts.headers, &parts.uri)
+            .map(SignedIn)
+            .map_err(IntoResponse::into_response)
+    }
+}
+
 impl Console {
     /// The session of this request, or the redirect to sign-in (with `next` = this page,
     /// and why when the session ended).
