@@ -153,3 +153,31 @@ pub fn run_node(
         took: started.elapsed(),
     }
 }
+
+/// [`run_node`], its output printed, and a failure unless it passed: the panic names the
+/// logs and ends with the tails of `procs` (the dispatchers and operators under test).
+pub fn run_and_assert(
+    label: &str,
+    files: &[PathBuf],
+    env: &[(&str, String)],
+    logs: &Path,
+    shots: &Path,
+    timeout: Duration,
+    procs: &[&crate::procs::Proc],
+) {
+    let run = run_node(files, env, logs, shots, timeout);
+    println!("{}", run.output);
+    println!(
+        "[{label}] browser tests: {:?} in {:.1}s, screenshots in {}",
+        run.status,
+        run.took.as_secs_f64(),
+        shots.display()
+    );
+    assert!(
+        run.status.is_some_and(|s| s.success()),
+        "the browser tests failed ({:?}; output above, logs in {})\n{}",
+        run.status,
+        logs.display(),
+        crate::stack::tails(procs)
+    );
+}

@@ -863,6 +863,25 @@ impl StandaloneDispatcher {
     }
 }
 
+/// An AgentHook of the master namespace `agenthooks-system`, global, on `pre_tool_use`
+/// shell calls (`toolKinds: [shell]`, so every runtime's shell), running `command`, with
+/// `if_expr` as its `ifExpr` when given.
+pub fn shell_hook(name: &str, priority: i64, if_expr: Option<&str>, command: &str) -> Value {
+    let mut spec = json!({
+        "event": "pre_tool_use",
+        "scope": "global",
+        "priority": priority,
+        "toolKinds": ["shell"],
+        "timeoutMs": 5000,
+        "handler": {"type": "command", "command": {"command": command}},
+    });
+    if let Some(e) = if_expr {
+        spec["ifExpr"] = json!(e);
+    }
+    json!({"apiVersion": "agenthooks.io/v1alpha1", "kind": "AgentHook",
+           "metadata": {"name": name, "namespace": "agenthooks-system"}, "spec": spec})
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

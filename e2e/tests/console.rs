@@ -9,9 +9,9 @@
 
 use std::time::Duration;
 
-use agenthooks_e2e::console::{run_node, test_files, workspace};
-use agenthooks_e2e::runtimes::StandaloneDispatcher;
-use agenthooks_e2e::stack::{log_dir, tails};
+use agenthooks_e2e::console::{run_and_assert, test_files, workspace};
+use agenthooks_e2e::runtimes::{StandaloneDispatcher, shell_hook};
+use agenthooks_e2e::stack::log_dir;
 use serde_json::{Value, json};
 
 /// The master namespace of a default dispatcher.
@@ -26,24 +26,10 @@ const REWRITTEN_COMMAND: &str = "echo rewritten-by-the-console-test";
 /// How long the browser tests may take in all.
 const TIMEOUT: Duration = Duration::from_secs(600);
 
-/// An AgentHook of the master namespace, global, on pre_tool_use shell calls, running
-/// `command`, only for commands holding `holds` if given. The filter reads `tool_input`,
-/// not `tool.command`: a dry run (`POST /v1/test`, the console's Test tab) evaluates
-/// `ifExpr` without the tool facts, so `tool.command` is "" there (dry_run.rs).
-fn command_hook(name: &str, priority: i64, holds: Option<&str>, command: &str) -> Value {
-    let mut spec = json!({
-        "event": "pre_tool_use",
-        "scope": "global",
-        "priority": priority,
-        "toolKinds": ["shell"],
-        "timeoutMs": 5000,
-        "handler": {"type": "command", "command": {"command": command}},
-    });
-    if let Some(h) = holds {
-        spec["ifExpr"] = json!(format!("tool_input.command.contains({})", json!(h)));
-    }
-    json!({"apiVersion": "agenthooks.io/v1alpha1", "kind": "AgentHook",
-           "metadata": {"name": name, "namespace": NS}, "spec": spec})
+/// `ifExpr` of a hook for shell calls whose command holds `text`: it reads the tool facts
+/// (`tool.command`), as the dispatch path does and the dry run (the Test tab) must too.
+fn holding(text: &str) -> String {
+    format!("tool.command.contains({})", json!(text))
 }
 
 /// The hooks the console shows: three command hooks on `pre_tool_use` (one blocks, one
@@ -51,22 +37,22 @@ fn command_hook(name: &str, priority: i64, holds: Option<&str>, command: &str) -
 /// `post_tool_use` (never called: it is there for the list's filters).
 fn console_hooks() -> Vec<Value> {
     vec![
-        command_hook(
+        shell_hook(
             "console-block",
             100,
-            Some(BLOCK_COMMAND),
+            Some(&holding(BLOCK_COMMAND)),
             &format!("cat >/dev/null; echo \"{BLOCK_REASON}\" >&2; exit 2"),
         ),
-        command_hook(
+        shell_hook(
             "console-rewrite",
             50,
-            Some(REWRITE_COMMAND),
+            Some(&holding(REWRITE_COMMAND)),
             &format!(
                 "cat >/dev/null; printf '%s' '{}'",
                 json!({"updatedInput": {"command": REWRITTEN_COMMAND}})
             ),
         ),
-        command_hook("console-history", 1, None, "cat >/dev/null; exit 0"),
+        shell_hook("console-history", 1, None, "cat >/dev/null; exit 0"),
         json!({"apiVersion": "agenthooks.io/v1alpha1", "kind": "AgentHook",
                "metadata": {"name": "console-notify", "namespace": NS},
                "spec": {"event": "post_tool_use", "scope": "global", "priority": 10,
@@ -97,19 +83,5 @@ fn console_in_a_real_browser() {
         ("CONSOLE_REWRITTEN_COMMAND", REWRITTEN_COMMAND.to_owned()),
         ("CONSOLE_HOOK_HISTORY", hook("console-history")),
     ];
-    let run = run_node(&files, &env, &logs, &shots, TIMEOUT);
-    println!("{}", run.output);
-    println!(
-        "[console] browser tests: {:?} in {:.1}s, screenshots in {}",
-        run.status,
-        run.took.as_secs_f64(),
-        shots.display()
-    );
-    assert!(
-        run.status.is_some_and(|s| s.success()),
-        "the browser tests failed ({:?}; output above, logs in {})\n{}",
-        run.status,
-        logs.display(),
-        tails(&[&d.proc])
-    );
+    run_and_assert("console", &files, &env, &logs, &shots, TIMEOUT, &[&d.proc]);
 }

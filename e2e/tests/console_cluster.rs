@@ -28,7 +28,7 @@
 
 use std::time::{Duration, Instant};
 
-use agenthooks_e2e::console::{browser_tools, run_node, test_files, workspace};
+use agenthooks_e2e::console::{browser_tools, run_and_assert, test_files, workspace};
 use agenthooks_e2e::stack::{
     CALLER_AUDIENCE, DispatcherProc, bindable_role, dispatcher_service_account_kubeconfig,
     hook_server, kubernetes_callers_stack, log_dir, service_account_token, switchable_hook_server,
@@ -449,19 +449,13 @@ fn console_in_a_cluster_in_a_real_browser() {
         ("CONSOLE_KUBECTL", kubectl),
         ("CONSOLE_KUBECONFIG", kubeconfig),
     ];
-    let run = run_node(&files, &env, &logs, &shots, TIMEOUT);
-    println!("{}", run.output);
-    println!(
-        "[console-cluster] browser tests: {:?} in {:.1}s, screenshots in {}",
-        run.status,
-        run.took.as_secs_f64(),
-        shots.display()
-    );
-    assert!(
-        run.status.is_some_and(|s| s.success()),
-        "the browser tests failed ({:?}; output above, logs in {})\n{}",
-        run.status,
-        logs.display(),
-        tails(&procs)
+    run_and_assert(
+        "console-cluster",
+        &files,
+        &env,
+        &logs,
+        &shots,
+        TIMEOUT,
+        &procs,
     );
 }

@@ -10,7 +10,9 @@ use std::path::Path;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use agenthooks_e2e::runtimes::{HookWiring, Outcome, Runtime, RuntimeRun, StandaloneDispatcher};
+use agenthooks_e2e::runtimes::{
+    HookWiring, Outcome, Runtime, RuntimeRun, StandaloneDispatcher, shell_hook,
+};
 use agenthooks_e2e::stack::log_dir;
 use agenthooks_e2e::standin::{Script, StandIn, Turn};
 use serde_json::{Value, json};
@@ -29,23 +31,6 @@ const SEEN: &str = "agenthooks-system/shell-seen";
 const NOTE: &str = "NOTE-7f3a: this repository is frozen for the release";
 /// How long audit rows may take to appear after the answer.
 const ROWS_WITHIN: Duration = Duration::from_secs(10);
-
-/// An AgentHook of the master namespace, global, on pre_tool_use shell calls.
-fn shell_hook(name: &str, priority: i64, if_expr: Option<&str>, command: &str) -> Value {
-    let mut spec = json!({
-        "event": "pre_tool_use",
-        "scope": "global",
-        "priority": priority,
-        "toolKinds": ["shell"],
-        "timeoutMs": 5000,
-        "handler": {"type": "command", "command": {"command": command}},
-    });
-    if let Some(e) = if_expr {
-        spec["ifExpr"] = json!(e);
-    }
-    json!({"apiVersion": "agenthooks.io/v1alpha1", "kind": "AgentHook",
-           "metadata": {"name": name, "namespace": "agenthooks-system"}, "spec": spec})
-}
 
 /// The hooks of the tier: one shell guard for all three runtimes, one that sees every shell
 /// call, one adding context, one rewriting a command.
