@@ -8,7 +8,7 @@ use agenthooks_crds::budget::{BudgetState, TenantHookBudget};
 use agenthooks_crds::tenancy::TenantMap;
 use chrono::{DateTime, SecondsFormat, Utc};
 
-use crate::hookset::{HookSet, UnavailableHook};
+use crate::hookset::{HookSet, LoadedHook, UnavailableHook};
 
 /// A condition as the list shows it (Kubernetes API conventions).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,63 +154,85 @@ impl HookSummary {
 pub fn standalone(set: &HookSet) -> Vec<HookSummary> {
     let mut out: Vec<HookSummary> = set
         .iter()
-        .map(|h| {
-            let open: Vec<OpenBreaker> = h
-                .breaker
-                .open_tenants()
-                .into_iter()
-                .map(|(tenant, since)| OpenBreaker {
-                    tenant,
-                    since: rfc3339_ms(since),
-                    reason: Some("5 faults in a row within 60 s".into()),
-                })
-                .collect();
-            let counts = h.counters.peek();
-            let circuit = if open.is_empty() {
-                Cond::new("False", "Closed", "no breaker is open")
-            } else {
-                let tenants: Vec<&str> = open.iter().map(|o| o.tenant.as_str()).collect();
-                Cond::new(
-                    "True",
-                    "CircuitOpen",
-                    format!(
-                        "open for tenant {}: its events are refused (CircuitOpen), whatever onTimeout says, until a probe succeeds 30 s after it opened",
-                        tenants.join(", ")
-                    ),
-                )
-            };
-            HookSummary {
-                namespace: h.namespace.clone(),
-                name: h.name.clone(),
-                tenant: h.compiled.tenant.clone(),
-                generation: h.generation,
-                event: h.spec.event,
-                scope: h.spec.scope,
-                enabled: h.spec.enabled,
-                spec: Some(h.spec.clone()),
-                accepted: if h.uid.starts_with(super::handlers::CONSOLE_UID_PREFIX) {
-                    Cond::new("True", "Valid", "created in the console: served until this dispatcher restarts (Download YAML keeps it)")
-                } else {
-                    Cond::new("True", "Valid", "loaded from the hooks files")
-                },
-                ready: Cond::new("True", "Served", "served by this dispatcher"),
-                circuit,
-                open_breakers: open,
-                executions: Some(Executions {
-                    allow: counts.by_outcome[0] as i64,
-                    block: counts.by_outcome[1] as i64,
-                    error: counts.by_outcome[2] as i64,
-                    timeout: counts.by_outcome[3] as i64,
-                    last: counts
-                        .last_run()
-                        .map(|(ms, o)| (rfc3339_ms(ms as i64), o.as_str().to_owned())),
-                }),
-            }
-        })
+        .map(|h| loaded(h))
         .chain(set.unavailable().iter().map(unavailable))
         .collect();
     out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
     out
+}
+
+/// One hook of [`standalone`], `namespace/name`, without summarising the others.
+pub fn standalone_one(set: &HookSet, key: &str) -> Option<HookSummary> {
+    set.get(key).map(|h| loaded(h)).or_else(|| {
+        set.unavailable()
+            .iter()
+            .find(|u| u.key == key)
+            .map(unavailable)
+    })
+}
+
+/// A hook this dispatcher serves, as [`standalone`] shows it.
+fn loaded(h: &LoadedHook) -> HookSummary {
+    use agenthooks_crds::rules::breaker::{FAULT_THRESHOLD, HALF_OPEN_AFTER_MS, WINDOW_MS};
+    let open: Vec<OpenBreaker> = h
+        .breaker
+        .open_tenants()
+        .into_iter()
+        .map(|(tenant, since)| OpenBreaker {
+            tenant,
+            since: rfc3339_ms(since),
+            reason: Some(format!(
+                "{FAULT_THRESHOLD} faults in a row within {} s",
+                WINDOW_MS / 1000
+            )),
+        })
+        .collect();
+    let counts = h.counters.peek();
+    let circuit = if open.is_empty() {
+        Cond::new("False", "Closed", "no breaker is open")
+    } else {
+        let tenants: Vec<&str> = open.iter().map(|o| o.tenant.as_str()).collect();
+        Cond::new(
+            "True",
+            "CircuitOpen",
+            format!(
+                "open for tenant {}: its events are refused (CircuitOpen), whatever onTimeout says, until a probe succeeds {} s after it opened",
+                tenants.join(", "),
+                HALF_OPEN_AFTER_MS / 1000
+            ),
+        )
+    };
+    HookSummary {
+        namespace: h.namespace.clone(),
+        name: h.name.clone(),
+        tenant: h.compiled.tenant.clone(),
+        generation: h.generation,
+        event: h.spec.event,
+        scope: h.spec.scope,
+        enabled: h.spec.enabled,
+        spec: Some(h.spec.clone()),
+        accepted: if h.uid.starts_with(super::handlers::CONSOLE_UID_PREFIX) {
+            Cond::new(
+                "True",
+                "Valid",
+                "created in the console: served until this dispatcher restarts (Download YAML keeps it)",
+            )
+        } else {
+            Cond::new("True", "Valid", "loaded from the hooks files")
+        },
+        ready: Cond::new("True", "Served", "served by this dispatcher"),
+        circuit,
+        open_breakers: open,
+        executions: Some(Executions {
+            allow: counts.by_outcome[0] as i64,
+            block: counts.by_outcome[1] as i64,
+            error: counts.by_outcome[2] as i64,
+            timeout: counts.by_outcome[3] as i64,
+            last: counts
+                .last_run()
+                .map(|(ms, o)| (rfc3339_ms(ms as i64), o.as_str().to_owned())),
+        }),
+    }
 }
 
 /// A hook this dispatcher could not load (CONTRACT §10.4).

@@ -362,11 +362,10 @@ async fn one_hook(
                 }
             }
         }
-        _ => c.app.hooks().and_then(|set| {
-            catalog::standalone(&set)
-                .into_iter()
-                .find(|h| h.namespace == ns && h.name == name)
-        }),
+        _ => c
+            .app
+            .hooks()
+            .and_then(|set| catalog::standalone_one(&set, &key)),
     };
     found.ok_or_else(|| {
         error_page(

@@ -822,3 +822,54 @@ async fn cookies_are_secure_behind_a_tls_proxy_and_names_are_the_api_servers() {
         );
     }
 }
+
+/// An open breaker on this dispatcher shows on the list and the overview, with the tenant
+/// and why (standalone: the dispatcher's own breaker state).
+#[tokio::test]
+async fn an_open_breaker_is_shown_with_its_tenant_and_reason() {
+    use crate::decision::outcome::Outcome;
+    let state = state(Edition::Lite);
+    let set = state.hooks().unwrap();
+    let guard = set.get("agenthooks-system/rm-guard").unwrap();
+    let now = chrono::Utc::now().timestamp_millis();
+    for i in 0..agenthooks_crds::rules::breaker::FAULT_THRESHOLD as i64 {
+        let a = guard.breaker.admit("acme", now + i);
+        guard.breaker.record("acme", a, Outcome::Error, now + i);
+    }
+    assert!(guard.breaker.is_open("acme"));
+    let mut b = Browser::new(state);
+    b.sign_in().await;
+    let open = b.get("/ui/hooks?state=circuit-open").await;
+    assert!(
+        open.body
+            .contains(r#"data-hook="agenthooks-system/rm-guard""#),
+        "{}",
+        open.body
+    );
+    assert!(
+        !open
+            .body
+            .contains(r#"data-hook="agenthooks-system/rewrite""#),
+        "{}",
+        open.body
+    );
+    assert!(open.body.contains("Open · acme"), "{}", open.body);
+    let overview = b.get("/ui/hooks/agenthooks-system/rm-guard").await;
+    assert!(
+        overview
+            .body
+            .contains("Open for tenant <strong>acme</strong>"),
+        "{}",
+        overview.body
+    );
+    assert!(
+        overview.body.contains("5 faults in a row within 60 s"),
+        "{}",
+        overview.body
+    );
+    assert!(
+        overview.body.contains("whatever onTimeout says"),
+        "{}",
+        overview.body
+    );
+}
