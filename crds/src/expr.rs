@@ -36,6 +36,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, RwLock};
 
 use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue};
+use cel::common::value::{CowVal, Val};
+use cel::context::VariableResolver;
 use cel::extractors::This;
 use cel::{Context, ExecutionError, Program, Value};
 
@@ -100,6 +102,35 @@ pub enum ExprError {
 pub struct IfExpr {
     program: Program,
     cost: u64,
+    reads: Reads,
+}
+
+/// Which of the event's variables an expression reads, found once at compile time, so
+/// that an evaluation converts only those (issue 15: a decision's cost does not grow
+/// with the parts of `tool_input` no filter reads).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Reads {
+    pub tool_name: bool,
+    pub depth: bool,
+    pub tool_kind: bool,
+    pub tool: bool,
+    pub tool_input: InputReads,
+}
+
+/// What an expression reads of `tool_input`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum InputReads {
+    /// Nothing: `tool_input` is not referenced.
+    #[default]
+    Nothing,
+    /// Only these top-level fields (sorted, no repeats): every reference is a field
+    /// selection (`tool_input.f`, `has(tool_input.f)`), an index by a string literal
+    /// (`tool_input["f"]`) or a membership test of a string literal (`"f" in
+    /// tool_input`). The expression sees a map of just those fields, which answers all
+    /// of these exactly as the whole map does.
+    Fields(Arc<[String]>),
+    /// The whole input (any other use: `size(tool_input)`, a comprehension over it, ...).
+    Whole,
 }
 
 impl IfExpr {
@@ -127,7 +158,20 @@ impl IfExpr {
         for pattern in checker.patterns {
             register_pattern(&pattern)?;
         }
-        Ok(IfExpr { program, cost })
+        let reads = reads_of(program.expression());
+        Ok(IfExpr {
+            program,
+            cost,
+            reads,
+        })
+    }
+
+    /// The compiled form of `source`, shared with every other hook whose `ifExpr` is the
+    /// same text (compiled once per distinct expression while any hook holds it).
+    pub fn shared(source: &str) -> Result<Arc<IfExpr>, ExprError> {
+        static SHARED: LazyLock<crate::interned::Interned<IfExpr>> =
+            LazyLock::new(Default::default);
+        SHARED.get_or_try_insert(source, IfExpr::compile)
     }
 
     /// The static cost estimate (see module docs).
@@ -135,17 +179,21 @@ impl IfExpr {
         self.cost
     }
 
-    /// Evaluates against `scope` (built once per event by [`EvalScope::new`]).
-    /// `Ok(bool)` on a boolean result; `Err` with a message on an evaluation error or a
-    /// non-boolean result (an error for the hook: CONTRACT §4.2).
-    pub fn evaluate(&self, scope: &EvalScope) -> Result<bool, String> {
+    /// What the expression reads of the event.
+    pub fn reads(&self) -> &Reads {
+        &self.reads
+    }
+
+    /// Evaluates against the event's `bindings`, converting into `scope` (one per event)
+    /// what this expression reads and the scope does not hold yet. `Ok(bool)` on a
+    /// boolean result; `Err` with a message on an evaluation error or a non-boolean
+    /// result (an error for the hook: CONTRACT §4.2).
+    pub fn evaluate(&self, bindings: &Bindings<'_>, scope: &mut EvalScope) -> Result<bool, String> {
+        scope.prepare(&self.reads, bindings)?;
+        let vars = scope.vars(&self.reads);
         with_root(|root| {
-            let mut ctx = root.new_inner_scope();
-            ctx.add_variable_from_value("tool_name", scope.tool_name.clone());
-            ctx.add_variable_from_value("tool_input", scope.tool_input.clone());
-            ctx.add_variable_from_value("depth", scope.depth.clone());
-            ctx.add_variable_from_value("tool_kind", scope.tool_kind.clone());
-            ctx.add_variable_from_value("tool", scope.tool.clone());
+            let mut ctx = inner_scope(root);
+            ctx.set_variable_resolver(&vars);
             match self.program.execute(&ctx) {
                 Ok(Value::Bool(b)) => Ok(b),
                 Ok(other) => Err(format!("ifExpr returned {:?}, not a bool", other.type_of())),
@@ -155,41 +203,243 @@ impl IfExpr {
     }
 }
 
-/// The variables of one event, converted to CEL values once per event.
+/// A child scope of the root whose variables may borrow for `'a` (the root's are
+/// `'static`; `Context` is covariant in both lifetimes).
+fn inner_scope<'a>(root: &'a Context<'a, 'a>) -> Context<'a, 'a> {
+    root.new_inner_scope()
+}
+
+/// The event's variables as an `ifExpr` sees them, borrowed: nothing is converted until
+/// an expression reads it.
+#[derive(Debug, Clone, Copy)]
+pub struct Bindings<'e> {
+    pub tool_name: &'e str,
+    pub tool_input: &'e serde_json::Value,
+    pub depth: i64,
+    /// The call in the canonical vocabulary (`tool_kind`, `tool`); `None` without a tool.
+    pub facts: Option<&'e crate::tool::ToolFacts>,
+}
+
+impl<'e> Bindings<'e> {
+    /// Bindings without tool facts (`tool_kind` is `""`, every `tool` key empty).
+    pub fn new(tool_name: &'e str, tool_input: &'e serde_json::Value, depth: i64) -> Self {
+        Bindings {
+            tool_name,
+            tool_input,
+            depth,
+            facts: None,
+        }
+    }
+}
+
+/// CEL values converted from one event's [`Bindings`], each at most once per event and
+/// only when an expression reads it: `tool_input` as the projections onto the field sets
+/// that expressions read (or whole, for one that reads it whole). Create one per event
+/// (`Default`) and [`EvalScope::reset`] it when `tool_input` changes.
+#[derive(Debug, Default)]
 pub struct EvalScope {
-    tool_name: Value,
-    tool_input: Value,
-    depth: Value,
-    tool_kind: Value,
-    tool: Value,
+    tool_name: Option<Box<dyn Val>>,
+    depth: Option<Box<dyn Val>>,
+    tool_kind: Option<Box<dyn Val>>,
+    tool: Option<Box<dyn Val>>,
+    whole: Option<Box<dyn Val>>,
+    /// One map per distinct field set, holding those of its fields the input has.
+    projections: Vec<(Arc<[String]>, Box<dyn Val>)>,
 }
 
 impl EvalScope {
-    /// Converts the event's fields; `tool_input` should be a JSON object (other values
-    /// are passed as they are and typically fail map access).
-    pub fn new(tool_name: &str, tool_input: &serde_json::Value, depth: i64) -> EvalScope {
-        EvalScope::with_tool(tool_name, tool_input, depth, None)
+    /// Forgets every converted value (after `tool_input` was rewritten).
+    pub fn reset(&mut self) {
+        *self = EvalScope::default();
     }
 
-    /// As [`EvalScope::new`], with the call in the canonical vocabulary: `tool_kind` is
-    /// its kind (`""` without a tool) and `tool` its normalised fields (every key
-    /// present, empty when unknown or without a tool).
-    pub fn with_tool(
-        tool_name: &str,
-        tool_input: &serde_json::Value,
-        depth: i64,
-        facts: Option<&crate::tool::ToolFacts>,
-    ) -> EvalScope {
-        let kind = facts.map_or("", |f| f.kind.as_str());
-        let none = crate::tool::ToolFacts::none();
-        let tool = serde_json::to_value(facts.unwrap_or(&none)).expect("tool facts serialize");
-        EvalScope {
-            tool_name: Value::from(tool_name.to_string()),
-            tool_input: json_to_cel(tool_input),
-            depth: Value::Int(depth),
-            tool_kind: Value::from(kind.to_string()),
-            tool: json_to_cel(&tool),
+    fn prepare(&mut self, reads: &Reads, b: &Bindings<'_>) -> Result<(), String> {
+        if reads.tool_name && self.tool_name.is_none() {
+            self.tool_name = Some(to_val(Value::from(b.tool_name.to_string()))?);
         }
+        if reads.depth && self.depth.is_none() {
+            self.depth = Some(to_val(Value::Int(b.depth))?);
+        }
+        if reads.tool_kind && self.tool_kind.is_none() {
+            let kind = b.facts.map_or("", |f| f.kind.as_str());
+            self.tool_kind = Some(to_val(Value::from(kind.to_string()))?);
+        }
+        if reads.tool && self.tool.is_none() {
+            let none = crate::tool::ToolFacts::none();
+            let tool = serde_json::to_value(b.facts.unwrap_or(&none))
+                .map_err(|e| format!("tool facts: {e}"))?;
+            self.tool = Some(to_val(json_to_cel(&tool))?);
+        }
+        match (&reads.tool_input, b.tool_input) {
+            (InputReads::Nothing, _) => {}
+            (InputReads::Fields(fields), serde_json::Value::Object(o)) => {
+                if !self.projections.iter().any(|(f, _)| f == fields) {
+                    let map: HashMap<String, Value> = fields
+                        .iter()
+                        .filter_map(|k| o.get(k).map(|v| (k.clone(), json_to_cel(v))))
+                        .collect();
+                    self.projections
+                        .push((Arc::clone(fields), to_val(Value::from(map))?));
+                }
+            }
+            // Not an object: no projection, the value as it is (map access fails).
+            (InputReads::Fields(_) | InputReads::Whole, input) => {
+                if self.whole.is_none() {
+                    self.whole = Some(to_val(json_to_cel(input))?);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The prepared values `reads` needs.
+    fn vars(&self, reads: &Reads) -> Vars<'_> {
+        let input = match &reads.tool_input {
+            InputReads::Nothing => None,
+            InputReads::Fields(fields) => self
+                .projections
+                .iter()
+                .find(|(f, _)| f == fields)
+                .map(|(_, v)| v)
+                .or(self.whole.as_ref()),
+            InputReads::Whole => self.whole.as_ref(),
+        };
+        Vars {
+            tool_name: self.tool_name.as_deref().filter(|_| reads.tool_name),
+            tool_input: input.map(|v| &**v),
+            depth: self.depth.as_deref().filter(|_| reads.depth),
+            tool_kind: self.tool_kind.as_deref().filter(|_| reads.tool_kind),
+            tool: self.tool.as_deref().filter(|_| reads.tool),
+        }
+    }
+}
+
+/// The variables of one evaluation, lent to the CEL context (no copy per hook).
+struct Vars<'a> {
+    tool_name: Option<&'a dyn Val>,
+    tool_input: Option<&'a dyn Val>,
+    depth: Option<&'a dyn Val>,
+    tool_kind: Option<&'a dyn Val>,
+    tool: Option<&'a dyn Val>,
+}
+
+impl VariableResolver for Vars<'_> {
+    fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
+        let v = match variable {
+            "tool_name" => self.tool_name,
+            "tool_input" => self.tool_input,
+            "depth" => self.depth,
+            "tool_kind" => self.tool_kind,
+            "tool" => self.tool,
+            _ => None,
+        }?;
+        Some(CowVal::Borrowed(v))
+    }
+}
+
+fn to_val(v: Value) -> Result<Box<dyn Val>, String> {
+    v.try_into()
+        .map_err(|_| "ifExpr: a value of the event has no CEL form".to_string())
+}
+
+/// What `e` reads of the event's variables ([`Reads`]).
+fn reads_of(e: &IdedExpr) -> Reads {
+    let mut reads = Reads::default();
+    let mut fields = std::collections::BTreeSet::new();
+    let mut whole = false;
+    walk_reads(e, &mut reads, &mut fields, &mut whole);
+    reads.tool_input = if whole {
+        InputReads::Whole
+    } else if fields.is_empty() {
+        InputReads::Nothing
+    } else {
+        InputReads::Fields(fields.into_iter().collect::<Vec<_>>().into())
+    };
+    reads
+}
+
+fn is_input(e: &IdedExpr) -> bool {
+    matches!(&e.expr, Expr::Ident(n) if n == "tool_input")
+}
+
+fn string_literal(e: &IdedExpr) -> Option<&str> {
+    match &e.expr {
+        Expr::Literal(LiteralValue::String(s)) => Some(s.inner()),
+        _ => None,
+    }
+}
+
+fn walk_reads(
+    e: &IdedExpr,
+    reads: &mut Reads,
+    fields: &mut std::collections::BTreeSet<String>,
+    whole: &mut bool,
+) {
+    let mut go = |e: &IdedExpr| walk_reads(e, reads, fields, whole);
+    match &e.expr {
+        Expr::Unspecified | Expr::Literal(_) => {}
+        Expr::Ident(name) => match name.as_str() {
+            "tool_input" => *whole = true,
+            "tool_name" => reads.tool_name = true,
+            "depth" => reads.depth = true,
+            "tool_kind" => reads.tool_kind = true,
+            "tool" => reads.tool = true,
+            _ => {}
+        },
+        Expr::Select(s) if is_input(&s.operand) => {
+            fields.insert(s.field.clone());
+        }
+        Expr::Select(s) => go(&s.operand),
+        Expr::Call(c) => {
+            let field = match (c.func_name.as_str(), c.args.as_slice()) {
+                ("_[_]", [map, key]) if is_input(map) => string_literal(key),
+                ("@in", [key, map]) if is_input(map) => string_literal(key),
+                _ => None,
+            };
+            if let (Some(f), None) = (field, &c.target) {
+                fields.insert(f.to_string());
+                return;
+            }
+            if let Some(t) = &c.target {
+                go(t);
+            }
+            c.args.iter().for_each(go);
+        }
+        Expr::List(l) => l.elements.iter().for_each(go),
+        Expr::Map(m) => m
+            .entries
+            .iter()
+            .for_each(|en| walk_entry(en, reads, fields, whole)),
+        Expr::Struct(s) => s
+            .entries
+            .iter()
+            .for_each(|en| walk_entry(en, reads, fields, whole)),
+        Expr::Comprehension(c) => {
+            for part in [
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ] {
+                go(part);
+            }
+        }
+    }
+}
+
+fn walk_entry(
+    e: &cel::common::ast::IdedEntryExpr,
+    reads: &mut Reads,
+    fields: &mut std::collections::BTreeSet<String>,
+    whole: &mut bool,
+) {
+    match &e.expr {
+        EntryExpr::MapEntry(m) => {
+            walk_reads(&m.key, reads, fields, whole);
+            walk_reads(&m.value, reads, fields, whole);
+        }
+        EntryExpr::StructField(f) => walk_reads(&f.value, reads, fields, whole),
     }
 }
 
@@ -285,6 +535,14 @@ pub fn compile_regex(pattern: &str) -> Result<regex::Regex, String> {
             }
             other => first_line(&other.to_string()),
         })
+}
+
+/// [`compile_regex`], shared with every other hook whose pattern is the same text
+/// ([`crate::interned`]): a `matcher` is compiled once per distinct pattern.
+pub fn shared_regex(pattern: &str) -> Result<Arc<regex::Regex>, String> {
+    static SHARED: LazyLock<crate::interned::Interned<regex::Regex>> =
+        LazyLock::new(Default::default);
+    SHARED.get_or_try_insert(pattern, compile_regex)
 }
 
 fn first_line(s: &str) -> String {
@@ -547,7 +805,10 @@ mod tests {
         depth: i64,
     ) -> Result<bool, String> {
         let e = IfExpr::compile(src).map_err(|e| format!("compile: {e}"))?;
-        e.evaluate(&EvalScope::new(tool_name, &input, depth))
+        e.evaluate(
+            &Bindings::new(tool_name, &input, depth),
+            &mut EvalScope::default(),
+        )
     }
 
     #[test]
@@ -686,18 +947,38 @@ mod tests {
         ] {
             let input = json!({key: "rm -rf /data"});
             let facts = classify(name, &input, &ToolHints::default());
-            let scope = EvalScope::with_tool(name, &input, 0, Some(&facts));
-            assert_eq!(e.evaluate(&scope), Ok(true), "{name}");
+            let scope = Bindings {
+                tool_name: name,
+                tool_input: &input,
+                depth: 0,
+                facts: Some(&facts),
+            };
+            assert_eq!(
+                e.evaluate(&scope, &mut EvalScope::default()),
+                Ok(true),
+                "{name}"
+            );
         }
         // Without a tool: `tool_kind` is "" and every `tool` key is there, empty.
-        let scope = EvalScope::with_tool("", &json!({}), 0, None);
-        assert_eq!(e.evaluate(&scope), Ok(false));
+        let scope = Bindings {
+            tool_name: "",
+            tool_input: &json!({}),
+            depth: 0,
+            facts: None,
+        };
+        assert_eq!(e.evaluate(&scope, &mut EvalScope::default()), Ok(false));
         let e =
             IfExpr::compile(r#"tool_kind == "" && size(tool.paths) == 0 && tool.mcp_server == """#)
                 .unwrap();
-        assert_eq!(e.evaluate(&scope), Ok(true));
+        assert_eq!(e.evaluate(&scope, &mut EvalScope::default()), Ok(true));
         // The plain constructor knows no tool.
-        assert_eq!(e.evaluate(&EvalScope::new("Bash", &json!({}), 0)), Ok(true));
+        assert_eq!(
+            e.evaluate(
+                &Bindings::new("Bash", &json!({}), 0),
+                &mut EvalScope::default()
+            ),
+            Ok(true)
+        );
     }
 
     #[test]
@@ -711,10 +992,12 @@ mod tests {
     #[test]
     fn matches_uses_a_literal_pattern_compiled_once() {
         let e = IfExpr::compile(r#"tool_input.command.matches("^git\\s+push")"#).unwrap();
-        let scope = EvalScope::new("Bash", &json!({"command": "git  push origin"}), 0);
-        assert_eq!(e.evaluate(&scope), Ok(true));
-        let scope = EvalScope::new("Bash", &json!({"command": "git pull"}), 0);
-        assert_eq!(e.evaluate(&scope), Ok(false));
+        let input = json!({"command": "git  push origin"});
+        let scope = Bindings::new("Bash", &input, 0);
+        assert_eq!(e.evaluate(&scope, &mut EvalScope::default()), Ok(true));
+        let input = json!({"command": "git pull"});
+        let scope = Bindings::new("Bash", &input, 0);
+        assert_eq!(e.evaluate(&scope, &mut EvalScope::default()), Ok(false));
         assert_eq!(
             IfExpr::compile("tool_name.matches(tool_input.p)").unwrap_err(),
             ExprError::DynamicPattern
@@ -747,9 +1030,10 @@ mod tests {
         let items: Vec<_> = (0..MAX_LIST_LEN)
             .map(|i| json!(format!("item-{i}")))
             .collect();
-        let scope = EvalScope::new("t", &json!({"items": items}), 0);
+        let input = json!({"items": items});
+        let scope = Bindings::new("t", &input, 0);
         let started = std::time::Instant::now();
-        assert_eq!(e.evaluate(&scope), Ok(true));
+        assert_eq!(e.evaluate(&scope, &mut EvalScope::default()), Ok(true));
         assert!(started.elapsed() < std::time::Duration::from_millis(500));
     }
 
@@ -783,7 +1067,7 @@ mod tests {
             .map(|i| json!(format!("item-{i}-{}", "x".repeat(100))))
             .collect();
         let input = json!({"a": items, "cmd": "y".repeat(100_000)});
-        let scope = EvalScope::new("exec", &input, 0);
+        let scope = Bindings::new("exec", &input, 0);
         for src in [
             "tool_input.a.all(x, x.size() < 1000 && x.startsWith('item') && !x.contains('zz'))",
             "tool_input.a.exists(x, x.matches('^never$'))",
@@ -792,7 +1076,7 @@ mod tests {
             let e = IfExpr::compile(src).unwrap();
             assert!(e.cost() <= MAX_COST, "{src}");
             let started = std::time::Instant::now();
-            let _ = e.evaluate(&scope);
+            let _ = e.evaluate(&scope, &mut EvalScope::default());
             assert!(
                 started.elapsed() < std::time::Duration::from_secs(1),
                 "{src}: {:?}",
@@ -827,5 +1111,129 @@ mod tests {
     fn regex_size_limit_refuses_huge_programs() {
         assert!(compile_regex("a{1000}{1000}").is_err());
         assert!(compile_regex("^(exec|shell)$").is_ok());
+    }
+
+    fn fields(names: &[&str]) -> InputReads {
+        InputReads::Fields(
+            names
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>()
+                .into(),
+        )
+    }
+
+    #[test]
+    fn reads_name_the_variables_and_the_fields_of_tool_input_an_expression_uses() {
+        let r = |src: &str| IfExpr::compile(src).unwrap().reads().clone();
+        let e =
+            r(r#"tool_name == "exec" && tool_input.cmd.startsWith("rm") && has(tool_input.cwd)"#);
+        assert!(e.tool_name && !e.depth && !e.tool && !e.tool_kind);
+        assert_eq!(e.tool_input, fields(&["cmd", "cwd"]));
+        assert_eq!(
+            r(r#"tool_input["b"] == "x" && "a" in tool_input"#).tool_input,
+            fields(&["a", "b"])
+        );
+        assert_eq!(r("depth > 2").tool_input, InputReads::Nothing);
+        assert!(r("depth > 2").depth);
+        assert!(r(r#"tool_kind == "shell" && tool.command != """#).tool);
+        for whole in [
+            "size(tool_input) > 2",
+            "tool_input.exists(k, k == 'x')",
+            "tool_input == {'a': 1}",
+            "'a' + 'b' in tool_input",
+            "tool_input[tool_name] == 'x'",
+            // a comprehension variable named tool_input: bare uses count, conservatively
+            "[1, 2].exists(tool_input, tool_input == 2) && has(tool_input.cmd)",
+        ] {
+            assert_eq!(r(whole).tool_input, InputReads::Whole, "{whole}");
+        }
+    }
+
+    /// A projection onto the fields an expression reads answers as the whole input does.
+    #[test]
+    fn projected_input_evaluates_as_the_whole_input() {
+        let inputs = [
+            json!({"cmd": "rm -rf /", "cwd": "/tmp", "big": "x".repeat(10_000), "n": 3}),
+            json!({"cmd": "ls"}),
+            json!({"other": {"cmd": "rm"}}),
+            json!({}),
+            json!({"cmd": 5, "cwd": null}),
+            json!(["cmd"]),
+            json!("cmd"),
+        ];
+        let exprs = [
+            r#"tool_input.cmd.startsWith("rm")"#,
+            r#"has(tool_input.cmd) && tool_input.cmd == "ls""#,
+            r#"has(tool_input.cwd)"#,
+            r#""cmd" in tool_input"#,
+            r#"!("cwd" in tool_input) || tool_input["cwd"] == null"#,
+            r#"tool_input.n + 1 == 4"#,
+            r#"tool_input.cmd.contains("rm") || tool_name == "x""#,
+        ];
+        for src in exprs {
+            let projected = IfExpr::compile(src).unwrap();
+            assert!(
+                matches!(projected.reads().tool_input, InputReads::Fields(_)),
+                "{src}"
+            );
+            let mut whole = IfExpr::compile(src).unwrap();
+            whole.reads.tool_input = InputReads::Whole;
+            let mut shared = EvalScope::default();
+            for input in &inputs {
+                let b = Bindings::new("exec", input, 0);
+                let want = whole.evaluate(&b, &mut EvalScope::default());
+                assert_eq!(
+                    projected.evaluate(&b, &mut EvalScope::default()),
+                    want,
+                    "{src} on {input}"
+                );
+                // A scope shared across the expressions of one event gives the same.
+                assert_eq!(
+                    projected.evaluate(&b, &mut shared),
+                    want,
+                    "{src} on {input}"
+                );
+                shared.reset();
+            }
+        }
+    }
+
+    #[test]
+    fn one_scope_serves_expressions_reading_different_parts() {
+        let input = json!({"cmd": "rm -rf /", "path": "/etc", "big": "y".repeat(1_000)});
+        let b = Bindings::new("exec", &input, 1);
+        let mut scope = EvalScope::default();
+        for (src, want) in [
+            (r#"tool_input.cmd.startsWith("rm")"#, true),
+            (r#"tool_input.path == "/etc" && depth == 1"#, true),
+            (r#"size(tool_input) == 3"#, true),
+            (r#"tool_input.cmd == "ls""#, false),
+            (r#"tool_name == "exec""#, true),
+        ] {
+            assert_eq!(
+                IfExpr::compile(src).unwrap().evaluate(&b, &mut scope),
+                Ok(want),
+                "{src}"
+            );
+        }
+        assert_eq!(
+            scope.projections.len(),
+            2,
+            "one projection per distinct field set"
+        );
+        assert!(scope.whole.is_some());
+    }
+
+    #[test]
+    fn shared_expressions_and_patterns_are_compiled_once_per_text() {
+        let a = IfExpr::shared("tool_input.cmd == 'a-shared-test'").unwrap();
+        let b = IfExpr::shared("tool_input.cmd == 'a-shared-test'").unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        assert!(IfExpr::shared("tool_input.cmd ==").is_err());
+        let c = shared_regex("^shared-test$").unwrap();
+        let d = shared_regex("^shared-test$").unwrap();
+        assert!(Arc::ptr_eq(&c, &d));
+        assert!(shared_regex("(").is_err());
     }
 }

@@ -18,6 +18,7 @@ pub mod agenthook;
 pub mod budget;
 pub mod event;
 pub mod expr;
+pub mod interned;
 pub mod names;
 pub mod report;
 pub mod rules;

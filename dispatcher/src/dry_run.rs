@@ -135,7 +135,7 @@ pub async fn dry_run(
         .compiled
         .if_expr
         .as_ref()
-        .map(|expr| expr.evaluate(scope.get(event)));
+        .map(|expr| scope.evaluate(expr, event));
     let cel_matched = match &cel {
         Some(Ok(b)) => Some(*b),
         _ => None,

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use agenthooks_crds::Edition;
 use agenthooks_crds::agenthook::HandlerType;
-use agenthooks_crds::expr::EvalScope;
+use agenthooks_crds::expr::{Bindings, EvalScope, IfExpr};
 use agenthooks_crds::rules::breaker::Admission;
 use agenthooks_crds::sealed::SealKey;
 use bytes::Bytes;
@@ -114,25 +114,26 @@ pub struct HookRun {
     pub result: Option<HandlerResult>,
 }
 
-/// The event's CEL scope, built on first use and rebuilt after an input rewrite.
-#[derive(Default)]
-pub struct LazyScope(Option<EvalScope>);
+/// The CEL values of one event, converted only as its hooks' `ifExpr`s read them
+/// ([`EvalScope`]); reset when `tool_input` is rewritten.
+#[derive(Debug, Default)]
+pub struct LazyScope(EvalScope);
 
 impl LazyScope {
-    /// Drops the scope (after `tool_input` changed).
+    /// Drops the converted values (after `tool_input` changed).
     pub fn reset(&mut self) {
-        self.0 = None;
+        self.0.reset();
     }
-    /// The scope of `event`, built on first use.
-    pub fn get(&mut self, event: &Event) -> &EvalScope {
-        self.0.get_or_insert_with(|| {
-            EvalScope::with_tool(
-                event.tool().unwrap_or(""),
-                &event.tool_input,
-                event.depth,
-                event.tool.as_ref(),
-            )
-        })
+
+    /// Evaluates `expr` on `event` (CONTRACT §4.2).
+    pub fn evaluate(&mut self, expr: &IfExpr, event: &Event) -> Result<bool, String> {
+        let bindings = Bindings {
+            tool_name: event.tool().unwrap_or(""),
+            tool_input: &event.tool_input,
+            depth: event.depth,
+            facts: event.tool.as_ref(),
+        };
+        expr.evaluate(&bindings, &mut self.0)
     }
 }
 
@@ -154,7 +155,7 @@ pub fn filters_match(
         return Ok(false);
     }
     match &hook.compiled.if_expr {
-        Some(expr) => expr.evaluate(scope.get(event)),
+        Some(expr) => scope.evaluate(expr, event),
         None => Ok(true),
     }
 }

@@ -12,7 +12,7 @@ use crate::agenthook::{
     AgentHookSpec, DEFAULT_MAX_INVOCATIONS_PER_TURN, DEFAULT_TIMEOUT_MS, HandlerType, HookScope,
     MAX_TIMEOUT_MS, OnTimeout,
 };
-use crate::expr::{IfExpr, compile_regex};
+use crate::expr::IfExpr;
 use crate::tenancy::Edition;
 
 pub mod hook_url;
@@ -142,9 +142,9 @@ pub struct CompiledHook {
     /// Effective `onTimeout` (absent → block for blocking events, allow otherwise).
     pub on_timeout: OnTimeout,
     /// Compiled `matcher`, `None` when empty.
-    pub matcher: Option<regex::Regex>,
+    pub matcher: Option<std::sync::Arc<regex::Regex>>,
     /// Compiled `ifExpr`, `None` when empty.
-    pub if_expr: Option<IfExpr>,
+    pub if_expr: Option<std::sync::Arc<IfExpr>>,
     /// `spec.toolKinds`, sorted and without repeats; empty matches every event.
     pub tool_kinds: Vec<crate::tool::ToolKind>,
     /// Effective prompt per-turn cap.
@@ -222,7 +222,7 @@ pub fn validate(
     let matcher = if spec.matcher.is_empty() {
         None
     } else {
-        match compile_regex(&spec.matcher) {
+        match crate::expr::shared_regex(&spec.matcher) {
             Ok(re) => Some(re),
             Err(e) => {
                 err(
@@ -237,7 +237,7 @@ pub fn validate(
     let if_expr = if spec.if_expr.is_empty() {
         None
     } else {
-        match IfExpr::compile(&spec.if_expr) {
+        match IfExpr::shared(&spec.if_expr) {
             Ok(e) => Some(e),
             Err(e) => {
                 err(

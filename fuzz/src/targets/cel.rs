@@ -11,7 +11,7 @@
 //! ([`MAX_LIST_LEN`] entries, within the dispatch size cap), because the static cost
 //! bound is a claim about the capped worst case.
 
-use agenthooks_crds::expr::{EvalScope, IfExpr, MAX_COST, MAX_EXPR_BYTES, MAX_LIST_LEN};
+use agenthooks_crds::expr::{Bindings, EvalScope, IfExpr, MAX_COST, MAX_EXPR_BYTES, MAX_LIST_LEN};
 use agenthooks_dispatcher::event::{Event, MAX_TOOL_INPUT_BYTES};
 use serde_json::{Map, Value, json};
 
@@ -64,9 +64,15 @@ fn evaluate(expr: &IfExpr, tool_name: &str, tool_input: &Value, depth: i64) {
     let Ok(event) = Event::parse(body.to_string().as_bytes()) else {
         return;
     };
-    let scope = EvalScope::new(event.tool().unwrap_or(""), &event.tool_input, event.depth);
-    let first = expr.evaluate(&scope);
-    let second = expr.evaluate(&scope);
+    let bindings = Bindings::new(event.tool().unwrap_or(""), &event.tool_input, event.depth);
+    let mut scope = EvalScope::default();
+    let first = expr.evaluate(&bindings, &mut scope);
+    let second = expr.evaluate(&bindings, &mut scope);
+    let fresh = expr.evaluate(&bindings, &mut EvalScope::default());
+    assert_eq!(
+        first, fresh,
+        "a scope's cached values evaluate as fresh ones"
+    );
     assert_eq!(first, second, "evaluation is deterministic");
 }
 
