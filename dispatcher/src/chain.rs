@@ -18,7 +18,7 @@ use crate::decision::outcome::Outcome;
 use crate::event::Event;
 use crate::hookset::{HOOK_UNAVAILABLE, HookSet, LoadedHook};
 use crate::observer::{Live, RunObserver};
-use crate::runner::{Engine, HookRun, LazyScope, filters_match, run_hook, run_matched};
+use crate::runner::{Engine, HookRun, LazyScope, Matcher, filters_match, run_hook, run_matched};
 
 /// `allow` or `block`: the answer to the agent runtime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
@@ -116,8 +116,8 @@ pub async fn decide(engine: &Engine, set: &HookSet, event: Event) -> Decision {
     }
     // The agent id is held by the resolver while the event may be rewritten.
     let agent = event.agent_id.clone();
-    let hooks = set.resolve(event.event, &event.tenant_id, &agent);
-    drive(engine, &Live(engine), hooks, event, Filters::Apply).await
+    let hooks = set.select(event.event, &event.tenant_id, &agent, event.tool());
+    drive(engine, &Live(engine), hooks, event, Filters::AfterMatcher).await
 }
 
 /// Whether the driver applies each hook's `matcher` and `ifExpr`.
@@ -126,6 +126,9 @@ pub enum Filters {
     /// As dispatch does: a hook whose filters do not select the event is skipped, a CEL
     /// error is the hook's `error`.
     Apply,
+    /// As [`Filters::Apply`] for hooks whose `matcher` was already applied
+    /// ([`HookSet::select`]): `toolKinds` and `ifExpr` only.
+    AfterMatcher,
     /// Run every hook given (a forced dry run).
     Skip,
 }
@@ -160,11 +163,17 @@ pub async fn drive<'h, O: RunObserver>(
         // Filters first: a hook that does not match costs no clock read and no I/O.
         let filter = match filters {
             Filters::Skip => Ok(()),
-            Filters::Apply => match filters_match(hook, &event, &mut scope) {
-                Ok(false) => continue,
-                Ok(true) => Ok(()),
-                Err(e) => Err(e),
-            },
+            Filters::Apply | Filters::AfterMatcher => {
+                let matcher = match filters {
+                    Filters::Apply => Matcher::Test,
+                    _ => Matcher::Applied,
+                };
+                match filters_match(hook, &event, &mut scope, matcher) {
+                    Ok(false) => continue,
+                    Ok(true) => Ok(()),
+                    Err(e) => Err(e),
+                }
+            }
         };
         let own = Duration::from_millis(hook.compiled.timeout_ms);
         let json = event_json.get_or_insert_with(|| {
@@ -277,7 +286,7 @@ pub fn observe(engine: &Engine, set: Arc<HookSet>, event: Event) -> (Decision, u
     let event = Arc::new(event);
     let event_json = Bytes::from(serde_json::to_vec(&*event).expect("an event serializes"));
     let mut started = 0;
-    for hook in set.resolve(event.event, &event.tenant_id, &event.agent_id) {
+    for hook in set.select(event.event, &event.tenant_id, &event.agent_id, event.tool()) {
         let Ok(permit) = Arc::clone(&engine.background).try_acquire_owned() else {
             engine.metrics.background_shed.inc();
             tracing::warn!(hook = %hook.key, event = %event.event, "background hook queue full; run shed");
@@ -293,7 +302,16 @@ pub fn observe(engine: &Engine, set: Arc<HookSet>, event: Event) -> (Decision, u
         tokio::spawn(async move {
             let mut scope = LazyScope::default();
             let timeout = Duration::from_millis(hook.compiled.timeout_ms);
-            let _ = run_hook(&engine, &hook, &event, &event_json, &mut scope, timeout).await;
+            let _ = run_hook(
+                &engine,
+                &hook,
+                &event,
+                &event_json,
+                &mut scope,
+                Matcher::Applied,
+                timeout,
+            )
+            .await;
             drop(permit);
         });
     }

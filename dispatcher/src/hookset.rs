@@ -168,17 +168,28 @@ pub fn cut(text: &str, max: usize) -> String {
 /// looks at another tenant's hooks.
 #[derive(Debug, Default)]
 struct EventIndex {
-    global: Vec<Arc<LoadedHook>>,
-    by_tenant: HashMap<String, Vec<Arc<LoadedHook>>>,
+    global: HookList,
+    by_tenant: HashMap<String, HookList>,
 }
 
 impl EventIndex {
-    fn lists_mut(&mut self) -> impl Iterator<Item = &mut Vec<Arc<LoadedHook>>> {
+    fn lists_mut(&mut self) -> impl Iterator<Item = &mut HookList> {
         std::iter::once(&mut self.global).chain(self.by_tenant.values_mut())
     }
     fn all(&self) -> impl Iterator<Item = &Arc<LoadedHook>> {
-        self.global.iter().chain(self.by_tenant.values().flatten())
+        self.global
+            .hooks
+            .iter()
+            .chain(self.by_tenant.values().flat_map(|l| l.hooks.iter()))
     }
+}
+
+/// One list of hooks in resolution order, with the index of their matchers
+/// ([`crate::hookset::matchers`]) once it is long enough to pay for one.
+#[derive(Debug, Default)]
+struct HookList {
+    hooks: Vec<Arc<LoadedHook>>,
+    matchers: Option<matchers::MatcherIndex>,
 }
 
 /// Hooks indexed by event and tenant, each list in resolution order.
@@ -288,17 +299,19 @@ impl HookSet {
             len += 1;
             let index = &mut by_event[hook.spec.event as usize];
             match hook.spec.scope {
-                HookScope::Global => index.global.push(hook),
+                HookScope::Global => index.global.hooks.push(hook),
                 HookScope::Tenant | HookScope::Agent => index
                     .by_tenant
                     .entry(hook.compiled.tenant.clone())
                     .or_default()
+                    .hooks
                     .push(hook),
             }
         }
         for index in &mut by_event {
             for list in index.lists_mut() {
-                list.sort_by(|a, b| order(a, b));
+                list.hooks.sort_by(|a, b| order(a, b));
+                list.matchers = matchers::MatcherIndex::build(&list.hooks);
             }
         }
         unavailable.sort_by(|a: &UnavailableHook, b| a.key.cmp(&b.key));
@@ -340,11 +353,33 @@ impl HookSet {
         let tenant_hooks = index
             .by_tenant
             .get(tenant)
-            .map(Vec::as_slice)
+            .map(|l| l.hooks.as_slice())
             .unwrap_or_default();
         Resolved {
-            global: &index.global,
-            tenant: tenant_hooks,
+            global: Cursor::all(&index.global.hooks),
+            tenant: Cursor::all(tenant_hooks),
+            agent,
+        }
+    }
+
+    /// The hooks of [`HookSet::resolve`] whose `matcher` matches `tool` (CONTRACT §3.3;
+    /// no tool matches no matcher), in resolution order. Their `toolKinds` and `ifExpr`
+    /// are left to the caller. A long list is looked up through its matcher index, so
+    /// the cost grows with the hooks whose matcher can match, not with the list.
+    pub fn select<'a>(
+        &'a self,
+        event: HookEvent,
+        tenant: &str,
+        agent: &'a str,
+        tool: Option<&str>,
+    ) -> Resolved<'a> {
+        let index = &self.by_event[event as usize];
+        Resolved {
+            global: Cursor::select(&index.global, tool),
+            tenant: match index.by_tenant.get(tenant) {
+                Some(list) => Cursor::select(list, tool),
+                None => Cursor::all(&[]),
+            },
             agent,
         }
     }
@@ -391,11 +426,65 @@ impl HookSet {
 
 /// The hooks of one event for one tenant and agent, in resolution order: a merge of the
 /// global list and the tenant's list, skipping disabled hooks and agent hooks of other
-/// agents. Allocates nothing.
+/// agents (and, from [`HookSet::select`], hooks whose matcher does not match).
 pub struct Resolved<'a> {
-    global: &'a [Arc<LoadedHook>],
-    tenant: &'a [Arc<LoadedHook>],
+    global: Cursor<'a>,
+    tenant: Cursor<'a>,
     agent: &'a str,
+}
+
+/// A walk over one list: every hook, or the positions a matcher lookup picked.
+enum Cursor<'a> {
+    All(&'a [Arc<LoadedHook>]),
+    /// Hooks tested one by one against the tool name (a short list).
+    Scan(&'a [Arc<LoadedHook>], Option<String>),
+    /// Positions picked by the list's matcher index, ascending.
+    Picked(&'a [Arc<LoadedHook>], std::vec::IntoIter<u32>),
+}
+
+impl<'a> Cursor<'a> {
+    fn all(hooks: &'a [Arc<LoadedHook>]) -> Self {
+        Cursor::All(hooks)
+    }
+
+    fn select(list: &'a HookList, tool: Option<&str>) -> Self {
+        match &list.matchers {
+            Some(index) => Cursor::Picked(&list.hooks, index.pick(tool).into_iter()),
+            None => Cursor::Scan(&list.hooks, tool.map(str::to_string)),
+        }
+    }
+
+    /// The next hook of this list, without taking it.
+    fn peek(&mut self) -> Option<&'a Arc<LoadedHook>> {
+        match self {
+            Cursor::All(hooks) => hooks.first(),
+            Cursor::Scan(hooks, tool) => loop {
+                let (first, rest) = hooks.split_first()?;
+                let matches = match &first.compiled.matcher {
+                    None => true,
+                    Some(re) => tool.as_deref().is_some_and(|t| re.is_match(t)),
+                };
+                if matches {
+                    return Some(first);
+                }
+                *hooks = rest;
+            },
+            Cursor::Picked(hooks, positions) => {
+                positions.as_slice().first().map(|&i| &hooks[i as usize])
+            }
+        }
+    }
+
+    fn advance(&mut self) {
+        match self {
+            Cursor::All(hooks) | Cursor::Scan(hooks, _) => {
+                *hooks = hooks.get(1..).unwrap_or_default();
+            }
+            Cursor::Picked(_, positions) => {
+                positions.next();
+            }
+        }
+    }
 }
 
 impl<'a> Iterator for Resolved<'a> {
@@ -403,19 +492,19 @@ impl<'a> Iterator for Resolved<'a> {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            let take_global = match (self.global.first(), self.tenant.first()) {
+            let (g, t) = (self.global.peek(), self.tenant.peek());
+            let (hook, take_global) = match (g, t) {
                 (None, None) => return None,
-                (Some(_), None) => true,
-                (None, Some(_)) => false,
-                (Some(g), Some(t)) => order(g, t).is_le(),
+                (Some(g), None) => (g, true),
+                (None, Some(t)) => (t, false),
+                (Some(g), Some(t)) if order(g, t).is_le() => (g, true),
+                (Some(_), Some(t)) => (t, false),
             };
-            let list = if take_global {
-                &mut self.global
+            if take_global {
+                self.global.advance();
             } else {
-                &mut self.tenant
-            };
-            let (hook, rest) = list.split_first().expect("checked non-empty");
-            *list = rest;
+                self.tenant.advance();
+            }
             if hook.admits_agent(self.agent) {
                 return Some(hook);
             }
@@ -438,6 +527,8 @@ pub fn open_headers(hook: &LoadedHook, key: &SealKey) -> Result<Vec<(String, Str
         })
         .collect()
 }
+
+mod matchers;
 
 #[cfg(test)]
 mod unavailable_tests;
@@ -690,5 +781,148 @@ mod tests {
             vec![("Authorization".to_string(), "Bearer t".to_string())]
         );
         assert!(open_headers(h, &SealKey::generate()).is_err());
+    }
+
+    /// The indexed selection equals resolution followed by each hook's own matcher test,
+    /// on random hook sets (long lists, many distinct patterns, shared ones, none) and
+    /// events: same hooks, same order (issue 15 check).
+    mod indexed_selection {
+        use super::*;
+        use proptest::prelude::*;
+
+        const PATTERNS: &[&str] = &[
+            "",
+            "exec",
+            "^exec$",
+            "Bash|Edit",
+            "mcp__github__.*",
+            "^mcp__",
+            "Write$",
+            "e.e",
+            "[A-Z]",
+            "x*",
+            "^$",
+            "Read",
+            "Gr?ep",
+            "notebook",
+            ".",
+            "(?i)bash",
+            "^Note",
+        ];
+        const TOOLS: &[Option<&str>] = &[
+            None,
+            Some("exec"),
+            Some("Bash"),
+            Some("Edit"),
+            Some("mcp__github__create"),
+            Some("Write"),
+            Some("NotebookWrite"),
+            Some("read"),
+            Some(""),
+            Some("Grep"),
+            Some("Gep"),
+            Some("bash"),
+        ];
+
+        fn hook(
+            i: usize,
+            (pattern, scope, tenant, prio, age): (usize, u8, bool, i32, u8),
+        ) -> SnapshotHook {
+            let ns = if scope == 0 {
+                "agenthooks-system".to_string()
+            } else if tenant {
+                "tenant-acme".to_string()
+            } else {
+                "tenant-globex".to_string()
+            };
+            let mut yaml = format!("{H}priority: {prio}\n");
+            if !PATTERNS[pattern].is_empty() {
+                yaml.push_str(&format!("matcher: '{}'\n", PATTERNS[pattern]));
+            }
+            match scope {
+                0 => yaml.push_str("scope: global\n"),
+                2 => yaml.push_str("scope: agent\nagentIds: [a1]\n"),
+                _ => {}
+            }
+            source(
+                &ns,
+                &format!("h{i}"),
+                &yaml,
+                &format!("2026-01-01T00:00:{:02}Z", age % 60),
+            )
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(64))]
+            #[test]
+            fn equals_resolve_then_matcher(
+                hooks in prop::collection::vec(
+                    (0..PATTERNS.len(), 0u8..3, any::<bool>(), -2i32..3, any::<u8>()), 0..80),
+                events in prop::collection::vec((0..TOOLS.len(), any::<bool>(), any::<bool>()), 1..12),
+            ) {
+                let sources: Vec<_> = hooks.into_iter().enumerate().map(|(i, h)| hook(i, h)).collect();
+                let (set, rejected) = HookSet::build(sources, "agenthooks-system", Edition::Lite, 1, None);
+                prop_assert!(rejected.is_empty());
+                for (tool, acme, a1) in events {
+                    let tool = TOOLS[tool];
+                    let tenant = if acme { "acme" } else { "globex" };
+                    let agent = if a1 { "a1" } else { "a2" };
+                    let plain: Vec<&str> = set
+                        .resolve(HookEvent::PreToolUse, tenant, agent)
+                        .filter(|h| match &h.compiled.matcher {
+                            None => true,
+                            Some(re) => tool.is_some_and(|t| re.is_match(t)),
+                        })
+                        .map(|h| h.key.as_str())
+                        .collect();
+                    let indexed: Vec<&str> = set
+                        .select(HookEvent::PreToolUse, tenant, agent, tool)
+                        .map(|h| h.key.as_str())
+                        .collect();
+                    prop_assert_eq!(indexed, plain, "tool {:?} tenant {} agent {}", tool, tenant, agent);
+                }
+            }
+        }
+
+        #[test]
+        fn long_lists_are_indexed_and_many_patterns_share_one_set() {
+            let sources: Vec<_> = (0..40)
+                .map(|i| {
+                    hook(
+                        i,
+                        (
+                            1 + i % PATTERNS.len().saturating_sub(1),
+                            1,
+                            true,
+                            0,
+                            i as u8,
+                        ),
+                    )
+                })
+                .collect();
+            let (set, _) = HookSet::build(sources, "agenthooks-system", Edition::Lite, 1, None);
+            let list = &set.by_event[HookEvent::PreToolUse as usize].by_tenant["acme"];
+            let index = list.matchers.as_ref().expect("40 hooks are indexed");
+            assert_eq!(index.patterns(), PATTERNS.len() - 1);
+            assert!(index.uses_set());
+            // Hooks with the same pattern share its compiled regex.
+            let exec: Vec<_> = list
+                .hooks
+                .iter()
+                .filter(|h| h.spec.matcher == "exec")
+                .collect();
+            assert!(exec.len() >= 2);
+            assert!(Arc::ptr_eq(
+                exec[0].compiled.matcher.as_ref().unwrap(),
+                exec[1].compiled.matcher.as_ref().unwrap()
+            ));
+            let short: Vec<_> = (0..5).map(|i| hook(i, (1, 1, true, 0, 0))).collect();
+            let (set, _) = HookSet::build(short, "agenthooks-system", Edition::Lite, 1, None);
+            assert!(
+                set.by_event[HookEvent::PreToolUse as usize].by_tenant["acme"]
+                    .matchers
+                    .is_none()
+            );
+        }
     }
 }

@@ -137,14 +137,24 @@ impl LazyScope {
     }
 }
 
+/// Whether [`filters_match`] tests the hook's `matcher`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Matcher {
+    /// Test it.
+    Test,
+    /// It was applied already ([`crate::hookset::HookSet::select`]).
+    Applied,
+}
+
 /// Whether the hook's filters select this event (CONTRACT §3.3, §4.2). `Err` is a CEL
 /// evaluation error or non-boolean result: an error outcome for the hook.
 pub fn filters_match(
     hook: &LoadedHook,
     event: &Event,
     scope: &mut LazyScope,
+    matcher: Matcher,
 ) -> Result<bool, String> {
-    if let Some(re) = &hook.compiled.matcher {
+    if let (Matcher::Test, Some(re)) = (matcher, &hook.compiled.matcher) {
         match event.tool() {
             Some(tool) if re.is_match(tool) => {}
             _ => return Ok(false),
@@ -310,9 +320,10 @@ pub async fn run_hook(
     event: &Event,
     event_json: &Bytes,
     scope: &mut LazyScope,
+    matcher: Matcher,
     timeout: Duration,
 ) -> Option<HookRun> {
-    let filter = match filters_match(hook, event, scope) {
+    let filter = match filters_match(hook, event, scope, matcher) {
         Ok(false) => return None,
         Ok(true) => Ok(()),
         Err(e) => Err(e),

@@ -1,0 +1,114 @@
+//! The matcher index of one hook list (issue 15 point 3): which hooks' `matcher` can
+//! match a tool name, found without testing every hook.
+//!
+//! Hooks are grouped by their distinct matcher pattern (hooks with the same text share
+//! one compiled regex: `agenthooks_crds::expr::shared_regex`). A lookup tests each
+//! distinct pattern once — through one `RegexSet` pass when there are many — and returns
+//! the positions of the hooks whose pattern matched, plus those without a matcher, in
+//! list order. The semantics are the per-hook test's: unanchored `is_match` on the tool
+//! name, and no tool matches no matcher.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use regex::{Regex, RegexSet, RegexSetBuilder};
+
+use super::LoadedHook;
+
+/// Shortest list that gets an index; a shorter one is scanned hook by hook.
+pub const INDEX_MIN_HOOKS: usize = 16;
+/// Most distinct patterns tested one by one; more go through one `RegexSet`.
+pub const SET_MIN_PATTERNS: usize = 8;
+/// Largest compiled `RegexSet` (its patterns are each within the matcher limit; a set
+/// that does not fit is not built and its patterns are tested one by one).
+pub const SET_SIZE_LIMIT: usize = 32 << 20;
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct MatcherIndex {
+    /// Distinct patterns, in first-seen order.
+    patterns: Vec<Arc<Regex>>,
+    /// `patterns` as one set, when there are many.
+    set: Option<RegexSet>,
+    /// For each pattern, the positions of its hooks, ascending.
+    by_pattern: Vec<Vec<u32>>,
+    /// Positions of hooks without a matcher, ascending.
+    unfiltered: Vec<u32>,
+}
+
+impl MatcherIndex {
+    /// The index of `hooks` (in resolution order), or `None` for a short list.
+    pub fn build(hooks: &[Arc<LoadedHook>]) -> Option<MatcherIndex> {
+        if hooks.len() < INDEX_MIN_HOOKS {
+            return None;
+        }
+        let mut patterns: Vec<Arc<Regex>> = Vec::new();
+        let mut by_text: HashMap<&str, usize> = HashMap::new();
+        let mut by_pattern: Vec<Vec<u32>> = Vec::new();
+        let mut unfiltered = Vec::new();
+        for (i, hook) in hooks.iter().enumerate() {
+            let i = i as u32;
+            match &hook.compiled.matcher {
+                None => unfiltered.push(i),
+                Some(re) => {
+                    let p = *by_text.entry(re.as_str()).or_insert_with(|| {
+                        patterns.push(Arc::clone(re));
+                        by_pattern.push(Vec::new());
+                        patterns.len() - 1
+                    });
+                    by_pattern[p].push(i);
+                }
+            }
+        }
+        let set = (patterns.len() >= SET_MIN_PATTERNS)
+            .then(|| {
+                RegexSetBuilder::new(patterns.iter().map(|p| p.as_str()))
+                    .size_limit(SET_SIZE_LIMIT)
+                    .dfa_size_limit(SET_SIZE_LIMIT)
+                    .build()
+                    .ok()
+            })
+            .flatten();
+        Some(MatcherIndex {
+            patterns,
+            set,
+            by_pattern,
+            unfiltered,
+        })
+    }
+
+    /// Positions (ascending) of the hooks whose matcher matches `tool`, and of those
+    /// without one.
+    pub fn pick(&self, tool: Option<&str>) -> Vec<u32> {
+        let Some(tool) = tool else {
+            return self.unfiltered.clone();
+        };
+        let mut picked = self.unfiltered.clone();
+        match &self.set {
+            Some(set) => {
+                for p in set.matches(tool).iter() {
+                    picked.extend_from_slice(&self.by_pattern[p]);
+                }
+            }
+            None => {
+                for (p, re) in self.patterns.iter().enumerate() {
+                    if re.is_match(tool) {
+                        picked.extend_from_slice(&self.by_pattern[p]);
+                    }
+                }
+            }
+        }
+        picked.sort_unstable();
+        picked
+    }
+
+    /// Distinct patterns indexed.
+    pub fn patterns(&self) -> usize {
+        self.patterns.len()
+    }
+
+    /// Whether the patterns are looked up through one `RegexSet`.
+    pub fn uses_set(&self) -> bool {
+        self.set.is_some()
+    }
+}
