@@ -103,7 +103,11 @@ pub struct IfExpr {
     program: Program,
     cost: u64,
     reads: Reads,
+    /// The fast path, when the expression is in its shapes ([`fast`]).
+    fast: Option<fast::Fast>,
 }
+
+pub mod fast;
 
 /// Which of the event's variables an expression reads, found once at compile time, so
 /// that an evaluation converts only those (issue 15: a decision's cost does not grow
@@ -159,10 +163,12 @@ impl IfExpr {
             register_pattern(&pattern)?;
         }
         let reads = reads_of(program.expression());
+        let fast = fast::compile(program.expression(), &lookup_pattern);
         Ok(IfExpr {
             program,
             cost,
             reads,
+            fast,
         })
     }
 
@@ -189,6 +195,23 @@ impl IfExpr {
     /// boolean result; `Err` with a message on an evaluation error or a non-boolean
     /// result (an error for the hook: CONTRACT §4.2).
     pub fn evaluate(&self, bindings: &Bindings<'_>, scope: &mut EvalScope) -> Result<bool, String> {
+        if let Some(answer) = self.fast.as_ref().and_then(|f| f.eval(bindings)) {
+            return Ok(answer);
+        }
+        self.interpret(bindings, scope)
+    }
+
+    /// Whether the expression has a fast path ([`fast`]).
+    pub fn has_fast_path(&self) -> bool {
+        self.fast.is_some()
+    }
+
+    /// Evaluates with the CEL interpreter only (what the fast path must agree with).
+    pub fn interpret(
+        &self,
+        bindings: &Bindings<'_>,
+        scope: &mut EvalScope,
+    ) -> Result<bool, String> {
         scope.prepare(&self.reads, bindings)?;
         let vars = scope.vars(&self.reads);
         with_root(|root| {
@@ -244,8 +267,12 @@ pub struct EvalScope {
     tool: Option<Box<dyn Val>>,
     whole: Option<Box<dyn Val>>,
     /// One map per distinct field set, holding those of its fields the input has.
-    projections: Vec<(Arc<[String]>, Box<dyn Val>)>,
+    projections: Vec<Projection>,
 }
+
+/// `tool_input` projected onto a field set: the set, and the map of those of its fields
+/// the input has.
+type Projection = (Arc<[String]>, Box<dyn Val>);
 
 impl EvalScope {
     /// Forgets every converted value (after `tool_input` was rewritten).
@@ -1212,7 +1239,7 @@ mod tests {
             (r#"tool_name == "exec""#, true),
         ] {
             assert_eq!(
-                IfExpr::compile(src).unwrap().evaluate(&b, &mut scope),
+                IfExpr::compile(src).unwrap().interpret(&b, &mut scope),
                 Ok(want),
                 "{src}"
             );

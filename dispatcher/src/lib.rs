@@ -40,6 +40,7 @@ pub mod metrics;
 pub mod observer;
 pub mod operator_token;
 pub mod operator_urls;
+pub mod plan;
 pub mod report;
 pub mod runner;
 pub mod sandbox;

@@ -78,10 +78,117 @@ enum Command {
     /// answer — prints the reason to stderr and exits 2, which every runtime reads as a
     /// refusal.
     Hook(HookArgs),
+    /// Times the decision for one event on your hooks, without running their handlers:
+    /// which hooks the event selects, then mean, p50 and p99 per decision and heap
+    /// allocations per decision (resolution, matchers, toolKinds, ifExpr; the `opa bench`
+    /// idea), and how long the hooks took to load.
+    Bench(BenchArgs),
     /// Prints the OpenAPI 3.1 document of the HTTP API (what `GET /openapi.json`
     /// serves); `--write` writes it to docs/openapi.json under the current directory (the
     /// workspace root) instead.
     Openapi(OpenapiArgs),
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// AgentHook manifests (file, multi-document file, or directory).
+    #[arg(long)]
+    hooks: PathBuf,
+    /// The event, as the JSON body of POST /v1/dispatch.
+    #[arg(long)]
+    event: PathBuf,
+    /// Seconds to keep deciding.
+    #[arg(long, default_value_t = 2.0)]
+    seconds: f64,
+    /// Fewest decisions, however long they take.
+    #[arg(long, default_value_t = 1000)]
+    min_decisions: u64,
+    #[command(flatten)]
+    common: Common,
+}
+
+/// Heap allocations, counted while `agenthooks-dispatcher bench` measures.
+static ALLOCATIONS: agenthooks_dispatcher::plan::bench::AllocCounter =
+    agenthooks_dispatcher::plan::bench::AllocCounter::new();
+
+struct CountingAlloc;
+
+// SAFETY: every call is forwarded unchanged to the system allocator.
+unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        ALLOCATIONS.record();
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        ALLOCATIONS.record();
+        unsafe { std::alloc::System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new: usize) -> *mut u8 {
+        ALLOCATIONS.record();
+        unsafe { std::alloc::System.realloc(ptr, layout, new) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: CountingAlloc = CountingAlloc;
+
+fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    let key = SealKey::generate();
+    let started = std::time::Instant::now();
+    let loaded = manifests::load_all(
+        &args.hooks,
+        &args.common.master_namespace,
+        args.common.edition,
+        &key,
+    )?;
+    let load = started.elapsed();
+    let set = loaded.hooks;
+    let body = std::fs::read(&args.event).with_context(|| format!("{}", args.event.display()))?;
+    let parse_started = std::time::Instant::now();
+    let event =
+        Event::parse(&body).map_err(|e| anyhow::anyhow!("{}: {e}", args.event.display()))?;
+    let parse = parse_started.elapsed();
+    if !args.seconds.is_finite() || args.seconds < 0.0 {
+        bail!("--seconds: {} is not a duration in seconds", args.seconds);
+    }
+    println!(
+        "hooks: {} loaded in {:.1} ms ({} unavailable), resident memory {}; event {} of tenant {:?}, tool {:?}, {} bytes parsed in {:.1} µs",
+        set.len(),
+        load.as_secs_f64() * 1e3,
+        set.unavailable().len(),
+        resident_memory().unwrap_or_else(|| "unknown".into()),
+        event.event,
+        event.tenant_id,
+        event.tool().unwrap_or(""),
+        body.len(),
+        parse.as_secs_f64() * 1e6,
+    );
+    let report = agenthooks_dispatcher::plan::bench::run(
+        &set,
+        &event,
+        std::time::Duration::from_secs_f64(args.seconds),
+        args.min_decisions.max(1),
+        Some(&ALLOCATIONS),
+    );
+    println!("{report}");
+    Ok(())
+}
+
+/// This process's resident memory (`VmRSS` of /proc/self/status), e.g. `48.2 MiB`.
+fn resident_memory() -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(format!("{:.1} MiB", kib / 1024.0))
 }
 
 #[derive(Args)]
@@ -471,6 +578,15 @@ fn main() -> ExitCode {
     let command = match cli.command {
         Some(Command::Hook(args)) => return hook(args),
         Some(Command::Openapi(args)) => return openapi(args),
+        Some(Command::Bench(args)) => {
+            return match bench(args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         other => other,
     };
     tracing_subscriber::fmt()
@@ -484,7 +600,9 @@ fn main() -> ExitCode {
         .build()
         .expect("a tokio runtime");
     match command {
-        Some(Command::Hook(_) | Command::Openapi(_)) => unreachable!("answered above"),
+        Some(Command::Hook(_) | Command::Openapi(_) | Command::Bench(_)) => {
+            unreachable!("answered above")
+        }
         Some(Command::BudgetLoad(args)) => match runtime.block_on(budget_load(args)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -103,11 +103,13 @@ impl MatcherIndex {
     }
 
     /// Distinct patterns indexed.
+    #[cfg(test)]
     pub fn patterns(&self) -> usize {
         self.patterns.len()
     }
 
     /// Whether the patterns are looked up through one `RegexSet`.
+    #[cfg(test)]
     pub fn uses_set(&self) -> bool {
         self.set.is_some()
     }
