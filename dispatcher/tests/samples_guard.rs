@@ -257,3 +257,52 @@ fn check_on_the_shipped_events_blocks_rm_rf_and_allows_ls() {
         );
     }
 }
+
+#[test]
+fn bench_reports_the_selected_hook_the_cost_and_the_allocations_of_a_decision() {
+    let run = |event: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_agenthooks-dispatcher"))
+            .args([
+                "bench",
+                "--seconds",
+                "0",
+                "--min-decisions",
+                "200",
+                "--hooks",
+            ])
+            .arg(samples())
+            .arg("--event")
+            .arg(samples().join("events").join(event))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let rm = run("rm-rf.json");
+    let lines: Vec<&str> = rm.lines().collect();
+    assert!(lines[0].starts_with("hooks: 3 loaded in "), "{rm}");
+    assert_eq!(lines[1], "selected: 1 hook(s): tenant-acme/block-rm-rf");
+    assert!(lines[2].starts_with("decisions: 200  mean "), "{rm}");
+    // The binary counts its allocations: a decision makes a few, never none at all.
+    let allocations: f64 = lines[2]
+        .split("allocations ")
+        .nth(1)
+        .and_then(|a| a.split(' ').next())
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("{rm}"));
+    assert!(allocations > 0.0 && allocations < 50.0, "{rm}");
+    assert!(run("ls.json").contains("\nselected: no hook (allow)\n"));
+    // A bad file is an error naming it, exit 1.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agenthooks-dispatcher"))
+        .args(["bench", "--hooks"])
+        .arg(samples())
+        .args(["--event", "/nonexistent/event.json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/event.json"));
+}
