@@ -206,7 +206,9 @@ pub async fn drive<'h, O: RunObserver>(
                 break;
             }
         };
-        let mut run = run_matched(
+        // Boxed: a handler's future is large (kilobytes), and inline it would make every
+        // decision's future that large, copied whole even when no hook runs.
+        let mut run = Box::pin(run_matched(
             engine,
             observer,
             hook,
@@ -214,7 +216,7 @@ pub async fn drive<'h, O: RunObserver>(
             json,
             (timeout, cut_by_budget),
             filter,
-        )
+        ))
         .await;
         let result = run.result.take().expect("run_matched fills result");
         let rule = HookRule {

@@ -600,3 +600,21 @@ async fn a_hook_cut_short_by_the_chain_budget_is_not_faulted() {
         "cut short by the budget: not the guard's fault"
     );
 }
+
+/// A decision's future stays small: handler futures are boxed where they run, so the
+/// future of a decision that runs no handler is not kilobytes copied around (it was 8.3 KB).
+#[test]
+fn a_decisions_future_does_not_hold_a_handlers_future_inline() {
+    let engine = engine();
+    let set = HookSet::default();
+    let event = crate::event::Event::parse(
+        br#"{"event":"pre_tool_use","tool_name":"exec","tool_input":{}}"#,
+    )
+    .unwrap();
+    let f = decide(&engine, &set, event);
+    assert!(
+        std::mem::size_of_val(&f) < 4096,
+        "{} bytes",
+        std::mem::size_of_val(&f)
+    );
+}
