@@ -318,6 +318,11 @@ async fn main() {
         sat_on_decisions += n;
     }
     runs_on += sat_on_decisions as f64;
+    // 1b. What the audit path can write: while the clients run decisions on `on` (its own
+    // rows included), the store inserts prebuilt rows in the writer's batches and in large
+    // ones, from WRITERS tasks; rows/s into the table.
+    let capacity = writer_capacity(&client, &on, &url, half).await;
+    runs_on += capacity.decisions as f64;
     // 2. Paced: a steady PACED_RATE decisions/s, the machine not saturated.
     let mut paced = Compare::default();
     for r in 0..2 {
@@ -381,17 +386,108 @@ async fn main() {
         rows as f64 / batches.max(1.0),
         batch_sum / batches.max(1.0) * 1000.0
     );
+    for (batch, rate) in &capacity.rows_per_s {
+        println!(
+            "audit store capacity while decisions run: {rate:>8.0} rows/s in batches of {batch} ({WRITERS} writers; {:.0} decisions/s meanwhile)",
+            capacity.decisions as f64 / capacity.secs
+        );
+    }
     sat.print("unpaced (saturation)");
     paced.print(&format!("paced at {PACED_RATE:.0} decisions/s"));
     assert_eq!(
         (rows, keys),
-        (runs_on as i64, runs_on as i64),
-        "every run's row exactly once"
+        (
+            runs_on as i64 + capacity.rows as i64,
+            runs_on as i64 + capacity.rows as i64
+        ),
+        "every run's row exactly once (and every prebuilt row)"
     );
     drop(on);
     drop(off);
     crash_loss(&client, &hooks, &url, dir.path()).await;
     let _ = tokio::task::spawn_blocking(move || drop(pg)).await;
+}
+
+/// Concurrent inserting tasks of the capacity phase (the writer's pool has 8 connections).
+const WRITERS: usize = 2;
+
+/// What [`writer_capacity`] measured.
+struct Capacity {
+    /// (batch size, rows/s) for each batch size tried.
+    rows_per_s: Vec<(usize, f64)>,
+    /// Prebuilt rows inserted in all.
+    rows: u64,
+    /// Decisions answered by `d` meanwhile, and over how long.
+    decisions: usize,
+    secs: f64,
+}
+
+/// The audit store's insert rate into PostgreSQL while `d` answers unpaced decisions
+/// (whose own rows go in too): prebuilt rows through `AuditStore::insert_batch`, in the
+/// writer's batch size (500) and in batches of 5,000, `secs` for each.
+async fn writer_capacity(
+    client: &reqwest::Client,
+    d: &Dispatcher,
+    url: &str,
+    secs: f64,
+) -> Capacity {
+    use agenthooks_dispatcher::audit::row::AuditRow;
+    let store = Arc::new(AuditStore::connect(url).await.unwrap());
+    let mut rows_per_s = Vec::new();
+    let (mut rows, mut decisions, mut total) = (0u64, 0usize, 0.0);
+    for batch in [500usize, 5_000] {
+        let started = Instant::now();
+        let mut writers = Vec::new();
+        for w in 0..WRITERS {
+            let store = Arc::clone(&store);
+            writers.push(tokio::spawn(async move {
+                let mut n = 0u64;
+                while started.elapsed().as_secs_f64() < secs {
+                    let now = chrono::Utc::now();
+                    let rows: Vec<AuditRow> = (0..batch)
+                        .map(|i| AuditRow {
+                            id: None,
+                            hook_uid: "standalone:agenthooks-system/capacity".into(),
+                            hook_namespace: "agenthooks-system".into(),
+                            hook_name: "capacity".into(),
+                            tenant: "acme".into(),
+                            session_id: "s-1".into(),
+                            event: agenthooks_crds::HookEvent::PreToolUse,
+                            input_hash: format!("{:064x}", n + i as u64),
+                            decision: agenthooks_dispatcher::decision::outcome::Outcome::Allow,
+                            duration_ms: 1,
+                            dedup_key: format!("capacity:{batch}-{w}-{}", n + i as u64),
+                            error: None,
+                            error_detail: None,
+                            metadata: json!({"matcher_matched": true, "http_status": 200}),
+                            created_at: now,
+                        })
+                        .collect();
+                    n += store.insert_batch(&rows).await.expect("insert_batch");
+                }
+                n
+            }));
+        }
+        let tag = format!("cap{batch}");
+        let (answered, inserted) = tokio::join!(round(client, d, &tag, secs, None), async {
+            let mut inserted = 0;
+            for w in writers {
+                inserted += w.await.unwrap();
+            }
+            inserted
+        });
+        let took = started.elapsed().as_secs_f64();
+        decisions += answered.len();
+        rows_per_s.push((batch, inserted as f64 / took));
+        rows += inserted;
+        total += took;
+    }
+    Capacity {
+        rows_per_s,
+        rows,
+        decisions,
+        secs: total,
+    }
 }
 
 /// Rounds of the crash-loss measurement, and how long the load runs before the kill.
