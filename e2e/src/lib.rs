@@ -53,6 +53,7 @@
 pub mod argocd;
 pub mod console;
 pub mod node;
+pub mod opa;
 pub mod postgres;
 pub mod procs;
 pub mod runtimes;
