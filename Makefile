@@ -4,7 +4,7 @@ CARGO ?= cargo
 LISTEN ?= 127.0.0.1:8080
 CLUSTER_DIR ?= $(CURDIR)/.cluster
 
-.PHONY: run test test-node e2e-kind deps build crds openapi lint bench cluster cluster-down controlplane node fuzz fuzz-build fuzz-replay
+.PHONY: run test test-node e2e-kind deps build crds openapi lint bench bench-opa cluster cluster-down controlplane node fuzz fuzz-build fuzz-replay
 
 ## run: the dispatcher in standalone mode on the sample hooks, on $(LISTEN). Callers send
 ## the token made once into .agenthooks-caller-token (caller acme-runtime, tenant acme:
@@ -79,7 +79,8 @@ lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-## bench: dispatch overhead against a bare axum handler, side by side in one run; then
+## bench: first issue 15's agenthooks against OPA (bench-opa, below); then dispatch overhead
+## against a bare axum handler, side by side in one run; then
 ## issue 3's figures on a real control plane (status writes per hook under 2,000
 ## decisions/s, breaker trip -> open breaker seen by every dispatcher vs apply -> served); then
 ## issue 5's: audit rows/s into PostgreSQL while decisions run, latency audit on vs off; then
@@ -90,7 +91,7 @@ lint:
 ## tier, image sizes, Pod RSS idle and at 2,000 decisions/s; issue 13's: a runtime's native hook
 ## route and the command shim against /v1/dispatch
 BENCH_BASE ?= 312fd1b
-bench: deps
+bench: deps bench-opa
 	bash e2e/controlplane/build.sh >/dev/null
 	$(CARGO) build --release -p agenthooks-operator -p agenthooks-dispatcher --bins
 	$(CARGO) bench -p agenthooks-dispatcher --bench dispatch_overhead
@@ -106,6 +107,17 @@ bench: deps
 	bash e2e/node/build.sh >/dev/null
 	bash e2e/controlplane/build-helm.sh >/dev/null
 	$(CARGO) bench -p agenthooks-e2e --bench node
+
+## bench-opa: agenthooks against OPA in one run (issue 15; bench/README.md): builds OPA and
+## the bench's Go driver from e2e/opa/ (cached by version outside the repository), the
+## release dispatcher, runs the bench (writes bench/report.md and bench/report.json) and
+## draws bench/report.png
+bench-opa:
+	bash scripts/install-deps.sh bench
+	bash e2e/opa/build.sh >/dev/null
+	$(CARGO) build --release -p agenthooks-dispatcher --bins
+	$(CARGO) bench -p agenthooks-e2e --bench opa
+	/usr/bin/python3 bench/plot.py
 
 controlplane:
 	bash e2e/controlplane/build.sh

@@ -3,6 +3,7 @@
 #   scripts/install-deps.sh node       also what the real node of `make test-node` needs
 #   scripts/install-deps.sh runtimes   the agent runtimes of the runtimes tier (scripts/runtimes.pins)
 #   scripts/install-deps.sh browser    Debian's chromium and the console's browser tests' npm packages
+#   scripts/install-deps.sh bench      Debian's python3-matplotlib (bench/plot.py draws bench/report.png)
 set -euo pipefail
 if [ "${1:-}" = runtimes ]; then
   # Each pinned runtime from the npm registry into its own prefix; skipped when its binary
@@ -56,6 +57,11 @@ if [ "${1:-}" = browser ]; then
   command -v npm >/dev/null || { echo "[deps] npm (Node.js >= 20) is required for the browser tests" >&2; exit 1; }
   [ -x /usr/bin/chromium ] || need+=(chromium)
 fi
+# `scripts/install-deps.sh bench`: the plot of the agenthooks vs OPA bench (bench/plot.py runs on
+# Debian's /usr/bin/python3, whatever python3 is first on PATH).
+if [ "${1:-}" = bench ]; then
+  /usr/bin/python3 -c 'import matplotlib' 2>/dev/null || need+=(python3-matplotlib)
+fi
 command -v openssl >/dev/null || need+=(openssl)
 command -v setsid >/dev/null || need+=(util-linux)
 command -v curl >/dev/null || need+=(curl)
@@ -66,6 +72,10 @@ if [ ${#need[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+if [ "${1:-}" = bench ]; then
+  echo "[deps] bench ok: matplotlib $(/usr/bin/python3 -c 'import matplotlib; print(matplotlib.__version__)')" >&2
+  exit 0
 fi
 if [ "${1:-}" = schemathesis ]; then
   # Skipped when the venv's binary already answers --version with the pinned version.
