@@ -70,7 +70,7 @@ left.set_xlabel("hooks in the set over 100 tenants (hooks resolved per event, ev
 left.set_ylabel("µs per decision (p50, log)")
 left.set_title("In process: one decision from a parsed event")
 left.grid(True, which="both", alpha=0.3)
-left.legend(fontsize=7, loc="lower right")
+left.legend(fontsize=7, loc="upper left")
 
 http = [r for r in (data.get("http") or []) if r["input"] == "small"]
 if http:
