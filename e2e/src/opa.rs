@@ -26,7 +26,7 @@ use std::fmt::Write as _;
 
 use agenthooks_dispatcher::event::Event;
 use agenthooks_dispatcher::hookset::HookSet;
-use agenthooks_dispatcher::runner::{LazyScope, filters_match};
+use agenthooks_dispatcher::runner::{LazyScope, Matcher, filters_match};
 
 /// Tenants the spread sets use (`t0` … `t99`).
 pub const TENANTS: usize = 100;
@@ -43,18 +43,20 @@ pub const REGO_PACKAGE: &str = "agenthooks";
 pub const REGO_QUERY: &str = "data.agenthooks.deny";
 
 /// Our engine's decision on an already-parsed event (as the server has it after reading
-/// the body): resolution ([`HookSet::resolve`]: the hooks of the event, tenant and agent,
-/// in order) and both filters of each ([`filters_match`], with one [`LazyScope`] per
-/// event) → the `namespace/name` of every hook that selects the event, in resolution
-/// order. `Err` is a CEL evaluation error (a hook's `error`, which blocks).
+/// the body), the way `chain::decide` reaches it: [`HookSet::select`] (resolution: the
+/// hooks of the event, tenant and agent, in order, of which those whose `matcher` matches
+/// the tool, through the matcher index), then [`filters_match`] with the matcher already
+/// applied (`toolKinds` and `ifExpr`), with one [`LazyScope`] per event → the
+/// `namespace/name` of every hook that selects the event, in resolution order. `Err` is a
+/// CEL evaluation error (a hook's `error`, which blocks).
 ///
 /// The one place the bench calls our engine in process: when the engine's signatures
 /// change, adapt this function and nothing else.
 pub fn ours_selected(set: &HookSet, event: &Event) -> Result<Vec<String>, String> {
     let mut scope = LazyScope::default();
     let mut selected = Vec::new();
-    for hook in set.resolve(event.event, &event.tenant_id, &event.agent_id) {
-        if filters_match(hook, event, &mut scope)? {
+    for hook in set.select(event.event, &event.tenant_id, &event.agent_id, event.tool()) {
+        if filters_match(hook, event, &mut scope, Matcher::Applied)? {
             selected.push(hook.key.clone());
         }
     }
