@@ -15,9 +15,9 @@
 //!    load generator: keep-alive reqwest clients as tokio tasks, one request in flight
 //!    each, at 1, 16 and 64 connections. Every answer is checked.
 //!
-//! Both timed phases run in rounds that visit every cell in turn (rotating the order;
-//! in process, the two engines alternate which goes first), so load from elsewhere on the
-//! machine hits all alike. Knobs (environment): `AGENTHOOKS_BENCH_SIZES` (default
+//! Both timed phases run in rounds that visit every cell in turn, in a new order each
+//! round (in process a rotation, the two engines alternating which goes first; over HTTP
+//! a shuffle), so load from elsewhere on the machine hits all alike. Knobs (environment): `AGENTHOOKS_BENCH_SIZES` (default
 //! `10,100,1000,10000`: the spread sets; the one-tenant set of 1,000 hooks comes with
 //! 1000), `AGENTHOOKS_BENCH_CONNECTIONS` (`1,16,64`), `AGENTHOOKS_BENCH_ROUNDS` (6),
 //! `AGENTHOOKS_BENCH_IN_PROCESS_SECS` (3: per engine, set and input size, over all
@@ -559,6 +559,23 @@ async fn load(
     }
 }
 
+/// `0..n` in an order of its own for each `seed` (Fisher-Yates with xorshift64*:
+/// deterministic, so runs visit cells alike).
+fn shuffled(n: usize, seed: u64) -> Vec<usize> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = || {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    };
+    let mut order: Vec<usize> = (0..n).collect();
+    for i in (1..n).rev() {
+        order.swap(i, (next() % (i as u64 + 1)) as usize);
+    }
+    order
+}
+
 /// Polls `url` (GET) until it answers 200, up to 120 s; the time it took.
 async fn wait_ready(url: &str, proc: &mut Proc) -> Duration {
     let c = client();
@@ -843,8 +860,10 @@ async fn over_http(
     let slice = cfg.http / cfg.rounds as u32;
     let phase = Instant::now();
     for round in 0..cfg.rounds {
-        for k in 0..cells.len() {
-            let c = (k + round * 7) % cells.len();
+        // A new order every round: with a fixed rotation a cell would always follow the
+        // same one, and what a heavy cell leaves running (OPA's GC and scavenger after
+        // 64 connections of 256 KiB inputs) would always land on the same next cell.
+        for c in shuffled(cells.len(), round as u64) {
             let (t, large, conns) = cells[c];
             let t = &targets[t];
             load(
