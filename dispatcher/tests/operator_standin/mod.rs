@@ -339,6 +339,7 @@ pub fn snapshot(epoch: &str, version: u64, mark: &str) -> Snapshot {
             open_breakers: Vec::new(),
         }],
         tenants: Vec::new(),
+        digest: None,
     }
 }
 
