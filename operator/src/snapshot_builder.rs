@@ -18,10 +18,12 @@
 //! [`MAX_HISTORY_HOOKS`] hook changes in all (the newest version always): a dispatcher
 //! that holds an older version has a gap and gets a full snapshot.
 //!
-//! Publishing is coalesced: the reconciler asks for a publish after each change, the
-//! publisher waits [`PUBLISH_DEBOUNCE`] for more, then publishes once. Nothing is
-//! published before the initial sync of a leader session completes (the sync server
-//! does not serve before then either).
+//! Publishing is coalesced: the reconciler asks for a publish after each change; the
+//! publisher publishes at once when it has not published for [`PUBLISH_DEBOUNCE`] (an
+//! edit after a quiet spell waits for nothing), else once that time has passed since its
+//! last publish, with everything that changed meanwhile. Nothing is published before the
+//! initial sync of a leader session completes (the sync server does not serve before
+//! then either).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -35,7 +37,7 @@ use tokio_util::sync::CancellationToken;
 use crate::index::{HookKey, PublishedChanges};
 use crate::shared::Shared;
 
-/// How long the publisher waits for further changes before publishing.
+/// Least time between two publishes of the publisher (changes within it are coalesced).
 pub const PUBLISH_DEBOUNCE: Duration = Duration::from_millis(25);
 
 /// Most versions whose changes the log keeps for deltas.
@@ -371,21 +373,26 @@ fn hook_json(hook: &SnapshotHook) -> Result<HookJson, serde_json::Error> {
     })
 }
 
-/// Publishes pending index changes until `cancel`: waits for a publish request, lets
-/// changes settle for [`PUBLISH_DEBOUNCE`], then publishes if the session has synced.
+/// Publishes pending index changes until `cancel`: on a publish request, at once if the
+/// last publish is [`PUBLISH_DEBOUNCE`] old, else when it is; only once the session has
+/// synced.
 pub async fn run_publisher(shared: Arc<Shared>, cancel: CancellationToken) {
+    let mut last: Option<tokio::time::Instant> = None;
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = shared.publish_requested.notified() => {}
         }
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(PUBLISH_DEBOUNCE) => {}
+        if let Some(at) = last {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep_until(at + PUBLISH_DEBOUNCE) => {}
+            }
         }
         if !shared.serving().synced {
             continue;
         }
+        last = Some(tokio::time::Instant::now());
         if let Err(e) = shared.publish_now() {
             tracing::error!(error = %e, "publishing a snapshot failed");
         }

@@ -430,3 +430,36 @@ fn deltas_from_every_kept_base_replay_to_the_full_snapshot() {
     }
     assert!(log.version() > 100, "enough publishes: {}", log.version());
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_first_change_after_a_quiet_spell_is_published_at_once_the_next_ones_together() {
+    use crate::shared::lock;
+    let shared = Shared::new(
+        crate::shared::tests::config(),
+        crate::metrics::Metrics::new().unwrap(),
+    );
+    shared.set_leader(true);
+    shared.set_synced(true);
+    let cancel = CancellationToken::new();
+    tokio::spawn(run_publisher(shared.clone(), cancel.clone()));
+    let published = || {
+        let p = shared.snapshots.borrow();
+        (p.version, p.hooks)
+    };
+    let t0 = tokio::time::Instant::now();
+    lock(&shared.index).apply(hook("a", "h1", "u1", 1));
+    shared.publish_requested.notify_one();
+    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    assert_eq!(published(), (1, 1), "at once");
+    // Two more changes right after: published together, PUBLISH_DEBOUNCE after the first.
+    lock(&shared.index).apply(hook("a", "h2", "u2", 1));
+    shared.publish_requested.notify_one();
+    lock(&shared.index).apply(hook("a", "h3", "u3", 1));
+    shared.publish_requested.notify_one();
+    tokio::time::sleep(PUBLISH_DEBOUNCE / 2).await;
+    assert_eq!(published(), (1, 1), "not before the debounce");
+    tokio::time::sleep(PUBLISH_DEBOUNCE).await;
+    assert_eq!(published(), (2, 3), "both in one version");
+    assert!(t0.elapsed() < PUBLISH_DEBOUNCE * 2);
+    cancel.cancel();
+}
