@@ -23,7 +23,9 @@
 //! load each, while an event of the edited hook resolves only it.
 //!
 //! Run: `make bench`, or `cargo build --release --bins && cargo bench -p agenthooks-e2e
-//! --bench scale`. `AGENTHOOKS_BENCH_SIZES=1000,10000` sets the hook counts. Without
+//! --bench scale`. `AGENTHOOKS_BENCH_SIZES=1000,10000` sets the hook counts,
+//! `AGENTHOOKS_BENCH_SETTLE_SECS` (1200) how long to wait for all Ready, and
+//! `AGENTHOOKS_E2E_BIN_DIR` runs another build's binaries (bench/README.md). Without
 //! `--bench` (e.g. `cargo test --all-targets`) it does nothing.
 
 use std::collections::HashMap;
@@ -385,14 +387,15 @@ async fn run(n: usize, client: &reqwest::Client) -> Row {
     }
     let apply = started.elapsed();
     eprintln!("[scale {n}] applied in {:.1} s", apply.as_secs_f64());
-    let settled = wait_for(Duration::from_secs(1200), || {
+    let settle_secs: u64 = env_or("AGENTHOOKS_BENCH_SETTLE_SECS", 1200);
+    let settled = wait_for(Duration::from_secs(settle_secs), || {
         tally.lock().unwrap().all_ready.is_some()
     });
     let (all_accepted, all_ready) = {
         let t = tally.lock().unwrap();
         assert!(
             settled,
-            "{n} hooks: only {} Accepted and {} Ready after 20 minutes ({} watches)",
+            "{n} hooks: only {} Accepted and {} Ready after {settle_secs} s ({} watches)",
             t.accepted, t.ready, t.watches
         );
         (
