@@ -79,7 +79,9 @@ async fn until_mark(c: &reqwest::Client, base: &str, want: &str, allowed: &[&str
         }
         // `null`: no hooks loaded yet (503).
         assert!(
-            allowed.iter().any(|a| m == *a || (m.is_null() && *a == "null")),
+            allowed
+                .iter()
+                .any(|a| m == *a || (m.is_null() && *a == "null")),
             "served {m} on the way to {want}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -128,7 +128,10 @@ fn edits_deletes_and_a_gap_all_end_in_the_right_served_set() {
     cp.kubectl_ok(&["-n", &ns, "delete", "agenthook", "b"]);
     let set = want(&ns, &[("a", 2), ("c", 1)]);
     if !all_serve(&set) {
-        panic!("the edit and the delete are not served by both\n{}", procs());
+        panic!(
+            "the edit and the delete are not served by both\n{}",
+            procs()
+        );
     }
     for (i, d) in ds.iter().enumerate() {
         assert_eq!(
@@ -206,8 +209,7 @@ fn edits_deletes_and_a_gap_all_end_in_the_right_served_set() {
         items.len() == set.len()
             && items.iter().all(|h| {
                 condition(h, "Ready").is_some_and(|c| {
-                    c["status"] == "True"
-                        && c["observedGeneration"] == h["metadata"]["generation"]
+                    c["status"] == "True" && c["observedGeneration"] == h["metadata"]["generation"]
                 })
             })
     });
