@@ -89,7 +89,9 @@ lint:
 ## hook vs without (docs/runtimes.md); then issue 10's: the decision path of this tree against $(BENCH_BASE) (built in ~/.cache); then
 ## issue 11's on the real node (root): apply -> enforced by 3 dispatcher Pods vs the process
 ## tier, image sizes, Pod RSS idle and at 2,000 decisions/s; issue 13's: a runtime's native hook
-## route and the command shim against /v1/dispatch
+## route and the command shim against /v1/dispatch; issue 15's on the real control plane: 10,000
+## AgentHooks applied in chunks -> all Accepted and Ready, one kubectl apply edit -> enforced by
+## both dispatchers (p50/p99), RSS of operator and dispatchers, side by side with 1,000
 BENCH_BASE ?= 312fd1b
 bench: deps bench-opa
 	bash e2e/controlplane/build.sh >/dev/null
@@ -100,6 +102,7 @@ bench: deps bench-opa
 	$(CARGO) bench -p agenthooks-e2e --bench safeguards
 	$(CARGO) bench -p agenthooks-e2e --bench audit
 	$(CARGO) bench -p agenthooks-e2e --bench callers
+	$(CARGO) bench -p agenthooks-e2e --bench scale
 	bash scripts/install-deps.sh runtimes
 	$(CARGO) bench -p agenthooks-e2e --bench runtimes
 	bash bench/before-after.sh $(BENCH_BASE)

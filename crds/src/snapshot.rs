@@ -1,11 +1,32 @@
 //! The snapshot the operator compiles and dispatchers serve (DESIGN "Sync").
 //!
-//! Served as JSON by `GET /v1/snapshot?after=<version>` on the operator's sync port. A
-//! snapshot is complete (not a delta): a dispatcher replaces its state with it. Versions
-//! only grow while one operator leader lives; a dispatcher that sees a smaller version
-//! (a new leader) takes it as well, since it names a different `epoch`.
+//! Served as JSON by `GET /v1/snapshot?after=<version>` on the operator's sync port.
+//! Versions only grow while one operator process lives; a dispatcher that sees a smaller
+//! version (a new leader) takes it as well, since it names a different `epoch`.
+//!
+//! A poll is answered with one of two bodies:
+//!
+//! - a [`Snapshot`]: complete, a dispatcher replaces its state with it. Always the answer
+//!   to a dispatcher that does not ask for deltas, holds another epoch, holds a version
+//!   older than the changes the operator still keeps (a *gap*), or asks for a full one
+//!   ([`SnapshotQuery::full`]).
+//! - a [`SnapshotDelta`], to a dispatcher that asks for deltas ([`SnapshotQuery::deltas`])
+//!   and holds a version (`base`) of the current epoch whose changes the operator still
+//!   keeps: the hooks added or changed since, the hooks removed since, and the tenant map
+//!   if it changed. A delta costs what changed, not the whole set.
+//!
+//! Both carry the number of hooks and the [`digest`] of the set at their version. A
+//! dispatcher applies a delta only to exactly the version it names as `base` of the same
+//! epoch, and only if the result has that count and digest; otherwise it keeps serving
+//! what it has and asks for a full snapshot: it never serves a half-applied set.
+//!
+//! The digest of a set is the wrapping sum of [`hook_digest`] over its hooks, each taken
+//! over the exact bytes of the hook's JSON as sent (the operator serializes each hook
+//! version once and sends the same bytes in snapshots and deltas), so it does not depend
+//! on the order of the hooks nor on how either side would serialize them.
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use crate::agenthook::AgentHookSpec;
 
@@ -28,6 +49,67 @@ pub struct Snapshot {
     /// namespace's tenant; RBAC in a tenant's namespace grants that tenant).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tenants: Vec<crate::tenancy::NamespaceTenant>,
+    /// The [`digest`] of `hooks` as sent ([`format_digest`]); absent from an operator
+    /// that serves no deltas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+}
+
+/// The changes from version `base` to `version` of one epoch: what a dispatcher holding
+/// `base` applies to hold `version` (module documentation).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotDelta {
+    /// The operator process's epoch (as [`Snapshot::epoch`]).
+    pub epoch: String,
+    /// The version this delta applies to: the one the dispatcher said it holds.
+    pub base: u64,
+    /// The version the dispatcher holds once it applied the delta.
+    pub version: u64,
+    /// Every hook added or changed since `base`, complete: it replaces the hook of the
+    /// same `namespace/name`, if any.
+    #[serde(default)]
+    pub hooks: Vec<SnapshotHook>,
+    /// Every hook held at `base` and gone at `version`.
+    #[serde(default)]
+    pub removed: Vec<RemovedHook>,
+    /// The whole tenant map ([`Snapshot::tenants`]) when it changed since `base`; absent
+    /// when it did not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenants: Option<Vec<crate::tenancy::NamespaceTenant>>,
+    /// Number of hooks at `version`.
+    pub hook_count: usize,
+    /// The [`digest`] of the hooks at `version` ([`format_digest`]).
+    pub digest: String,
+}
+
+/// A hook a [`SnapshotDelta`] removes: the one of that `namespace/name` and uid.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RemovedHook {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+/// The digest of one hook: the first 8 bytes (little endian) of the SHA-256 of its JSON as
+/// sent. A set's digest is the wrapping sum of its hooks' ([`digest`]).
+pub fn hook_digest(json: &[u8]) -> u64 {
+    let sum = Sha256::digest(json);
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&sum[..8]);
+    u64::from_le_bytes(first)
+}
+
+/// The digest of a set of hooks, from each hook's JSON as sent (order does not matter).
+pub fn digest<'a>(hooks: impl IntoIterator<Item = &'a [u8]>) -> u64 {
+    hooks
+        .into_iter()
+        .fold(0u64, |acc, h| acc.wrapping_add(hook_digest(h)))
+}
+
+/// A digest as it travels: 16 lowercase hex digits.
+pub fn format_digest(digest: u64) -> String {
+    format!("{digest:016x}")
 }
 
 /// One accepted hook.
@@ -93,4 +175,39 @@ pub struct SnapshotQuery {
     /// Who is asking (for Ready tracking): the dispatcher's stable id.
     #[serde(default)]
     pub dispatcher: String,
+    /// The dispatcher takes a [`SnapshotDelta`] when the operator can send one.
+    #[serde(default)]
+    pub deltas: bool,
+    /// The dispatcher wants a complete [`Snapshot`] even if a delta could be sent (its
+    /// last delta did not apply). `after` and `epoch` still say what it serves.
+    #[serde(default)]
+    pub full: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_digest_of_a_set_ignores_order_and_follows_every_byte() {
+        let (a, b, c) = (&b"{\"a\":1}"[..], &b"{\"b\":2}"[..], &b"{\"b\":3}"[..]);
+        assert_eq!(digest([a, b]), digest([b, a]));
+        assert_ne!(digest([a, b]), digest([a, c]));
+        assert_eq!(digest([a, b]), hook_digest(a).wrapping_add(hook_digest(b)));
+        // Removing a hook is subtracting its digest.
+        assert_eq!(digest([a, b]).wrapping_sub(hook_digest(b)), digest([a]));
+        assert_eq!(digest(std::iter::empty::<&[u8]>()), 0);
+        assert_eq!(format_digest(0xab), "00000000000000ab");
+    }
+
+    #[test]
+    fn old_queries_and_snapshots_still_parse() {
+        let q: SnapshotQuery = serde_json::from_value(serde_json::json!({"after": 3})).unwrap();
+        assert!(!q.deltas && !q.full);
+        let s: Snapshot = serde_json::from_value(serde_json::json!({
+            "epoch": "e", "version": 1, "masterNamespace": "m", "hooks": []
+        }))
+        .unwrap();
+        assert_eq!(s.digest, None);
+    }
 }

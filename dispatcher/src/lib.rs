@@ -15,6 +15,7 @@
 //! - [`identity`]: who is calling and which tenant it may act for (CONTRACT §9).
 //! - [`server`]: the HTTP API (DESIGN "Dispatch API").
 //! - [`sync`]: the long-poll client that follows the operator's snapshots.
+//! - [`synced`]: the operator's hooks as held, to which snapshots and deltas apply.
 //! - [`metrics`]: Prometheus series (CONTRACT §8.2).
 //! - [`operator_urls`]: the operator URLs and the failover between them.
 //! - [`operator_token`]: the dispatcher's own token on the operator's sync port.
@@ -47,4 +48,5 @@ pub mod sandbox;
 pub mod server;
 pub mod shim;
 pub mod sync;
+pub mod synced;
 pub mod telemetry;

@@ -58,6 +58,10 @@ pub struct Metrics {
     pub sync_errors: IntCounter,
     /// Seconds between the last two successful snapshot polls that brought changes.
     pub sync_lag: Histogram,
+    /// Bodies of the operator taken or refused, by `body` (`snapshot`: a complete one,
+    /// `delta`) and `result` (`applied`, `rejected`: unreadable, or a delta that does not
+    /// apply to what this dispatcher holds; it then asks for a complete snapshot).
+    pub sync_updates: IntCounterVec,
     /// `POST /v1/report` sends that no operator URL acknowledged.
     pub report_failures: IntCounter,
     /// Reports acknowledged by the operator.
@@ -260,6 +264,22 @@ impl Metrics {
                 .buckets(buckets),
             )
             .unwrap(),
+            sync_updates: {
+                let v = IntCounterVec::new(
+                    Opts::new(
+                        "agenthooks_sync_updates_total",
+                        "Operator answers taken or refused, by body (snapshot, delta) and result (applied, rejected)",
+                    ),
+                    &["body", "result"],
+                )
+                .unwrap();
+                for body in ["snapshot", "delta"] {
+                    for result in ["applied", "rejected"] {
+                        v.with_label_values(&[body, result]);
+                    }
+                }
+                v
+            },
             report_failures: IntCounter::new(
                 "agenthooks_report_failures_total",
                 "Reports to the operator that no operator URL acknowledged",
@@ -387,6 +407,7 @@ impl Metrics {
             Box::new(m.hook_unavailable_events.clone()),
             Box::new(m.sync_errors.clone()),
             Box::new(m.sync_lag.clone()),
+            Box::new(m.sync_updates.clone()),
             Box::new(m.report_failures.clone()),
             Box::new(m.reports_sent.clone()),
             Box::new(m.report_pending_hooks.clone()),

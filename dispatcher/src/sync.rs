@@ -1,8 +1,18 @@
 //! Follows the operator's snapshots by long poll (DESIGN "Sync").
 //!
-//! `GET <operator>/v1/snapshot?after=<version>&epoch=<epoch>&dispatcher=<id>&timeoutSeconds=30`:
-//! 200 with a [`Snapshot`] when it differs from what this dispatcher holds, 304 when
-//! nothing changed within the wait, 503 while the operator is not (yet) leader. With
+//! `GET <operator>/v1/snapshot?after=<version>&epoch=<epoch>&dispatcher=<id>&timeoutSeconds=30&deltas=true`:
+//! 200 with a complete snapshot or a delta from the version held when it differs from what
+//! this dispatcher holds, 304 when nothing changed within the wait, 503 while the
+//! operator is not (yet) leader. The hooks held are a [`SyncedSet`]: a delta changes the
+//! hooks it names only, and the set served is rebuilt from what is held with
+//! [`crate::hookset::HookSet::build`], reusing every unchanged compiled hook. Reading the
+//! body, applying it and building the set run on a blocking thread, off the workers that
+//! answer dispatches. A body that does not apply (unreadable, a delta for another
+//! version, a result whose count or digest is not the operator's) changes nothing: the
+//! dispatcher keeps serving its last set and asks for a complete snapshot at once
+//! (`full=true`). Deltas are asked for once a complete snapshot's digest matched the one
+//! computed here ([`SyncedSet::takes_deltas`]); an operator that sends none answers with
+//! complete snapshots, which are always taken. With
 //! several operator URLs each poll goes to the one that answered last and moves on to
 //! the next on a 503, an error or a timeout ([`OperatorUrls`]). On any failure the
 //! dispatcher keeps serving its last good snapshot and retries with backoff (250 ms
@@ -16,19 +26,29 @@
 //! N" follows the report of what of N this dispatcher cannot serve. A report that is not
 //! acknowledged is retried before each poll.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agenthooks_crds::report::{Report, ReportAck, UnavailableReport};
-use agenthooks_crds::snapshot::Snapshot;
+use bytes::Bytes;
 use tokio_util::sync::CancellationToken;
 
 use crate::hookset::HookSet;
 use crate::operator_urls::{Attempt, OperatorUrls, describe};
 use crate::server::AppState;
+use crate::synced::{Absorbed, SyncError, SyncedSet};
 
 /// Seconds the operator may hold a poll open.
 pub const POLL_WAIT_SECONDS: u64 = 30;
+
+/// After taking an answer, the next poll waits this many times as long as taking it took
+/// (at most [`MAX_PACE_WAIT`]): under a steady stream of changes (10,000 hooks applied at
+/// once) rebuilding the set then takes at most a quarter of a core, each rebuild covering
+/// the changes that came meanwhile. A change after a quiet spell is taken at once.
+pub const BUILD_PACE: u32 = 3;
+
+/// Longest wait of [`BUILD_PACE`].
+pub const MAX_PACE_WAIT: Duration = Duration::from_millis(500);
 
 /// Bound of one `POST /v1/report` attempt with the unavailable list, on one URL.
 pub const UNAVAILABLE_REPORT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -50,8 +70,32 @@ pub fn unavailable_report(set: &HookSet) -> Vec<UnavailableReport> {
 
 /// What one poll of one operator URL came to.
 enum Polled {
-    Changed(Box<Snapshot>),
+    Changed(Bytes),
     Unchanged,
+}
+
+/// What taking one answer came to: the new set (built), or why nothing changed.
+struct Taken {
+    absorbed: Absorbed,
+    set: HookSet,
+    rejected: Vec<crate::hookset::RejectedHook>,
+}
+
+/// Takes `body` into `held` and builds the set to serve (on a blocking thread).
+fn take(
+    held: &Mutex<SyncedSet>,
+    body: &[u8],
+    edition: agenthooks_crds::Edition,
+    previous: Option<&HookSet>,
+) -> Result<Taken, SyncError> {
+    let mut held = held.lock().unwrap_or_else(|p| p.into_inner());
+    let absorbed = held.absorb(body)?;
+    let (set, rejected) = held.build(edition, previous);
+    Ok(Taken {
+        absorbed,
+        set,
+        rejected,
+    })
 }
 
 /// Polls the operator at `urls` until `cancel` fires, swapping each new snapshot into
@@ -73,7 +117,13 @@ pub async fn follow(
         .connect_timeout(Duration::from_secs(2))
         .build()
         .expect("an HTTP client builds");
+    let held = Arc::new(Mutex::new(SyncedSet::new()));
     let (mut epoch, mut version) = (String::new(), 0u64);
+    // The last answer did not apply: ask for a complete snapshot.
+    let mut want_full = false;
+    let mut takes_deltas = false;
+    // Not before this instant: the pace of rebuilds (BUILD_PACE).
+    let mut next_poll = Instant::now();
     let mut backoff = Duration::from_millis(250);
     // The unavailable list of the set served, and the last one the operator acknowledged
     // (`None`: never, or not in this epoch).
@@ -108,16 +158,27 @@ pub async fn follow(
                 }
             }
         }
+        if let Some(wait) = next_poll.checked_duration_since(Instant::now()) {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
         let poll = urls.call(|base| {
-            let url = url::Url::parse_with_params(
-                &OperatorUrls::endpoint(base, "/v1/snapshot"),
-                &[
-                    ("after", version.to_string()),
-                    ("epoch", epoch.clone()),
-                    ("dispatcher", dispatcher_id.clone()),
-                    ("timeoutSeconds", POLL_WAIT_SECONDS.to_string()),
-                ],
-            );
+            let mut params = vec![
+                ("after", version.to_string()),
+                ("epoch", epoch.clone()),
+                ("dispatcher", dispatcher_id.clone()),
+                ("timeoutSeconds", POLL_WAIT_SECONDS.to_string()),
+            ];
+            if takes_deltas {
+                params.push(("deltas", "true".into()));
+            }
+            if want_full {
+                params.push(("full", "true".into()));
+            }
+            let url =
+                url::Url::parse_with_params(&OperatorUrls::endpoint(base, "/v1/snapshot"), &params);
             let req = url.map(|u| urls.authorize(client.get(u)));
             async move {
                 match req {
@@ -131,34 +192,89 @@ pub async fn follow(
             r = poll => r,
         };
         match outcome {
-            Ok(Polled::Changed(snapshot)) => {
+            Ok(Polled::Changed(body)) => {
                 let started = Instant::now();
                 let previous = state.hooks();
-                let (set, rejected) =
-                    HookSet::from_snapshot(&snapshot, state.engine.edition, previous.as_deref());
-                for r in &rejected {
+                let edition = state.engine.edition;
+                let taking = Arc::clone(&held);
+                let taken = tokio::task::spawn_blocking(move || {
+                    take(&taking, &body, edition, previous.as_deref())
+                })
+                .await;
+                let failure = match taken {
+                    Ok(Ok(t)) => Ok(t),
+                    Ok(Err(e)) => {
+                        state
+                            .engine
+                            .metrics
+                            .sync_updates
+                            .with_label_values(&[e.body_label(), "rejected"])
+                            .inc();
+                        Err(e.to_string())
+                    }
+                    Err(e) => Err(format!("taking the answer failed: {e}")),
+                };
+                let taken = match failure {
+                    Ok(t) => t,
+                    Err(e) => {
+                        tracing::warn!(error = %e, version, "the operator's answer does not apply to the hooks held; serving them still and asking for a complete snapshot");
+                        if want_full {
+                            // A complete snapshot was asked for and did not apply either:
+                            // wait before asking again.
+                            state.engine.metrics.sync_errors.inc();
+                            tokio::select! {
+                                _ = cancel.cancelled() => return,
+                                _ = tokio::time::sleep(backoff) => {}
+                            }
+                            backoff = (backoff * 2).min(Duration::from_secs(5));
+                        }
+                        want_full = true;
+                        continue;
+                    }
+                };
+                want_full = false;
+                let (new_epoch, new_version) = {
+                    let h = held.lock().unwrap_or_else(|p| p.into_inner());
+                    takes_deltas = h.takes_deltas();
+                    (h.epoch().to_string(), h.version())
+                };
+                state
+                    .engine
+                    .metrics
+                    .sync_updates
+                    .with_label_values(&[taken.absorbed.label(), "applied"])
+                    .inc();
+                for r in &taken.rejected {
                     tracing::warn!(target: "security.hook.hook_unavailable", hook = %format!("{}/{}", r.namespace, r.name), error = %r.errors, "hook in snapshot cannot be loaded by this dispatcher; kept as unavailable: blocking events it could apply to are answered block (HookUnavailable)");
                 }
-                tracing::info!(
-                    operator = %urls.current(),
-                    version = snapshot.version,
-                    hooks = set.len(),
-                    "snapshot loaded"
-                );
+                let set = taken.set;
+                if taken.absorbed == Absorbed::Snapshot {
+                    tracing::info!(
+                        operator = %urls.current(),
+                        version = new_version,
+                        hooks = set.len(),
+                        "snapshot loaded"
+                    );
+                } else {
+                    tracing::debug!(
+                        operator = %urls.current(),
+                        version = new_version,
+                        hooks = set.len(),
+                        "delta applied"
+                    );
+                }
                 let list = unavailable_report(&set);
                 state.set_hooks(set);
-                if snapshot.epoch != epoch {
+                if new_epoch != epoch {
                     // Another operator process: it knows nothing of this dispatcher.
                     acknowledged = None;
                 }
                 unavailable = Some(list);
-                state
-                    .engine
-                    .metrics
-                    .sync_lag
-                    .observe(started.elapsed().as_secs_f64());
-                epoch = snapshot.epoch;
-                version = snapshot.version;
+                let took = started.elapsed();
+                state.engine.metrics.sync_lag.observe(took.as_secs_f64());
+                next_poll = Instant::now() + (took * BUILD_PACE).min(MAX_PACE_WAIT);
+                epoch = new_epoch;
+                version = new_version;
                 backoff = Duration::from_millis(250);
             }
             Ok(Polled::Unchanged) => backoff = Duration::from_millis(250),
@@ -181,11 +297,9 @@ async fn poll_once(req: reqwest::RequestBuilder) -> Attempt<Polled> {
         Err(e) => return Attempt::Next(describe(&e)),
     };
     match resp.status().as_u16() {
+        // Read here, parsed by `take` off the workers that answer dispatches.
         200 => match resp.bytes().await {
-            Ok(body) => match serde_json::from_slice(&body) {
-                Ok(s) => Attempt::Answered(Polled::Changed(Box::new(s))),
-                Err(e) => Attempt::Next(format!("bad snapshot: {e}")),
-            },
+            Ok(body) => Attempt::Answered(Polled::Changed(body)),
             Err(e) => Attempt::Next(format!("reading snapshot: {}", describe(&e))),
         },
         304 => Attempt::Answered(Polled::Unchanged),

@@ -3,6 +3,8 @@
 //! Binaries are taken from the cargo target directory of the running test
 //! (`target/<profile>/agenthooks-operator`, `.../agenthooks-dispatcher`); `make test`
 //! builds them before the tests run, and [`bin`] builds them if they are missing.
+//! `AGENTHOOKS_E2E_BIN_DIR` names another directory to take them from (a bench run
+//! against the binaries of an earlier commit).
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -10,8 +12,21 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
-/// Path of a workspace binary, building the workspace's binaries once if it is missing.
+/// Env var naming a directory to take the operator and dispatcher binaries from instead.
+pub const BIN_DIR_ENV: &str = "AGENTHOOKS_E2E_BIN_DIR";
+
+/// Path of a workspace binary, building the workspace's binaries once if it is missing
+/// (from [`BIN_DIR_ENV`] when set: nothing is built then).
 pub fn bin(name: &str) -> PathBuf {
+    if let Some(dir) = std::env::var_os(BIN_DIR_ENV).filter(|d| !d.is_empty()) {
+        let path = PathBuf::from(dir).join(name);
+        assert!(
+            path.exists(),
+            "{} not found ({BIN_DIR_ENV})",
+            path.display()
+        );
+        return path;
+    }
     let exe = std::env::current_exe().expect("current exe");
     // target/<profile>/deps/<test> → target/<profile>
     let dir = exe

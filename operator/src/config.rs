@@ -49,6 +49,11 @@ pub struct Config {
     /// number of dispatchers and the decision rate (`--status-write-interval-ms`, default
     /// 1000).
     pub status_write_interval: Duration,
+    /// Most snapshot versions whose changes are kept for deltas
+    /// (`--snapshot-history-versions`, default
+    /// [`crate::snapshot_builder::MAX_HISTORY_VERSIONS`]): a dispatcher that holds an older
+    /// version gets a full snapshot.
+    pub snapshot_history_versions: usize,
     /// This replica's own Pod (`--pod-name`, `--pod-namespace`; the Downward API in the
     /// shipped manifests). While this replica is the synced leader it carries the label
     /// `agenthooks.io/leader: "true"`, which the leader-only sync Service selects (see

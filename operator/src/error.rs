@@ -107,6 +107,11 @@ pub enum Error {
     /// The watch stores went away: the leader session is ending.
     #[error("the watch stores were dropped (session ending)")]
     StoreGone,
+
+    /// A hook's validation, run off the controller's task, did not finish (it panicked,
+    /// or the runtime is shutting down).
+    #[error("validating the hook did not finish: {0}")]
+    ValidationTask(String),
 }
 
 impl Error {
@@ -127,6 +132,7 @@ impl Error {
             Error::Metrics(_) => "metrics",
             Error::NamespaceNotFound(_) => "namespace_not_found",
             Error::StoreGone => "shutdown",
+            Error::ValidationTask(_) => "validation_task",
         }
     }
 }

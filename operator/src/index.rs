@@ -35,11 +35,19 @@
 //!   namespace holds each tenant. The reconciler reads a hook's tenant from it, and a
 //!   change of it ([`Index::set_tenants`]) marks the index dirty like a hook change, since
 //!   every snapshot carries it (`tenants`).
+//! - The index remembers which hooks' published content may have changed since the last
+//!   publish (and whether the tenant map did): [`Index::publish_changes`] hands over
+//!   those only, so a publish costs what changed, not the whole set
+//!   ([`crate::snapshot_builder::SnapshotLog`] turns them into the next version and the
+//!   deltas dispatchers apply). After [`Index::reset`] the next publish lists every
+//!   published hook and says so ([`PublishedChanges::complete`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use agenthooks_crds::snapshot::{OpenBreaker, SnapshotHook};
 use agenthooks_crds::tenancy::{NamespaceTenant, TenantMap};
+
+use crate::status::DesiredCondition;
 
 /// Most tenants whose breaker the index keeps open per hook (as `status.breaker.open`).
 pub const MAX_OPEN_TENANTS: usize = 256;
@@ -107,6 +115,11 @@ pub struct IndexedHook {
     /// reconcile keep the sealed string (random nonce) when the value did not change, so an
     /// unchanged Secret never bumps the snapshot version.
     pub secret_digests: Vec<[u8; 32]>,
+    /// The `Accepted` condition for this verdict and spec
+    /// ([`crate::status::accepted_condition_for`]), computed once by the reconcile: the
+    /// ready pass compares it with the recorded status without compiling the matcher
+    /// again for every hook on every pass.
+    pub accepted: DesiredCondition,
 }
 
 impl IndexedHook {
@@ -264,6 +277,25 @@ fn merge_open(
     by_tenant.into_values().collect()
 }
 
+/// What changed in the published set since the last publish: what
+/// [`Index::publish_changes`] hands to the snapshot log.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PublishedChanges {
+    /// The new version.
+    pub version: u64,
+    /// Every hook whose published content may have changed, by key: `Some` with its
+    /// content when it is published now, `None` when it is not (deleted, refused).
+    pub hooks: Vec<(HookKey, Option<SnapshotHook>)>,
+    /// The whole tenant map, when it changed.
+    pub tenants: Option<Vec<NamespaceTenant>>,
+    /// `hooks` holds every published hook, and whatever it does not hold is not
+    /// published (the first publish after [`Index::reset`]).
+    pub complete: bool,
+    /// The hooks this publish stamped with `served_from = version`: their `Ready` waits
+    /// for every live dispatcher to hold this version.
+    pub stamped: Vec<HookKey>,
+}
+
 /// The index. See the module documentation for its rules.
 #[derive(Debug, Default)]
 pub struct Index {
@@ -271,6 +303,12 @@ pub struct Index {
     tenants: TenantMap,
     version: u64,
     dirty: bool,
+    /// Keys whose published content may have changed since the last publish.
+    changed: BTreeSet<HookKey>,
+    /// The tenant map changed since the last publish.
+    tenants_changed: bool,
+    /// Every key counts as changed (since [`Index::reset`]).
+    all_changed: bool,
 }
 
 impl Index {
@@ -352,6 +390,9 @@ impl Index {
             old.and_then(|e| e.served_from)
         };
         self.dirty |= changed;
+        if changed {
+            self.changed.insert(key.clone());
+        }
         self.entries.insert(
             key,
             Entry {
@@ -418,6 +459,9 @@ impl Index {
         }
         let published_changed = e.hook.is_published();
         self.dirty |= published_changed;
+        if published_changed {
+            self.changed.insert(key.clone());
+        }
         TripMatch::Opened { published_changed }
     }
 
@@ -454,6 +498,9 @@ impl Index {
         open.remove(at);
         let published_changed = e.hook.is_published();
         self.dirty |= published_changed;
+        if published_changed {
+            self.changed.insert(key.clone());
+        }
         CloseMatch::Closed { published_changed }
     }
 
@@ -471,6 +518,9 @@ impl Index {
         let removed = self.entries.remove(key).expect("checked above");
         let changed = removed.hook.is_published();
         self.dirty |= changed;
+        if changed {
+            self.changed.insert(key.clone());
+        }
         changed
     }
 
@@ -478,12 +528,17 @@ impl Index {
     /// deletions may have been missed). Returns whether the published set changed.
     pub fn retain(&mut self, mut keep: impl FnMut(&HookKey, &str) -> bool) -> bool {
         let mut changed = false;
+        let mut removed = Vec::new();
         self.entries.retain(|k, e| {
             let kept = keep(k, &e.hook.hook.uid);
-            changed |= !kept && e.hook.is_published();
+            if !kept && e.hook.is_published() {
+                changed = true;
+                removed.push(k.clone());
+            }
             kept
         });
         self.dirty |= changed;
+        self.changed.extend(removed);
         changed
     }
 
@@ -494,6 +549,18 @@ impl Index {
         self.entries.clear();
         self.tenants = TenantMap::default();
         self.dirty = true;
+        self.changed.clear();
+        self.all_changed = true;
+        self.tenants_changed = true;
+    }
+
+    /// Marks every published hook and the tenant map as changed, so the next publish lists
+    /// them all ([`PublishedChanges::complete`]): after a publish whose changes could not
+    /// be taken.
+    pub fn republish_all(&mut self) {
+        self.dirty = true;
+        self.all_changed = true;
+        self.tenants_changed = true;
     }
 
     /// Which namespace holds each tenant, as last set.
@@ -509,6 +576,7 @@ impl Index {
         if !changed.is_empty() {
             self.tenants = map;
             self.dirty = true;
+            self.tenants_changed = true;
         }
         changed
     }
@@ -521,17 +589,55 @@ impl Index {
     /// If anything changed since the last publish: bumps the version by one, stamps the
     /// changed published hooks with it and returns it. Otherwise `None`.
     pub fn publish(&mut self) -> Option<u64> {
+        self.publish_changes().map(|c| c.version)
+    }
+
+    /// [`Index::publish`], handing over what changed: the hooks whose published content
+    /// may have changed since the last publish (each with its content now, or `None`),
+    /// the tenant map if it changed, and the hooks stamped with the new version. Costs
+    /// what changed, except for the first publish after [`Index::reset`], which lists
+    /// every published hook ([`PublishedChanges::complete`]).
+    pub fn publish_changes(&mut self) -> Option<PublishedChanges> {
         if !self.dirty {
             return None;
         }
         self.version += 1;
         self.dirty = false;
-        for e in self.entries.values_mut() {
-            if e.hook.is_published() && e.served_from.is_none() {
-                e.served_from = Some(self.version);
-            }
+        let version = self.version;
+        let complete = std::mem::take(&mut self.all_changed);
+        let keys: Vec<HookKey> = if complete {
+            self.changed.clear();
+            self.entries
+                .iter()
+                .filter(|(_, e)| e.hook.is_published())
+                .map(|(k, _)| k.clone())
+                .collect()
+        } else {
+            std::mem::take(&mut self.changed).into_iter().collect()
+        };
+        let mut hooks = Vec::with_capacity(keys.len());
+        let mut stamped = Vec::new();
+        for key in keys {
+            let published = match self.entries.get_mut(&key) {
+                Some(e) if e.hook.is_published() => {
+                    if e.served_from.is_none() {
+                        e.served_from = Some(version);
+                        stamped.push(key.clone());
+                    }
+                    Some(e.hook.hook.clone())
+                }
+                _ => None,
+            };
+            hooks.push((key, published));
         }
-        Some(self.version)
+        let tenants = std::mem::take(&mut self.tenants_changed).then(|| self.tenants.entries());
+        Some(PublishedChanges {
+            version,
+            hooks,
+            tenants,
+            complete,
+            stamped,
+        })
     }
 
     /// The published hooks in resolution order (CONTRACT §3.2): priority descending,
@@ -593,6 +699,7 @@ pub(crate) mod tests {
             },
             verdict: Verdict::Accepted,
             secret_digests: vec![],
+            accepted: crate::status::accepted_condition(&Verdict::Accepted),
         }
     }
 
@@ -601,6 +708,7 @@ pub(crate) mod tests {
             reason: "TenantMismatch".into(),
             message: "spec.tenant: no".into(),
         });
+        h.accepted = crate::status::accepted_condition(&h.verdict);
         h
     }
 

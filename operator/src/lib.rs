@@ -13,13 +13,16 @@
 //! - [`validation_cache`]: validation verdicts by (uid, generation, namespace tenant).
 //! - [`tenants`]: which namespace holds each tenant (the one place that decides a
 //!   namespace's tenant, CONTRACT §9.3).
-//! - [`snapshot_builder`]: index → [`agenthooks_crds::snapshot::Snapshot`] JSON, published
-//!   through a `tokio::sync::watch` channel.
+//! - [`snapshot_builder`]: the index's changes → the snapshot log (every hook's JSON, the
+//!   recent changes): full [`agenthooks_crds::snapshot::Snapshot`]s and
+//!   [`agenthooks_crds::snapshot::SnapshotDelta`]s; each publish wakes the polls through a
+//!   `tokio::sync::watch` channel.
 //! - [`ready`]: dispatcher tracking and the `Ready` condition rule.
 //! - [`status`]: condition helpers (transition times), and [`status::writer`], the one
 //!   lease-gated read-modify-write helper every status write goes through.
 //! - [`reconcile`]: the AgentHook controller, its triggers and the periodic ready pass.
-//! - [`sync_server`]: `GET /v1/snapshot` (long poll) and `GET /v1/dispatchers`.
+//! - [`sync_server`]: `GET /v1/snapshot` (long poll: a delta or the full snapshot) and
+//!   `GET /v1/dispatchers`.
 //! - [`admin_server`]: `/healthz`, `/readyz`, `/metrics`.
 //! - [`metrics`]: Prometheus metrics.
 //! - [`watch_health`]: health of the session's watches (readiness, metrics) and the API

@@ -105,6 +105,10 @@ struct Args {
     /// from every dispatcher are merged into each write).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=60_000))]
     status_write_interval_ms: u64,
+    /// Most snapshot versions whose changes are kept to answer dispatchers with deltas; a
+    /// dispatcher that holds an older version gets the full snapshot.
+    #[arg(long, default_value_t = agenthooks_operator::snapshot_builder::MAX_HISTORY_VERSIONS as u64, value_parser = clap::value_parser!(u64).range(1..=65_536))]
+    snapshot_history_versions: u64,
     /// This replica's Pod name (the Downward API's metadata.name). With --pod-namespace, the
     /// Pod carries the label agenthooks.io/leader=true while this replica is the synced
     /// leader, so a Service can select the leader only; without both, nothing is labelled.
@@ -200,6 +204,7 @@ async fn main() -> anyhow::Result<()> {
         watch_grace: Duration::from_secs(args.watch_grace_seconds),
         watch_timeout_seconds: args.watch_timeout_seconds,
         status_write_interval: Duration::from_millis(args.status_write_interval_ms),
+        snapshot_history_versions: args.snapshot_history_versions as usize,
         pod,
     };
     let kube_config = kube::Config::infer()

@@ -37,7 +37,8 @@ pub struct Metrics {
     /// `agenthooks_operator_leader`: 1 while this replica holds the Lease.
     pub leader: IntGauge,
     /// `agenthooks_operator_snapshot_polls_total{result}`: long polls by answer,
-    /// `snapshot`, `not_modified`, `unavailable` or `bad_request`.
+    /// `snapshot` (a complete one), `delta`, `not_modified`, `unavailable`,
+    /// `bad_request` or `forbidden`.
     pub snapshot_polls_total: IntCounterVec,
     /// `agenthooks_operator_watch_errors_total{resource}`: errors of the leader session's
     /// watch streams (`agenthooks`, `namespaces`, `secrets`): failed lists and watch
@@ -141,7 +142,7 @@ impl Metrics {
         let snapshot_polls_total = IntCounterVec::new(
             Opts::new(
                 "agenthooks_operator_snapshot_polls_total",
-                "Snapshot long polls by answer (snapshot, not_modified, unavailable, bad_request, forbidden).",
+                "Snapshot long polls by answer (snapshot: a complete one, delta, not_modified, unavailable, bad_request, forbidden).",
             ),
             &["result"],
         )?;
@@ -249,6 +250,9 @@ impl Metrics {
         registry.register(Box::new(breaker_resets_total.clone()))?;
         registry.register(Box::new(breaker_trip_publish_seconds.clone()))?;
         registry.register(Box::new(execution_status_write_errors_total.clone()))?;
+        for result in ["snapshot", "delta", "not_modified"] {
+            snapshot_polls_total.with_label_values(&[result]);
+        }
         registry.register(Box::new(snapshot_polls_total.clone()))?;
         registry.register(Box::new(watch_errors_total.clone()))?;
         registry.register(Box::new(watch_healthy.clone()))?;

@@ -7,13 +7,13 @@
 //! It is *live* while a poll of it is in flight, or for `--dispatcher-ttl-seconds` after
 //! its last poll ended.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use agenthooks_crds::report::UnavailableReport;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-use crate::index::Publication;
+use crate::index::{HookKey, Publication};
 use crate::status::{CondStatus, DesiredCondition, READY};
 
 /// Largest number of dispatchers tracked at once; polls from further ids are refused
@@ -255,6 +255,60 @@ impl DispatcherTracker {
     }
 }
 
+/// Most hook keys [`Stamps`] keeps waiting for the ready pass; past it they are dropped and
+/// the ready pass looks at every hook once instead.
+pub const MAX_STAMPED_KEYS: usize = 200_000;
+
+/// The hooks each publish stamped with its version (their content is in no snapshot
+/// before it): the ready pass takes a version's hooks once every live dispatcher holds
+/// it, and looks at those only ([`crate::reconcile::ready_pass`]).
+#[derive(Debug, Default)]
+pub struct Stamps {
+    waiting: VecDeque<(u64, Vec<HookKey>)>,
+    keys: usize,
+    overflowed: bool,
+}
+
+impl Stamps {
+    /// Version `version` stamped `keys`.
+    pub fn record(&mut self, version: u64, keys: Vec<HookKey>) {
+        if keys.is_empty() {
+            return;
+        }
+        if self.keys + keys.len() > MAX_STAMPED_KEYS {
+            self.waiting.clear();
+            self.keys = 0;
+            self.overflowed = true;
+            return;
+        }
+        self.keys += keys.len();
+        self.waiting.push_back((version, keys));
+    }
+
+    /// The hooks stamped with `version` or an earlier one, taken out.
+    pub fn take_up_to(&mut self, version: u64) -> Vec<HookKey> {
+        let mut out = Vec::new();
+        while self.waiting.front().is_some_and(|(v, _)| *v <= version) {
+            if let Some((_, keys)) = self.waiting.pop_front() {
+                self.keys -= keys.len();
+                out.extend(keys);
+            }
+        }
+        out
+    }
+
+    /// Every hook waiting, taken out.
+    pub fn take_all(&mut self) -> Vec<HookKey> {
+        self.take_up_to(u64::MAX)
+    }
+
+    /// Whether keys were dropped since the last call (the ready pass then looks at every
+    /// hook).
+    pub fn take_overflow(&mut self) -> bool {
+        std::mem::take(&mut self.overflowed)
+    }
+}
+
 /// The `Ready` condition of a hook (status, reason, message), from where it stands in
 /// the snapshots and which live dispatcher holds what:
 ///
@@ -309,7 +363,7 @@ pub fn ready_condition(
         ),
         Publication::Published { .. } => (
             CondStatus::Unknown,
-            "Pending",
+            PENDING,
             "waiting for every live dispatcher to load a snapshot with the hook's current generation".to_string(),
         ),
     };
@@ -320,6 +374,10 @@ pub fn ready_condition(
         message,
     }
 }
+
+/// Reason of `Ready=Unknown` while some live dispatcher does not serve the hook's current
+/// generation yet.
+pub const PENDING: &str = "Pending";
 
 /// Reason of `Ready=False` while a live dispatcher cannot load the hook (CONTRACT §10.4).
 pub const HOOK_UNAVAILABLE: &str = "HookUnavailable";
@@ -681,5 +739,29 @@ mod tests {
             ("Unknown", "Pending"),
             "an Unknown of the same generation is kept during warm-up"
         );
+    }
+
+    #[test]
+    fn stamps_are_taken_by_version() {
+        let k = |n: &str| HookKey::new("ns", n);
+        let mut st = Stamps::default();
+        st.record(1, vec![k("a")]);
+        st.record(2, vec![]);
+        st.record(3, vec![k("b"), k("c")]);
+        assert_eq!(st.take_up_to(2), vec![k("a")]);
+        assert_eq!(st.take_up_to(2), Vec::<HookKey>::new());
+        assert_eq!(st.take_all(), vec![k("b"), k("c")]);
+        assert!(!st.take_overflow());
+        st.record(
+            4,
+            (0..MAX_STAMPED_KEYS + 1)
+                .map(|i| k(&i.to_string()))
+                .collect(),
+        );
+        assert!(
+            st.take_overflow(),
+            "too many keys: the ready pass looks at all"
+        );
+        assert!(st.take_all().is_empty());
     }
 }

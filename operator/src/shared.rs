@@ -10,8 +10,8 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::index::Index;
 use crate::metrics::Metrics;
-use crate::ready::DispatcherTracker;
-use crate::snapshot_builder::{self, Published};
+use crate::ready::{DispatcherTracker, Stamps};
+use crate::snapshot_builder::{Published, SnapshotLog};
 use crate::status::writer::StatusWriter;
 use crate::validation_cache::ValidationCache;
 use crate::watch_health::{WatchHealth, WatchStatus, Watched};
@@ -59,8 +59,13 @@ pub struct Shared {
     pub index: Mutex<Index>,
     /// Validation verdicts.
     pub validation: Mutex<ValidationCache>,
-    /// The last published snapshot.
+    /// The identity of the last published snapshot (long polls wait on it).
     pub snapshots: watch::Sender<Arc<Published>>,
+    /// The published snapshot's hooks as JSON and the recent changes: the bodies of
+    /// polls (full snapshots and deltas).
+    pub log: Arc<Mutex<SnapshotLog>>,
+    /// The hooks each publish stamped with its version, for the ready pass.
+    pub stamps: Mutex<Stamps>,
     /// Leader / synced.
     pub serving: watch::Sender<Serving>,
     /// Which dispatcher holds what.
@@ -89,14 +94,12 @@ impl Shared {
         watch_health: Arc<WatchHealth>,
     ) -> Arc<Shared> {
         let epoch = uuid::Uuid::new_v4().simple().to_string();
-        let empty =
-            snapshot_builder::build(&epoch, 0, &config.master_namespace, Vec::new(), Vec::new())
-                .unwrap_or_else(|_| Published {
-                    epoch: epoch.clone(),
-                    version: 0,
-                    hooks: 0,
-                    body: bytes::Bytes::new(),
-                });
+        let log = SnapshotLog::with_history(
+            &epoch,
+            &config.master_namespace,
+            config.snapshot_history_versions,
+        );
+        let empty = log.published();
         let tracker = DispatcherTracker::new(config.dispatcher_ttl);
         Arc::new(Shared {
             config,
@@ -105,6 +108,8 @@ impl Shared {
             index: Mutex::new(Index::new()),
             validation: Mutex::new(ValidationCache::new()),
             snapshots: watch::channel(Arc::new(empty)).0,
+            log: Arc::new(Mutex::new(log)),
+            stamps: Mutex::new(Stamps::default()),
             serving: watch::channel(Serving::default()).0,
             tracker: Arc::new(Mutex::new(tracker)),
             tracker_changed: Arc::new(Notify::new()),
@@ -183,39 +188,48 @@ impl Shared {
         });
     }
 
-    /// Publishes pending index changes now: bumps the version, serializes the snapshot
-    /// and hands it to every waiting poll. Returns the new version, or `None` when
-    /// nothing was pending.
+    /// Publishes pending index changes now: bumps the version, turns the changed hooks
+    /// into the snapshot log's next version ([`SnapshotLog::publish`]: what changed is
+    /// serialized, nothing else) and wakes every waiting poll. Returns the new version,
+    /// or `None` when nothing was pending.
     ///
-    /// Errors: [`Error::Json`] if the snapshot did not serialize (nothing is published).
+    /// Errors: [`Error::Json`] if a hook did not serialize: nothing is published, and the
+    /// next publish lists every hook again.
     pub fn publish_now(&self) -> Result<Option<u64>, Error> {
         let mut index = lock(&self.index);
-        if !index.is_dirty() {
+        let Some(mut changes) = index.publish_changes() else {
             return Ok(None);
-        }
-        let next = index.version() + 1;
-        let published = snapshot_builder::build(
-            &self.epoch,
-            next,
-            &self.config.master_namespace,
-            index.published_hooks(),
-            index.published_tenants(),
-        )?;
-        let version = index.publish().unwrap_or(next);
-        debug_assert_eq!(version, next);
+        };
+        let version = changes.version;
+        let changed = changes.hooks.len();
+        let stamped = std::mem::take(&mut changes.stamped);
+        let published = match lock(&self.log).publish(changes) {
+            Ok(p) => p,
+            Err(e) => {
+                index.republish_all();
+                return Err(e.into());
+            }
+        };
         self.metrics.snapshot_version.set(version as i64);
         self.metrics.snapshot_hooks.set(published.hooks as i64);
         tracing::info!(
             version,
             hooks = published.hooks,
+            changed,
             namespaces = index.tenants().len(),
             "published snapshot"
         );
+        lock(&self.stamps).record(version, stamped);
         self.snapshots.send_replace(Arc::new(published));
         drop(index);
         // served_from moved for the changed hooks: let the ready pass look again.
         self.tracker_changed.notify_one();
         Ok(Some(version))
+    }
+
+    /// The full snapshot body of the current version (what a new dispatcher gets).
+    pub fn full_snapshot(&self) -> bytes::Bytes {
+        lock(&self.log).full()
     }
 }
 
@@ -245,6 +259,7 @@ pub(crate) mod tests {
             watch_grace: Duration::from_secs(10),
             watch_timeout_seconds: 290,
             status_write_interval: std::time::Duration::from_secs(1),
+            snapshot_history_versions: crate::snapshot_builder::MAX_HISTORY_VERSIONS,
             pod: None,
         }
     }
@@ -272,7 +287,7 @@ pub(crate) mod tests {
         assert_eq!(moved.into_iter().collect::<Vec<_>>(), ["a"]);
         assert_eq!(shared.publish_now().unwrap(), Some(2));
         let snapshot: agenthooks_crds::snapshot::Snapshot =
-            serde_json::from_slice(&rx.borrow().body).unwrap();
+            serde_json::from_slice(&shared.full_snapshot()).unwrap();
         assert_eq!(
             snapshot.tenants,
             vec![agenthooks_crds::tenancy::NamespaceTenant {

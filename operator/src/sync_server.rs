@@ -8,11 +8,17 @@
 //! - `after` (default 0), `epoch` (default empty): the snapshot the dispatcher holds.
 //! - `timeoutSeconds` (default 30, at most 60; larger values are cut to 60): how long to
 //!   wait for a change.
+//! - `deltas` (default false): the dispatcher takes a
+//!   [`agenthooks_crds::snapshot::SnapshotDelta`]; `full` (default false): it wants the
+//!   complete snapshot all the same (its last delta did not apply).
 //!
 //! Answers:
-//! - `200` with the [`agenthooks_crds::snapshot::Snapshot`] JSON, at once when this
-//!   operator's (epoch, version) differs from (E, N), or as soon as a new snapshot is
-//!   published during the wait;
+//! - `200` at once when this operator's (epoch, version) differs from (E, N), or as soon
+//!   as a new snapshot is published during the wait, with the
+//!   [`agenthooks_crds::snapshot::SnapshotDelta`] from N when the dispatcher takes deltas
+//!   (and not `full`), E is this epoch and the changes since N are still kept
+//!   ([`crate::snapshot_builder::SnapshotLog`]); else with the complete
+//!   [`agenthooks_crds::snapshot::Snapshot`];
 //! - `304 Not Modified` (empty body) when the wait ends without a change;
 //! - `503` with `{"error", "leader", "synced"}` when this replica is not the leader or
 //!   has not finished its initial sync, also when that happens during the wait or the
@@ -45,7 +51,7 @@ use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::ready::DispatcherTracker;
 use crate::shared::{Serving, Shared, lock};
-use crate::snapshot_builder::Published;
+use crate::snapshot_builder::{Published, SnapshotLog};
 use crate::sync_auth::{SyncCaller, no_caller};
 
 /// Wait of a long poll without `timeoutSeconds`.
@@ -60,8 +66,10 @@ pub const MAX_DISPATCHER_ID_LEN: usize = crate::sync_auth::MAX_DISPATCHER_ID_LEN
 pub struct SyncState {
     /// This process's epoch.
     pub epoch: String,
-    /// The last published snapshot.
+    /// The identity of the last published snapshot.
     pub snapshots: watch::Receiver<Arc<Published>>,
+    /// The bodies: full snapshots and deltas.
+    pub log: Arc<Mutex<SnapshotLog>>,
     /// Leader / synced.
     pub serving: watch::Receiver<Serving>,
     /// Dispatcher tracking.
@@ -80,6 +88,7 @@ impl SyncState {
         SyncState {
             epoch: shared.epoch.clone(),
             snapshots: shared.snapshots.subscribe(),
+            log: shared.log.clone(),
             serving: shared.serving.subscribe(),
             tracker: shared.tracker.clone(),
             tracker_changed: shared.tracker_changed.clone(),
@@ -168,8 +177,8 @@ impl Drop for PollGuard {
     }
 }
 
-fn snapshot_response(p: &Published) -> Response {
-    let mut resp = (StatusCode::OK, p.body.clone()).into_response();
+fn snapshot_response(body: bytes::Bytes) -> Response {
+    let mut resp = (StatusCode::OK, body).into_response();
     let h = resp.headers_mut();
     h.insert(
         header::CONTENT_TYPE,
@@ -258,12 +267,13 @@ async fn get_snapshot(
         }
         let current = snapshots.borrow_and_update().clone();
         if current.epoch != q.epoch || current.version != q.after {
+            let (body, kind) = lock(&state.log).answer(&q.epoch, q.after, q.deltas && !q.full);
             state
                 .metrics
                 .snapshot_polls_total
-                .with_label_values(&["snapshot"])
+                .with_label_values(&[kind.label()])
                 .inc();
-            return snapshot_response(&current);
+            return snapshot_response(body);
         }
         tokio::select! {
             _ = tokio::time::sleep_until(deadline) => {
@@ -299,8 +309,8 @@ async fn get_dispatchers(State(state): State<SyncState>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::index::PublishedChanges;
     use crate::metrics::Metrics;
-    use crate::snapshot_builder::build;
     use axum::body::Body;
     use axum::http::Request;
     use http_body_util::BodyExt;
@@ -312,10 +322,34 @@ mod tests {
         serving: watch::Sender<Serving>,
     }
 
+    impl Harness {
+        /// Publishes version `version` (one hook more each time) and wakes the polls.
+        fn publish(&self, version: u64) {
+            let mut log = lock(&self.state.log);
+            let key = crate::index::HookKey::new("ns", format!("h{version}"));
+            let mut hook = crate::index::tests::hook("ns", &key.name, &key.name, 1).hook;
+            hook.name = key.name.clone();
+            let published = log
+                .publish(PublishedChanges {
+                    version,
+                    hooks: vec![(key, Some(hook))],
+                    ..Default::default()
+                })
+                .unwrap();
+            self.snapshots.send_replace(Arc::new(published));
+        }
+    }
+
     fn harness() -> Harness {
-        let (snapshots, snapshots_rx) = watch::channel(Arc::new(
-            build("E", 3, "agenthooks-system", vec![], vec![]).unwrap(),
-        ));
+        let mut log = SnapshotLog::new("E", "agenthooks-system");
+        for version in 1..=3 {
+            log.publish(PublishedChanges {
+                version,
+                ..Default::default()
+            })
+            .unwrap();
+        }
+        let (snapshots, snapshots_rx) = watch::channel(Arc::new(log.published()));
         let (serving, serving_rx) = watch::channel(Serving {
             leader: true,
             synced: true,
@@ -324,6 +358,7 @@ mod tests {
             state: SyncState {
                 epoch: "E".into(),
                 snapshots: snapshots_rx,
+                log: Arc::new(Mutex::new(log)),
                 serving: serving_rx,
                 tracker: Arc::new(Mutex::new(DispatcherTracker::new(Duration::from_secs(30)))),
                 tracker_changed: Arc::new(Notify::new()),
@@ -410,13 +445,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_publish_during_the_wait_answers_it() {
-        let h = harness();
-        let sender = h.snapshots.clone();
+        let h = Arc::new(harness());
+        let publisher = h.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(200)).await;
-            sender.send_replace(Arc::new(
-                build("E", 4, "agenthooks-system", vec![], vec![]).unwrap(),
-            ));
+            publisher.publish(4);
         });
         let t0 = Instant::now();
         let (status, body) = get(
@@ -427,6 +460,66 @@ mod tests {
         assert_eq!(status, StatusCode::OK);
         assert_eq!(body["version"], 4);
         assert!(t0.elapsed() < Duration::from_secs(5));
+    }
+
+    #[tokio::test]
+    async fn deltas_to_those_that_take_them_full_snapshots_otherwise() {
+        let h = harness();
+        h.publish(4);
+        h.publish(5);
+        let q = |rest: &str| format!("/v1/snapshot?dispatcher=d1&timeoutSeconds=0&{rest}");
+        let (status, body) = get(&h.state, &q("epoch=E&after=3&deltas=true")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            (body["base"].as_u64(), body["version"].as_u64()),
+            (Some(3), Some(5))
+        );
+        let names: Vec<&str> = body["hooks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["h4", "h5"], "what changed since 3, nothing else");
+        assert_eq!(body["hookCount"], 2);
+        let full_digest = |b: &serde_json::Value| b["digest"].as_str().unwrap().to_string();
+        // Without `deltas`, with `full`, from another epoch: the complete snapshot.
+        for rest in [
+            "epoch=E&after=3",
+            "epoch=E&after=3&deltas=true&full=true",
+            "epoch=OLD&after=3&deltas=true",
+        ] {
+            let (status, full) = get(&h.state, &q(rest)).await;
+            assert_eq!(status, StatusCode::OK);
+            assert!(full.get("base").is_none(), "{rest}: {full}");
+            assert_eq!(full["hooks"].as_array().unwrap().len(), 2, "{rest}");
+            assert_eq!(full_digest(&full), full_digest(&body), "{rest}");
+        }
+        let count = |result: &str| {
+            h.state
+                .metrics
+                .snapshot_polls_total
+                .with_label_values(&[result])
+                .get()
+        };
+        assert_eq!((count("delta"), count("snapshot")), (1, 3));
+    }
+
+    #[tokio::test]
+    async fn a_dispatcher_past_the_kept_history_gets_the_full_snapshot() {
+        let h = harness();
+        *lock(&h.state.log) = SnapshotLog::with_history("E", "agenthooks-system", 2);
+        for v in 1..=5 {
+            h.publish(v);
+        }
+        let q = |after: u64| {
+            format!("/v1/snapshot?dispatcher=d1&timeoutSeconds=0&epoch=E&after={after}&deltas=true")
+        };
+        let (_, body) = get(&h.state, &q(3)).await;
+        assert_eq!(body["base"], 3, "versions 4 and 5 are kept");
+        let (_, body) = get(&h.state, &q(2)).await;
+        assert!(body.get("base").is_none(), "a gap: {body}");
+        assert_eq!(body["hooks"].as_array().unwrap().len(), 5);
     }
 
     #[tokio::test]

@@ -78,6 +78,11 @@ pub struct StandInState {
     pub log: Mutex<Vec<String>>,
     /// Answers, in order, to the reports that carry an unavailable list.
     pub unavailable_script: Mutex<VecDeque<Script>>,
+    /// Bodies answered `200` to the next snapshot polls, in order, whatever they hold
+    /// (a delta, a broken one); `snapshot` answers once none is left.
+    pub raw_answers: Mutex<VecDeque<String>>,
+    /// Every snapshot poll's query, in arrival order.
+    pub queries: Mutex<Vec<SnapshotQuery>>,
 }
 
 impl StandInState {
@@ -166,8 +171,17 @@ async fn serve_snapshot(
         .lock()
         .unwrap()
         .push(format!("poll {}/{}", q.epoch, q.after));
+    s.queries.lock().unwrap().push(q.clone());
     if !s.leader.load(Ordering::SeqCst) {
         return not_leader();
+    }
+    let raw = s.raw_answers.lock().unwrap().pop_front();
+    if let Some(body) = raw {
+        return (
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response();
     }
     let current = s.snapshot.lock().unwrap().clone();
     match current {
@@ -339,6 +353,7 @@ pub fn snapshot(epoch: &str, version: u64, mark: &str) -> Snapshot {
             open_breakers: Vec::new(),
         }],
         tenants: Vec::new(),
+        digest: None,
     }
 }
 

@@ -25,7 +25,7 @@ pub mod secrets;
 pub mod session;
 pub mod triggers;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -56,6 +56,13 @@ use crate::tenants;
 /// something changed.
 pub const RESYNC: Duration = Duration::from_secs(600);
 
+/// How long the reconcile puts off writing `Ready=Unknown` `Pending` for a hook's
+/// generation: the dispatchers usually load the snapshot that holds it well within this
+/// time, and the ready pass then re-queues the hook, which writes `Accepted` and
+/// `Ready=True` in one status write instead of two (with 10,000 hooks applied at once,
+/// half the status writes). A `Pending` that lasts longer is written.
+pub const PENDING_GRACE: Duration = Duration::from_secs(2);
+
 /// Everything a reconcile needs, for one leader session.
 pub struct Context {
     /// Shared state (index, tracker, metrics, settings).
@@ -79,6 +86,63 @@ pub struct Context {
     pub hooks_listed: watch::Sender<bool>,
     /// Set once the namespace watch finished its first list.
     pub namespaces_listed: watch::Sender<bool>,
+    /// Per hook uid, the generation whose `Ready=Pending` write is put off and since when
+    /// ([`PENDING_GRACE`]).
+    pub deferred: Mutex<Deferred>,
+}
+
+/// The `Ready=Pending` writes put off, per hook uid: (generation, since when). Entries
+/// leave when the hook's `Ready` is anything but `Pending`; those of hooks that went away
+/// meanwhile are dropped once the map has doubled since it was last pruned.
+#[derive(Debug, Default)]
+pub struct Deferred {
+    by_uid: HashMap<String, (i64, Instant)>,
+    prune_at: usize,
+}
+
+impl Deferred {
+    /// Forgets hook `uid`.
+    pub fn remove(&mut self, uid: &str) {
+        self.by_uid.remove(uid);
+    }
+
+    /// How much longer the write of `ready` for generation `generation` of hook `uid` may
+    /// wait: the rest of [`PENDING_GRACE`] from the first time a reconcile of this
+    /// generation wanted to write `Ready=Unknown` `Pending`; `None` (write now) for any
+    /// other `Ready` (the hook is then forgotten), or once the grace is over.
+    pub fn grace_left(
+        &mut self,
+        uid: &str,
+        generation: i64,
+        ready: &DesiredCondition,
+        now: Instant,
+    ) -> Option<Duration> {
+        if ready.status != status::CondStatus::Unknown || ready.reason != crate::ready::PENDING {
+            self.remove(uid);
+            return None;
+        }
+        let since = self.since(uid, generation, now);
+        PENDING_GRACE
+            .checked_sub(now.saturating_duration_since(since))
+            .filter(|left| !left.is_zero())
+    }
+
+    /// Since when generation `generation` of hook `uid` has been waiting (from `now`,
+    /// the first time).
+    fn since(&mut self, uid: &str, generation: i64, now: Instant) -> Instant {
+        if self.by_uid.len() >= self.prune_at.max(1024) {
+            self.by_uid
+                .retain(|_, (_, at)| now.saturating_duration_since(*at) < PENDING_GRACE * 30);
+            self.prune_at = self.by_uid.len() * 2;
+        }
+        match self.by_uid.get(uid) {
+            Some((g, at)) if *g == generation => *at,
+            _ => {
+                self.by_uid.insert(uid.to_string(), (generation, now));
+                now
+            }
+        }
+    }
 }
 
 impl Context {
@@ -104,7 +168,20 @@ impl Context {
             serving_since: Mutex::new(None),
             hooks_listed: watch::channel(false).0,
             namespaces_listed: watch::channel(false).0,
+            deferred: Mutex::new(Deferred::default()),
         }
+    }
+
+    /// How much longer the write of `ready` for generation `generation` of hook `uid` may
+    /// wait ([`Deferred::grace_left`]).
+    pub fn pending_grace_left(
+        &self,
+        uid: &str,
+        generation: i64,
+        ready: &DesiredCondition,
+        now: Instant,
+    ) -> Option<Duration> {
+        lock(&self.deferred).grace_left(uid, generation, ready, now)
     }
 
     /// Whether `Ready` is in its warm-up ([`crate::ready::settle_ready`]): before this
@@ -234,6 +311,11 @@ pub enum Outcome {
 /// Reconciles one hook. Errors are transient API failures; [`error_policy`] requeues.
 pub async fn reconcile(hook: Arc<AgentHook>, ctx: Arc<Context>) -> Result<Action, Error> {
     let result = reconcile_hook(&hook, &ctx).await;
+    let requeue = match &result {
+        Ok((_, Some(wait))) => *wait + Duration::from_millis(50),
+        _ => RESYNC,
+    };
+    let result = result.map(|(outcome, _)| outcome);
     if !ctx.shared.serving().synced
         && let Some(uid) = hook.uid()
     {
@@ -251,7 +333,7 @@ pub async fn reconcile(hook: Arc<AgentHook>, ctx: Arc<Context>) -> Result<Action
                 .inc();
         }
     }
-    result.map(|_| Action::requeue(RESYNC))
+    result.map(|_| Action::requeue(requeue))
 }
 
 /// Requeues a failed reconcile: soon for conflicts, later for everything else.
@@ -268,7 +350,12 @@ pub fn error_policy(hook: Arc<AgentHook>, error: &Error, _ctx: Arc<Context>) -> 
     }
 }
 
-async fn reconcile_hook(hook: &AgentHook, ctx: &Context) -> Result<Outcome, Error> {
+/// Reconciles one hook: its outcome, and how soon to look again when its status write
+/// was put off ([`PENDING_GRACE`]).
+async fn reconcile_hook(
+    hook: &AgentHook,
+    ctx: &Context,
+) -> Result<(Outcome, Option<Duration>), Error> {
     let missing = |field| Error::MissingField {
         kind: "AgentHook",
         field,
@@ -285,7 +372,8 @@ async fn reconcile_hook(hook: &AgentHook, ctx: &Context) -> Result<Outcome, Erro
         if lock(&shared.index).delete(&key, Some(&uid)) {
             shared.publish_requested.notify_one();
         }
-        return Ok(Outcome::Deleting);
+        lock(&ctx.deferred).remove(&uid);
+        return Ok((Outcome::Deleting, None));
     }
 
     let (tenant, conflict) = match ctx.namespace_tenant(&ns).await? {
@@ -301,7 +389,18 @@ async fn reconcile_hook(hook: &AgentHook, ctx: &Context) -> Result<Outcome, Erro
         (None, Some(v)) => v,
         (None, None) => {
             tracing::debug!(hook = %key, generation, %tenant, "validating");
-            let v = spec_verdict(&hook.spec, &ns, &tenant, &shared.config);
+            // Regex and CEL compiles take a while: off the controller's task, so other
+            // reconciles (waiting on the API server) go on meanwhile.
+            let (spec, ns_, tenant_, config) = (
+                hook.spec.clone(),
+                ns.clone(),
+                tenant.clone(),
+                shared.config.clone(),
+            );
+            let v =
+                tokio::task::spawn_blocking(move || spec_verdict(&spec, &ns_, &tenant_, &config))
+                    .await
+                    .map_err(|e| Error::ValidationTask(e.to_string()))?;
             lock(&shared.validation).insert(&uid, generation, &tenant, v.clone());
             v
         }
@@ -337,6 +436,7 @@ async fn reconcile_hook(hook: &AgentHook, ctx: &Context) -> Result<Outcome, Erro
     };
 
     let reset_token = hook.annotations().get(RESET_BREAKER_ANNOTATION).cloned();
+    let accepted = accepted_condition_for(&verdict, &hook.spec);
     let indexed = IndexedHook {
         hook: SnapshotHook {
             uid: uid.clone(),
@@ -357,6 +457,7 @@ async fn reconcile_hook(hook: &AgentHook, ctx: &Context) -> Result<Outcome, Erro
         },
         verdict: verdict.clone(),
         secret_digests,
+        accepted: accepted.clone(),
     };
     let (changed, publication) = {
         let mut index = lock(&shared.index);
@@ -371,15 +472,27 @@ async fn reconcile_hook(hook: &AgentHook, ctx: &Context) -> Result<Outcome, Erro
         shared.publish_requested.notify_one();
     }
 
-    let desired = [accepted_condition_for(&verdict, &hook.spec), {
-        let now = Instant::now();
-        ctx.desired_ready(hook, publication, &ctx.live_dispatchers(now), now)
-    }];
+    let now = Instant::now();
+    let desired = [
+        accepted,
+        ctx.desired_ready(hook, publication, &ctx.live_dispatchers(now), now),
+    ];
     let api: Api<AgentHook> = Api::namespaced(ctx.client.clone(), &ns);
     // Before the conditions' apply, whose write would make this read-modify-write's
     // resourceVersion stale.
     if breaker_needs_reset(hook.status.as_ref(), generation, reset_token.as_deref()) {
         reset_breaker(ctx, &api, hook, &key).await?;
+    }
+    let outcome = if verdict.is_accepted() {
+        Outcome::Accepted
+    } else {
+        Outcome::Refused
+    };
+    if let Some(wait) = ctx.pending_grace_left(&uid, generation, &desired[1], now)
+        && status::plan(hook.status.as_ref(), generation, &desired, &status::now()).is_some()
+    {
+        tracing::debug!(hook = %key, generation, wait_ms = wait.as_millis() as u64, "Ready would say Pending; the dispatchers are loading it: status write put off");
+        return Ok((outcome, Some(wait)));
     }
     match status::write(&shared.status_writer(), &api, hook, &desired).await? {
         WriteOutcome::Written(patch) => {
@@ -395,11 +508,7 @@ async fn reconcile_hook(hook: &AgentHook, ctx: &Context) -> Result<Outcome, Erro
     if let Verdict::Refused(r) = &verdict {
         tracing::info!(hook = %key, generation, reason = %r.reason, message = %r.message, "hook refused");
     }
-    Ok(if verdict.is_accepted() {
-        Outcome::Accepted
-    } else {
-        Outcome::Refused
-    })
+    Ok((outcome, None))
 }
 
 /// Writes a breaker that no longer applies closed, with a Normal `BreakerReset` Event
@@ -473,6 +582,57 @@ async fn publish_accepted_event(ctx: &Context, hook: &AgentHook, verdict: &Verdi
 mod tests {
     use super::*;
     use crate::shared::tests::config;
+
+    #[test]
+    fn a_pending_ready_waits_the_grace_once_per_generation() {
+        let t0 = Instant::now();
+        let ready = |status, reason: &str| DesiredCondition {
+            type_: READY,
+            status,
+            reason: reason.into(),
+            message: String::new(),
+        };
+        let pending = ready(status::CondStatus::Unknown, crate::ready::PENDING);
+        let served = ready(status::CondStatus::True, "Served");
+        let mut d = Deferred::default();
+        assert_eq!(d.grace_left("u", 1, &pending, t0), Some(PENDING_GRACE));
+        let later = t0 + PENDING_GRACE / 2;
+        assert_eq!(
+            d.grace_left("u", 1, &pending, later),
+            Some(PENDING_GRACE / 2)
+        );
+        assert_eq!(
+            d.grace_left("u", 1, &pending, t0 + PENDING_GRACE),
+            None,
+            "over: write"
+        );
+        assert_eq!(
+            d.grace_left("u", 2, &pending, t0 + PENDING_GRACE),
+            Some(PENDING_GRACE),
+            "a new generation waits again"
+        );
+        assert_eq!(
+            d.grace_left("u", 2, &served, later),
+            None,
+            "anything else: at once"
+        );
+        assert_eq!(
+            d.grace_left("u", 2, &pending, t0 + PENDING_GRACE * 3),
+            Some(PENDING_GRACE),
+            "forgotten once it was written otherwise"
+        );
+        let no_dispatchers = ready(status::CondStatus::Unknown, "NoDispatchers");
+        assert_eq!(d.grace_left("v", 1, &no_dispatchers, t0), None);
+        // Hooks that went away are pruned, not kept for ever.
+        for i in 0..5000 {
+            d.grace_left(&format!("gone-{i}"), 1, &pending, t0);
+        }
+        let much_later = t0 + PENDING_GRACE * 60;
+        for i in 0..4000 {
+            d.grace_left(&format!("new-{i}"), 1, &pending, much_later);
+        }
+        assert!(d.by_uid.len() <= 4000, "{}", d.by_uid.len());
+    }
 
     #[test]
     fn verdict_names_reason_and_field() {

@@ -1,28 +1,45 @@
-//! The ready pass: completes the initial sync of a leader session, then re-evaluates
-//! every hook's `Ready` each second (and whenever the tracker or a publish says
-//! something moved), re-queueing only the hooks whose recorded status differs from what
-//! the operator would write (`Ready` moved, or someone else changed `Accepted`, `Ready`
-//! or `observedGeneration` — status-only changes the hook predicate filters out). The
-//! reconciler stays the only status writer.
+//! The ready pass: completes the initial sync of a leader session, then finds the hooks
+//! whose recorded status differs from what the operator would write (`Ready` moved, or
+//! someone else changed `Accepted`, `Ready` or `observedGeneration` — status-only changes
+//! the hook predicate filters out) and re-queues them. The reconciler stays the only
+//! status writer.
+//!
+//! It looks only at the hooks whose status may have moved, so a change costs what it
+//! touches, whatever the number of hooks:
+//! - the hooks a publish stamped with its version ([`crate::ready::Stamps`]), once every
+//!   live dispatcher holds that version (their `Ready` turns `True`);
+//! - every hook whose object the watch saw change (its status may have been changed by
+//!   someone else), as the session's hook watch reports them;
+//! - the hooks it re-queued that still differ [`RETRIGGER_AFTER`] later.
+//!
+//! It looks at every hook when what the `Ready` rule reads changes for all of them: the
+//! live dispatchers (one comes or goes, or holds another epoch), what they report they
+//! cannot load, the end of the warm-up; when stamped hooks overflowed
+//! ([`crate::ready::MAX_STAMPED_KEYS`]); and every [`FULL_PASS_PERIOD`] as a safety net.
+//! It runs each [`PERIOD`], and whenever the tracker, a publish or the watch says
+//! something moved.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agenthooks_crds::AgentHook;
-use futures::channel::mpsc::UnboundedSender;
+use futures::StreamExt;
+use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender};
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio_util::sync::CancellationToken;
 
 use super::Context;
-use crate::index::HookKey;
+use crate::index::{HookKey, Publication};
 use crate::ready::LiveDispatchers;
 use crate::shared::lock;
-use crate::status::{DesiredCondition, accepted_condition_for, now as status_now, plan};
+use crate::status::{DesiredCondition, now as status_now, plan};
 
 /// Period of the pass.
 pub const PERIOD: Duration = Duration::from_secs(1);
+/// A pass looks at every hook at least this often (a safety net).
+pub const FULL_PASS_PERIOD: Duration = Duration::from_secs(30);
 /// A hook re-queued for a `Ready` change is not re-queued for the same change again
 /// before this long (its reconcile may be failing and backing off).
 pub const RETRIGGER_AFTER: Duration = Duration::from_secs(10);
@@ -38,11 +55,36 @@ pub fn initial_sync_done(
         .all(|uid| attempted.contains(uid) || !present.contains(uid))
 }
 
-/// Runs the pass until `cancel`.
+/// Whether what the `Ready` rule reads for every hook changed from `before` to `after`:
+/// the live dispatchers, whether each holds a version of the current epoch, or what they
+/// cannot load (a held version moving on is not such a change: the stamps say which hooks
+/// it moves).
+pub fn live_set_moved(before: &LiveDispatchers, after: &LiveDispatchers) -> bool {
+    before.1 != after.1
+        || before.0.len() != after.0.len()
+        || before
+            .0
+            .iter()
+            .zip(&after.0)
+            .any(|((a, va), (b, vb))| a != b || va.is_some() != vb.is_some())
+}
+
+/// The version every live dispatcher holds (the least of theirs), `None` when one holds
+/// another epoch's or none is live.
+pub fn held_by_all(live: &LiveDispatchers) -> Option<u64> {
+    live.0
+        .values()
+        .try_fold(u64::MAX, |min, v| v.map(|v| min.min(v)))
+        .filter(|_| !live.is_empty())
+}
+
+/// Runs the pass until `cancel`. `touched` carries the key of every hook the watch saw
+/// change.
 pub async fn run(
     ctx: Arc<Context>,
     hooks: Store<AgentHook>,
     requeue: UnboundedSender<ObjectRef<AgentHook>>,
+    mut touched: UnboundedReceiver<HookKey>,
     cancel: CancellationToken,
 ) {
     let mut hooks_listed = ctx.hooks_listed.subscribe();
@@ -64,14 +106,24 @@ pub async fn run(
     let shared = ctx.shared.clone();
     let mut tick = tokio::time::interval(PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut recent: HashMap<String, ((DesiredCondition, DesiredCondition), Instant)> =
+    let mut recent: HashMap<String, ((DesiredCondition, DesiredCondition), Instant, HookKey)> =
         HashMap::new();
     let mut last_live = LiveDispatchers::default();
+    let mut last_warming: Option<bool> = None;
+    let mut last_full: Option<Instant> = None;
+    let mut check: HashSet<HookKey> = HashSet::new();
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tick.tick() => {}
             _ = shared.tracker_changed.notified() => {}
+            key = touched.next() => match key {
+                Some(key) => { check.insert(key); }
+                None => return,
+            },
+        }
+        while let Ok(key) = touched.try_recv() {
+            check.insert(key);
         }
         let now = Instant::now();
         let live = {
@@ -81,10 +133,11 @@ pub async fn run(
         };
         shared.metrics.live_dispatchers.set(live.len() as i64);
         log_live_changes(&last_live, &live);
+        let moved = live_set_moved(&last_live, &live);
         last_live = live;
 
-        let state = hooks.state();
         if !shared.serving().synced {
+            let state = hooks.state();
             let present: HashSet<String> = state.iter().filter_map(|h| h.uid()).collect();
             let done = initial_sync_done(&initial, &present, &lock(&ctx.attempted));
             if !done {
@@ -110,25 +163,68 @@ pub async fn run(
             continue;
         }
 
+        // The hooks whose content every live dispatcher now holds.
+        {
+            let mut stamps = lock(&shared.stamps);
+            if last_live.is_empty() {
+                check.extend(stamps.take_all());
+            } else if let Some(v) = held_by_all(&last_live) {
+                check.extend(stamps.take_up_to(v));
+            }
+            if stamps.take_overflow() {
+                last_full = None;
+            }
+        }
+        let warming = ctx.warming_up(now);
+        let full = moved
+            || last_warming != Some(warming)
+            || last_full.is_none_or(|t| now.saturating_duration_since(t) >= FULL_PASS_PERIOD);
+        last_warming = Some(warming);
+        for (_, (_, at, key)) in recent.iter() {
+            if now.saturating_duration_since(*at) >= RETRIGGER_AFTER {
+                check.insert(key.clone());
+            }
+        }
+        let candidates: Vec<Arc<AgentHook>> = if full {
+            last_full = Some(now);
+            check.clear();
+            hooks.state()
+        } else {
+            check
+                .drain()
+                .filter_map(|k| hooks.get(&ObjectRef::new(&k.name).within(&k.namespace)))
+                .collect()
+        };
         let now_time = status_now();
-        for hook in &state {
-            let (Some(ns), Some(uid)) = (hook.namespace(), hook.uid()) else {
+        let keys: Vec<Option<HookKey>> = candidates
+            .iter()
+            .map(|h| h.namespace().map(|ns| HookKey::new(ns, h.name_any())))
+            .collect();
+        // What the index knows of each, read under one lock.
+        let known: Vec<Option<(Publication, DesiredCondition)>> = {
+            let index = lock(&shared.index);
+            candidates
+                .iter()
+                .zip(&keys)
+                .map(|(hook, key)| {
+                    let key = key.as_ref()?;
+                    let uid = hook.uid()?;
+                    let generation = hook.metadata.generation.unwrap_or(0);
+                    match index.get(key) {
+                        Some(h) if h.hook.uid == uid && h.hook.generation == generation => {
+                            index.publication(key).map(|p| (p, h.accepted.clone()))
+                        }
+                        _ => None, // not reconciled at this generation yet
+                    }
+                })
+                .collect()
+        };
+        for ((hook, key), known) in candidates.iter().zip(keys).zip(known) {
+            let (Some(key), Some(uid), Some((publication, accepted))) = (key, hook.uid(), known)
+            else {
                 continue;
             };
             let generation = hook.metadata.generation.unwrap_or(0);
-            let key = HookKey::new(ns, hook.name_any());
-            let known = {
-                let index = lock(&shared.index);
-                match index.get(&key) {
-                    Some(h) if h.hook.uid == uid && h.hook.generation == generation => index
-                        .publication(&key)
-                        .map(|p| (p, accepted_condition_for(&h.verdict, &hook.spec))),
-                    _ => None, // not reconciled at this generation yet
-                }
-            };
-            let Some((publication, accepted)) = known else {
-                continue;
-            };
             let ready = ctx.desired_ready(hook, publication, &last_live, now);
             let status = hook.status.as_ref();
             // Ready moved, or our fields were changed by someone else (a status-only
@@ -145,17 +241,17 @@ pub async fn run(
                 continue;
             }
             let desired = (accepted, ready);
-            if let Some((d, at)) = recent.get(&uid)
+            if let Some((d, at, _)) = recent.get(&uid)
                 && *d == desired
                 && now.saturating_duration_since(*at) < RETRIGGER_AFTER
             {
                 continue;
             }
             tracing::debug!(hook = %key, ready = %desired.1.reason, "status should move; re-queueing");
-            recent.insert(uid, (desired, now));
+            recent.insert(uid, (desired, now, key));
             let _ = requeue.unbounded_send(ObjectRef::from_obj(&**hook));
         }
-        recent.retain(|_, (_, at)| now.saturating_duration_since(*at) < RETRIGGER_AFTER * 6);
+        recent.retain(|_, (_, at, _)| now.saturating_duration_since(*at) < RETRIGGER_AFTER * 6);
     }
 }
 
@@ -174,6 +270,37 @@ mod tests {
 
     fn set(items: &[&str]) -> HashSet<String> {
         items.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn live(held: &[(&str, Option<u64>)]) -> LiveDispatchers {
+        LiveDispatchers(
+            held.iter().map(|(id, v)| (id.to_string(), *v)).collect(),
+            Default::default(),
+        )
+    }
+
+    #[test]
+    fn only_arrivals_departures_epochs_and_reports_move_the_live_set() {
+        let a = live(&[("d1", Some(3)), ("d2", Some(4))]);
+        assert!(
+            !live_set_moved(&a, &live(&[("d1", Some(5)), ("d2", Some(5))])),
+            "versions move on"
+        );
+        assert!(live_set_moved(&a, &live(&[("d1", Some(3))])), "d2 left");
+        assert!(
+            live_set_moved(&a, &live(&[("d1", Some(3)), ("d3", Some(4))])),
+            "another one"
+        );
+        assert!(
+            live_set_moved(&a, &live(&[("d1", Some(3)), ("d2", None)])),
+            "another epoch"
+        );
+        let mut reported = a.clone();
+        reported.1.insert("d1".into(), Vec::new());
+        assert!(live_set_moved(&a, &reported), "what they cannot load");
+        assert_eq!(held_by_all(&a), Some(3));
+        assert_eq!(held_by_all(&live(&[("d1", Some(3)), ("d2", None)])), None);
+        assert_eq!(held_by_all(&live(&[])), None);
     }
 
     #[test]

@@ -21,7 +21,16 @@
 //!   The cost: a Secret *created* without the label after its hook is still reported
 //!   `SecretNotFound` (whose message names the label) until the hook's next reconcile
 //!   ([`super::RESYNC`], or any change of the hook), not `SecretNotOptedIn`.
-//! - The ready pass re-queues hooks whose `Ready` should move.
+//! - The ready pass re-queues hooks whose `Ready` should move; the hook watch tells it
+//!   which hooks changed (their status may have been changed by someone else).
+//!
+//! The hooks kept in the store lose their `metadata.managedFields` and the
+//! `kubectl.kubernetes.io/last-applied-configuration` annotation on the way in: nothing
+//! here reads them, and with 10,000 hooks they were most of the operator's memory.
+//!
+//! The controller, the namespace watch, the publisher, the ready pass and the watch
+//! monitor each run as a task of their own, so a long pass of one (the first publish of
+//! 10,000 hooks, a ready pass over all of them) never holds up the others.
 //!
 //! Every watch retries its own errors with backoff (a `410 Gone` starts it over), reports
 //! them and its recoveries to [`crate::watch_health`], and keeps them from the controller
@@ -55,8 +64,20 @@ use crate::snapshot_builder;
 use crate::tenants;
 use crate::watch_health::Watched;
 
-/// Reconciles running at once.
-pub const CONCURRENCY: u16 = 8;
+/// Reconciles running at once (each mostly waits for the API server).
+pub const CONCURRENCY: u16 = 32;
+
+/// The annotation `kubectl apply` (client side) keeps the whole last applied object in.
+pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops what the operator never reads and would keep for every hook: the managed fields
+/// and the last-applied annotation.
+pub fn slim(hook: &mut AgentHook) {
+    hook.metadata.managed_fields = None;
+    if let Some(a) = hook.metadata.annotations.as_mut() {
+        a.remove(LAST_APPLIED_ANNOTATION);
+    }
+}
 
 /// Runs a leader session until `cancel`. Starts from an empty index (keeping the version
 /// counter) and serves nothing until the ready pass declares the initial sync complete.
@@ -79,14 +100,21 @@ pub async fn run(shared: Arc<Shared>, client: Client, cancel: CancellationToken)
     let tap_shared = shared.clone();
     let tap_reader = hook_reader.clone();
     let tap_ctx = ctx.clone();
+    let (touched_tx, touched_rx) = futures::channel::mpsc::unbounded::<HookKey>();
     let hook_triggers = retried(watcher(
         Api::<AgentHook>::all(client.clone()),
         watch_config.clone(),
     ))
+    .modify(slim)
     .reflect(hook_writer)
     .inspect(move |ev| {
         tap_shared.observe_watch(Watched::AgentHooks, ev);
         on_hook_event(&tap_shared, &tap_reader, ev);
+        if let Ok(watcher::Event::Apply(h)) = ev
+            && let Some(ns) = h.namespace()
+        {
+            let _ = touched_tx.unbounded_send(HookKey::new(ns, h.name_any()));
+        }
         if matches!(ev, Ok(watcher::Event::InitDone)) {
             tap_ctx.hooks_listed.send_replace(true);
         }
@@ -164,9 +192,25 @@ pub async fn run(shared: Arc<Shared>, client: Client, cancel: CancellationToken)
         });
 
     let publisher = snapshot_builder::run_publisher(shared.clone(), cancel.clone());
-    let ready = ready_pass::run(ctx, hook_reader, ready_tx, cancel.clone());
+    let ready = ready_pass::run(ctx, hook_reader, ready_tx, touched_rx, cancel.clone());
     let monitor = monitor_watches(shared.clone(), cancel.clone());
-    tokio::join!(controller, ns_watch, publisher, ready, monitor);
+    let tasks = [
+        tokio::spawn(controller),
+        tokio::spawn(ns_watch),
+        tokio::spawn(publisher),
+        tokio::spawn(ready),
+        tokio::spawn(monitor),
+    ];
+    // Each ends on `cancel` (or, for the watches, when their stream does); a task that
+    // ends early ends the session, as `join!` of all of them did.
+    let (first, _, rest) = futures::future::select_all(tasks).await;
+    if let Err(e) = first {
+        tracing::error!(error = %e, "a leader session task failed");
+    }
+    cancel.cancel();
+    for t in rest {
+        let _ = t.await;
+    }
     shared.set_synced(false);
     shared.watch_health.reset();
     shared.watch_report(Instant::now());

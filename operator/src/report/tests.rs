@@ -235,8 +235,7 @@ async fn an_applied_id_answers_duplicate_and_changes_nothing() {
 /// The snapshot hook `name` of the current snapshot, with its open breakers as
 /// `(tenant, since_ms, fail_closed)`; `None` when the hook is not in it.
 fn snapshot_breakers(shared: &Shared, name: &str) -> Option<Vec<(String, i64, bool)>> {
-    let published = shared.snapshots.borrow().clone();
-    let snapshot: Snapshot = serde_json::from_slice(&published.body).unwrap();
+    let snapshot: Snapshot = serde_json::from_slice(&shared.full_snapshot()).unwrap();
     snapshot.hooks.iter().find(|h| h.name == name).map(|h| {
         h.open_breakers
             .iter()

@@ -93,6 +93,7 @@ pub fn config(master: &str) -> Config {
         watch_grace: DEFAULT_WATCH_GRACE,
         watch_timeout_seconds: 290,
         status_write_interval: std::time::Duration::from_secs(1),
+        snapshot_history_versions: agenthooks_operator::snapshot_builder::MAX_HISTORY_VERSIONS,
         pod: None,
     }
 }
