@@ -114,9 +114,11 @@ pub async fn decide(engine: &Engine, set: &HookSet, event: Event) -> Decision {
     {
         return refused;
     }
-    // The agent id is held by the resolver while the event may be rewritten.
+    // The agent id and tool name are held by the resolver while the event may be
+    // rewritten (a rewrite changes tool_input only).
     let agent = event.agent_id.clone();
-    let hooks = set.select(event.event, &event.tenant_id, &agent, event.tool());
+    let tool = event.tool().map(str::to_string);
+    let hooks = set.select(event.event, &event.tenant_id, &agent, tool.as_deref());
     drive(engine, &Live(engine), hooks, event, Filters::AfterMatcher).await
 }
 

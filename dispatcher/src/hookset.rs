@@ -371,7 +371,7 @@ impl HookSet {
         event: HookEvent,
         tenant: &str,
         agent: &'a str,
-        tool: Option<&str>,
+        tool: Option<&'a str>,
     ) -> Resolved<'a> {
         let index = &self.by_event[event as usize];
         Resolved {
@@ -437,7 +437,7 @@ pub struct Resolved<'a> {
 enum Cursor<'a> {
     All(&'a [Arc<LoadedHook>]),
     /// Hooks tested one by one against the tool name (a short list).
-    Scan(&'a [Arc<LoadedHook>], Option<String>),
+    Scan(&'a [Arc<LoadedHook>], Option<&'a str>),
     /// Positions picked by the list's matcher index, ascending.
     Picked(&'a [Arc<LoadedHook>], std::vec::IntoIter<u32>),
 }
@@ -447,10 +447,10 @@ impl<'a> Cursor<'a> {
         Cursor::All(hooks)
     }
 
-    fn select(list: &'a HookList, tool: Option<&str>) -> Self {
+    fn select(list: &'a HookList, tool: Option<&'a str>) -> Self {
         match &list.matchers {
             Some(index) => Cursor::Picked(&list.hooks, index.pick(tool).into_iter()),
-            None => Cursor::Scan(&list.hooks, tool.map(str::to_string)),
+            None => Cursor::Scan(&list.hooks, tool),
         }
     }
 
@@ -462,7 +462,7 @@ impl<'a> Cursor<'a> {
                 let (first, rest) = hooks.split_first()?;
                 let matches = match &first.compiled.matcher {
                     None => true,
-                    Some(re) => tool.as_deref().is_some_and(|t| re.is_match(t)),
+                    Some(re) => tool.is_some_and(|t| re.is_match(t)),
                 };
                 if matches {
                     return Some(first);

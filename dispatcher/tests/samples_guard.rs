@@ -287,14 +287,15 @@ fn bench_reports_the_selected_hook_the_cost_and_the_allocations_of_a_decision() 
     assert!(lines[0].starts_with("hooks: 3 loaded in "), "{rm}");
     assert_eq!(lines[1], "selected: 1 hook(s): tenant-acme/block-rm-rf");
     assert!(lines[2].starts_with("decisions: 200  mean "), "{rm}");
-    // The binary counts its allocations: a decision makes a few, never none at all.
+    // The binary counts its allocations: planning this event allocates the plan's list
+    // and nothing per hook list (the tool name is borrowed, not copied).
     let allocations: f64 = lines[2]
         .split("allocations ")
         .nth(1)
         .and_then(|a| a.split(' ').next())
         .and_then(|a| a.parse().ok())
         .unwrap_or_else(|| panic!("{rm}"));
-    assert!(allocations > 0.0 && allocations < 50.0, "{rm}");
+    assert!(allocations > 0.0 && allocations <= 1.0, "{rm}");
     assert!(run("ls.json").contains("\nselected: no hook (allow)\n"));
     // A bad file is an error naming it, exit 1.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_agenthooks-dispatcher"))
