@@ -534,9 +534,10 @@ mod matchers;
 mod unavailable_tests;
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
+    /// A snapshot hook of `ns/name` with `yaml` as its spec (tests across the crate).
     pub(crate) fn source(ns: &str, name: &str, yaml: &str, created_at: &str) -> SnapshotHook {
         SnapshotHook {
             uid: format!("uid-{ns}-{name}"),

@@ -136,17 +136,11 @@ unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
 static GLOBAL: CountingAlloc = CountingAlloc;
 
 fn bench(args: BenchArgs) -> anyhow::Result<()> {
-    let key = SealKey::generate();
     let started = std::time::Instant::now();
-    let loaded = manifests::load_all(
-        &args.hooks,
-        &args.common.master_namespace,
-        args.common.edition,
-        &key,
-    )?;
+    let (loaded, _key) = load_offline(&args.hooks, &args.common)?;
     let load = started.elapsed();
     let set = loaded.hooks;
-    let body = std::fs::read(&args.event).with_context(|| format!("{}", args.event.display()))?;
+    let body = read_event(&args.event)?;
     let event =
         Event::parse(&body).map_err(|e| anyhow::anyhow!("{}: {e}", args.event.display()))?;
     // Parsing, as POST /v1/dispatch does it, is timed apart (a mean over 1,000).
@@ -800,6 +794,22 @@ async fn budget_load(args: BudgetLoadArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The hooks files of `check` and `bench`, as standalone mode loads them, with a fresh
+/// seal key (nothing is sent anywhere).
+fn load_offline(
+    hooks: &std::path::Path,
+    common: &Common,
+) -> anyhow::Result<(manifests::Loaded, SealKey)> {
+    let key = SealKey::generate();
+    let loaded = manifests::load_all(hooks, &common.master_namespace, common.edition, &key)?;
+    Ok((loaded, key))
+}
+
+/// The event file of `check` and `bench`; errors name the file.
+fn read_event(path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("{}", path.display()))
+}
+
 /// Reads a seal key file (64 hex characters or 32 raw bytes); errors name the file.
 fn load_seal_key(path: &std::path::Path) -> anyhow::Result<SealKey> {
     let raw = std::fs::read(path).with_context(|| format!("{}", path.display()))?;
@@ -807,18 +817,12 @@ fn load_seal_key(path: &std::path::Path) -> anyhow::Result<SealKey> {
 }
 
 async fn check(args: CheckArgs) -> anyhow::Result<Verdict> {
-    let key = SealKey::generate();
-    let loaded = manifests::load_all(
-        &args.hooks,
-        &args.common.master_namespace,
-        args.common.edition,
-        &key,
-    )?;
+    let (loaded, key) = load_offline(&args.hooks, &args.common)?;
     if let Some(w) = loaded.unlabelled_warning() {
         tracing::warn!("{w}");
     }
     let set = loaded.hooks;
-    let body = std::fs::read(&args.event).with_context(|| format!("{}", args.event.display()))?;
+    let body = read_event(&args.event)?;
     let native = match args.dialect {
         Some(dialect) => {
             let options = agenthooks_dispatcher::dialect::CallOptions {

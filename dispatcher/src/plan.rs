@@ -96,22 +96,18 @@ mod tests {
     use agenthooks_crds::Edition;
     use agenthooks_crds::snapshot::SnapshotHook;
 
+    use crate::hookset::tests::source;
+
+    const H: &str =
+        "event: pre_tool_use\nhandler: {type: http, http: {url: 'https://a.example'}}\n";
+
     fn hook(name: &str, extra: &str) -> SnapshotHook {
-        SnapshotHook {
-            uid: format!("uid-{name}"),
-            namespace: "tenant-acme".into(),
-            name: name.into(),
-            generation: 1,
-            created_at: "2026-01-01T00:00:00Z".into(),
-            namespace_tenant: "acme".into(),
-            spec: serde_norway::from_str(&format!(
-                "event: pre_tool_use\nhandler: {{type: http, http: {{url: 'https://a.example'}}}}\n{extra}"
-            ))
-            .unwrap(),
-            sealed_headers: vec![],
-            open_breakers: vec![],
-            reset_token: None,
-        }
+        source(
+            "tenant-acme",
+            name,
+            &format!("{H}{extra}"),
+            "2026-01-01T00:00:00Z",
+        )
     }
 
     fn event(json: serde_json::Value) -> Event {
