@@ -119,18 +119,23 @@ pub async fn decide(engine: &Engine, set: &HookSet, event: Event) -> Decision {
     let agent = event.agent_id.clone();
     let tool = event.tool().map(str::to_string);
     let hooks = set.select(event.event, &event.tenant_id, &agent, tool.as_deref());
-    drive(engine, &Live(engine), hooks, event, Filters::AfterMatcher).await
+    drive(
+        engine,
+        &Live(engine),
+        hooks,
+        event,
+        Filters::Apply(Matcher::Applied),
+    )
+    .await
 }
 
 /// Whether the driver applies each hook's `matcher` and `ifExpr`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Filters {
     /// As dispatch does: a hook whose filters do not select the event is skipped, a CEL
-    /// error is the hook's `error`.
-    Apply,
-    /// As [`Filters::Apply`] for hooks whose `matcher` was already applied
-    /// ([`HookSet::select`]): `toolKinds` and `ifExpr` only.
-    AfterMatcher,
+    /// error is the hook's `error`. [`Matcher::Applied`] for hooks that come from
+    /// [`HookSet::select`], which applied their `matcher` already.
+    Apply(Matcher),
     /// Run every hook given (a forced dry run).
     Skip,
 }
@@ -165,17 +170,11 @@ pub async fn drive<'h, O: RunObserver>(
         // Filters first: a hook that does not match costs no clock read and no I/O.
         let filter = match filters {
             Filters::Skip => Ok(()),
-            Filters::Apply | Filters::AfterMatcher => {
-                let matcher = match filters {
-                    Filters::Apply => Matcher::Test,
-                    _ => Matcher::Applied,
-                };
-                match filters_match(hook, &event, &mut scope, matcher) {
-                    Ok(false) => continue,
-                    Ok(true) => Ok(()),
-                    Err(e) => Err(e),
-                }
-            }
+            Filters::Apply(matcher) => match filters_match(hook, &event, &mut scope, matcher) {
+                Ok(false) => continue,
+                Ok(true) => Ok(()),
+                Err(e) => Err(e),
+            },
         };
         let own = Duration::from_millis(hook.compiled.timeout_ms);
         let json = event_json.get_or_insert_with(|| {

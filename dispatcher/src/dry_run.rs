@@ -32,7 +32,7 @@ use crate::decision::outcome::PromptMetadata;
 use crate::event::{Event, MAX_LOOP_DEPTH};
 use crate::hookset::{HookSet, LoadedHook};
 use crate::observer::Dry;
-use crate::runner::Engine;
+use crate::runner::{Engine, Matcher};
 
 /// Options of one dry run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -209,7 +209,7 @@ pub async fn dry_run(
     let filters = if options.force {
         Filters::Skip
     } else {
-        Filters::Apply
+        Filters::Apply(Matcher::Test)
     };
     let decision = drive(engine, &Dry, std::iter::once(hook), event.clone(), filters).await;
     fill_result(&mut report, event, decision, blocking);

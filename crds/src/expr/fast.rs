@@ -231,15 +231,22 @@ impl Fast {
             // CEL's && and || are commutative over errors: a side that is false (&&) or
             // true (||) decides even when the other errs. Unsure on either side with the
             // other not deciding: the interpreter decides.
-            Fast::And(x, y) => match (x.eval(b), y.eval(b)) {
-                (Some(false), _) | (_, Some(false)) => false,
-                (Some(true), Some(true)) => true,
-                _ => return None,
+            // The right side is read only when the left does not decide.
+            Fast::And(x, y) => match x.eval(b) {
+                Some(false) => false,
+                left => match (left, y.eval(b)) {
+                    (_, Some(false)) => false,
+                    (Some(true), Some(true)) => true,
+                    _ => return None,
+                },
             },
-            Fast::Or(x, y) => match (x.eval(b), y.eval(b)) {
-                (Some(true), _) | (_, Some(true)) => true,
-                (Some(false), Some(false)) => false,
-                _ => return None,
+            Fast::Or(x, y) => match x.eval(b) {
+                Some(true) => true,
+                left => match (left, y.eval(b)) {
+                    (_, Some(true)) => true,
+                    (Some(false), Some(false)) => false,
+                    _ => return None,
+                },
             },
             Fast::Str(r, op, lit) => {
                 let s = text(r, b)?;

@@ -438,7 +438,7 @@ async fn dispatch_and_the_dry_run_agree_on_every_case() {
             &Live(&e),
             std::iter::once(&h),
             ev.clone(),
-            Filters::Apply,
+            Filters::Apply(crate::runner::Matcher::Test),
         )
         .await;
         let dry = dry_run(&e, &h, &ev, DryRunOptions::default()).await;
