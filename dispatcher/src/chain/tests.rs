@@ -395,6 +395,67 @@ async fn non_blocking_events_answer_allow_at_once() {
     );
 }
 
+/// The same fail-closed rules through a long list, which dispatch reads through the matcher
+/// index and whose `ifExpr`s take the fast path: a CEL error on a blocking event still
+/// blocks, and a refusing hook refuses every retry of the call, however its input varies.
+#[tokio::test]
+async fn through_the_matcher_index_and_the_fast_path_errors_and_refusals_still_block() {
+    let mut hooks: Vec<SnapshotHook> = (0..30)
+        .map(|i| {
+            cmd(
+                "tenant-acme",
+                &format!("other-{i}"),
+                0,
+                "exit 2",
+                &format!("matcher: '^tool{i}$'"),
+            )
+        })
+        .collect();
+    hooks.push(cmd(
+        "tenant-acme",
+        "block-rm",
+        2,
+        "echo 'no rm' >&2; exit 2",
+        "matcher: '^exec$'\nifExpr: 'tool_input.cmd.startsWith(\"rm\")'",
+    ));
+    hooks.push(cmd(
+        "tenant-acme",
+        "typed",
+        1,
+        "exit 0",
+        "matcher: 'exec'\nifExpr: 'tool_input.n > 3'",
+    ));
+    let s = set(hooks);
+    let e = engine();
+    for (i, cmd) in ["rm -rf /", "rm x", "rm", "rm\t-rf /home"]
+        .iter()
+        .enumerate()
+    {
+        let d = decide(&e, &s, event(json!({"tool_input": {"cmd": cmd, "n": i}}))).await;
+        assert_eq!(
+            (d.decision, d.reason.as_deref(), d.deciding_hook.as_deref()),
+            (Verdict::Block, Some("no rm"), Some("tenant-acme/block-rm")),
+            "{cmd}"
+        );
+    }
+    // `typed` reads tool_input.n as a number: a string there is CEL's error, never false.
+    let d = decide(
+        &e,
+        &s,
+        event(json!({"tool_input": {"cmd": "ls", "n": "9"}})),
+    )
+    .await;
+    assert_eq!(d.decision, Verdict::Block);
+    assert_eq!(d.deciding_hook.as_deref(), Some("tenant-acme/typed"));
+    assert_eq!(d.hooks.last().unwrap().error_kind, Some(ErrorKind::CelEval));
+    // Missing, the same.
+    let d = decide(&e, &s, event(json!({"tool_input": {"cmd": "ls"}}))).await;
+    assert_eq!(d.decision, Verdict::Block);
+    let d = decide(&e, &s, event(json!({"tool_input": {"cmd": "ls", "n": 1}}))).await;
+    assert_eq!((d.decision, ran(&d)), (Verdict::Allow, vec![]));
+    assert_eq!(e.metrics.breaker_trips.get(), 0);
+}
+
 #[tokio::test]
 async fn a_refused_call_retried_any_number_of_times_is_refused_every_time() {
     // The talk-past of the seed's rule: five refused `rm -rf` tripped the breaker and the
