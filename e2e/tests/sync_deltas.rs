@@ -8,7 +8,9 @@
 //!   operator keeps (new hooks, an edit, a delete); once it runs again its version is
 //!   older than the kept changes, so it gets a complete snapshot, and ends serving exactly
 //!   what dispatcher 1 (which followed by deltas all along) serves.
-//! - Each dispatcher's `Ready` report holds: every hook ends `Ready=True`.
+//! - Each dispatcher's `Ready` report holds: every hook ends `Ready=True`; a new hook whose
+//!   dispatchers load it at once gets one status write (`Accepted` and `Ready=True`
+//!   together, no `Ready=Pending` first).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -67,6 +69,18 @@ fn deltas_taken(d: &DispatcherProc) -> f64 {
     )
 }
 
+/// Whether `ns` holds `n` hooks, each `Ready=True` for its current generation.
+fn all_ready(cp: &ControlPlane, ns: &str, n: usize) -> bool {
+    let list = cp.kubectl_json(&["-n", ns, "get", "agenthooks"]);
+    let items = list["items"].as_array().cloned().unwrap_or_default();
+    items.len() == n
+        && items.iter().all(|h| {
+            condition(h, "Ready").is_some_and(|c| {
+                c["status"] == "True" && c["observedGeneration"] == h["metadata"]["generation"]
+            })
+        })
+}
+
 fn want(ns: &str, hooks: &[(&str, i64)]) -> BTreeMap<String, i64> {
     hooks
         .iter()
@@ -119,6 +133,24 @@ fn edits_deletes_and_a_gap_all_end_in_the_right_served_set() {
     if !all_serve(&set) {
         panic!("the first hooks are not served by both\n{}", procs());
     }
+    let conditions_written = || {
+        metric(
+            &http_get(&format!("{}/metrics", op.admin)).1,
+            "agenthooks_operator_status_writes_total",
+            "kind=\"conditions\",outcome=\"written\"",
+        )
+    };
+    assert!(
+        wait_for(Duration::from_secs(30), || all_ready(cp, &ns, 3)),
+        "the first hooks Ready\n{}",
+        procs()
+    );
+    assert_eq!(
+        conditions_written(),
+        3.0,
+        "one status write per new hook: Accepted and Ready=True together\n{}",
+        procs()
+    );
     let full_before: Vec<f64> = ds.iter().map(full_snapshots_taken).collect();
     let deltas_before: Vec<f64> = ds.iter().map(deltas_taken).collect();
     let delta_polls = polls("delta");
@@ -203,16 +235,7 @@ fn edits_deletes_and_a_gap_all_end_in_the_right_served_set() {
     );
 
     // ---- and every hook ends Ready -------------------------------------------------------
-    let ready = wait_for(Duration::from_secs(60), || {
-        let list = cp.kubectl_json(&["-n", &ns, "get", "agenthooks"]);
-        let items = list["items"].as_array().cloned().unwrap_or_default();
-        items.len() == set.len()
-            && items.iter().all(|h| {
-                condition(h, "Ready").is_some_and(|c| {
-                    c["status"] == "True" && c["observedGeneration"] == h["metadata"]["generation"]
-                })
-            })
-    });
+    let ready = wait_for(Duration::from_secs(60), || all_ready(cp, &ns, set.len()));
     assert!(
         ready,
         "every hook Ready=True\n{}\n{}",
