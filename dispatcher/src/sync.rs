@@ -12,7 +12,8 @@
 //! dispatcher keeps serving its last set and asks for a complete snapshot at once
 //! (`full=true`). Deltas are asked for once a complete snapshot's digest matched the one
 //! computed here ([`SyncedSet::takes_deltas`]); an operator that sends none answers with
-//! complete snapshots, which are always taken. With
+//! complete snapshots, which are always taken. Under a stream of changes the polls are
+//! paced ([`BUILD_PACE`]). With
 //! several operator URLs each poll goes to the one that answered last and moves on to
 //! the next on a 503, an error or a timeout ([`OperatorUrls`]). On any failure the
 //! dispatcher keeps serving its last good snapshot and retries with backoff (250 ms
@@ -41,11 +42,13 @@ use crate::synced::{Absorbed, SyncError, SyncedSet};
 /// Seconds the operator may hold a poll open.
 pub const POLL_WAIT_SECONDS: u64 = 30;
 
-/// After taking an answer, the next poll waits this many times as long as taking it took
+/// After taking a delta that spans more than one version (changes came faster than this
+/// dispatcher took them), the next poll waits this many times as long as taking it took
 /// (at most [`MAX_PACE_WAIT`]): under a steady stream of changes (10,000 hooks applied at
-/// once) rebuilding the set then takes at most a quarter of a core, each rebuild covering
-/// the changes that came meanwhile. A change after a quiet spell is taken at once.
-pub const BUILD_PACE: u32 = 3;
+/// once) rebuilding the set then takes at most a third of a core, each rebuild covering
+/// the changes that came meanwhile. Changes that come one version at a time (edits, even
+/// back to back) are taken at once.
+pub const BUILD_PACE: u32 = 2;
 
 /// Longest wait of [`BUILD_PACE`].
 pub const MAX_PACE_WAIT: Duration = Duration::from_millis(500);
@@ -272,7 +275,12 @@ pub async fn follow(
                 unavailable = Some(list);
                 let took = started.elapsed();
                 state.engine.metrics.sync_lag.observe(took.as_secs_f64());
-                next_poll = Instant::now() + (took * BUILD_PACE).min(MAX_PACE_WAIT);
+                let streaming = taken.absorbed == Absorbed::Delta
+                    && new_epoch == epoch
+                    && new_version > version + 1;
+                if streaming {
+                    next_poll = Instant::now() + (took * BUILD_PACE).min(MAX_PACE_WAIT);
+                }
                 epoch = new_epoch;
                 version = new_version;
                 backoff = Duration::from_millis(250);

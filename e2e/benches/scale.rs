@@ -12,9 +12,10 @@
 //!    since on two cores it is most of it.
 //! 2. **One edit → enforced by every dispatcher**, `AGENTHOOKS_BENCH_EDITS` (30) times with
 //!    the `N` hooks present: a blocking `pre_tool_use` hook (an HTTP hook answering `block`)
-//!    gets a new `matcher` (`^edit-K$`) by `kubectl apply`; the clock starts before kubectl
-//!    does, and stops once both dispatchers answer a `POST /v1/dispatch` for tool `edit-K`
-//!    with `block` (each polled every 2 ms from the moment kubectl starts). p50, p99, max.
+//!    gets a new `matcher` (`^edit-K$`) by `kubectl apply`, 300 ms after the previous edit
+//!    was enforced; the clock starts before kubectl does, and stops once both dispatchers
+//!    answer a `POST /v1/dispatch` for tool `edit-K` with `block` (each polled every 2 ms
+//!    from the moment kubectl starts). p50, p99, max.
 //! 3. **RSS** (`VmRSS`, and the peak `VmHWM`) of the operator and of each dispatcher after
 //!    the edits, from `/proc`.
 //!
@@ -422,6 +423,10 @@ async fn run(n: usize, client: &reqwest::Client) -> Row {
     // ---- 2. one edit → enforced by every dispatcher ------------------------------------
     let mut took = Vec::new();
     for k in 1..=edits {
+        // One edit at a time: the operator publishes changes that come within
+        // PUBLISH_DEBOUNCE (100 ms) of its last publish together, which a stream of edits
+        // would measure instead.
+        tokio::time::sleep(Duration::from_millis(300)).await;
         let yaml = edit_hook(&ns, k, &block_url);
         let t = Instant::now();
         let apply = std::thread::spawn(move || {

@@ -8,9 +8,14 @@
 //!   operator keeps (new hooks, an edit, a delete); once it runs again its version is
 //!   older than the kept changes, so it gets a complete snapshot, and ends serving exactly
 //!   what dispatcher 1 (which followed by deltas all along) serves.
-//! - Each dispatcher's `Ready` report holds: every hook ends `Ready=True`.
+//! - Each dispatcher's `Ready` report holds: every hook ends `Ready=True`; a new hook whose
+//!   dispatchers load it at once gets one status write (`Accepted` and `Ready=True`
+//!   together, no `Ready=Pending` first).
 
 use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agenthooks_e2e::stack::{
@@ -67,6 +72,67 @@ fn deltas_taken(d: &DispatcherProc) -> f64 {
     )
 }
 
+/// Follows the AgentHooks of `ns` from now on (`kubectl get --raw ...?watch=1`, in a
+/// thread): (event type, name, `Ready` status or `""`) of each change.
+fn watch_changes(cp: &ControlPlane, ns: &str) -> Arc<Mutex<Vec<(String, String, String)>>> {
+    let path = format!("/apis/agenthooks.io/v1alpha1/namespaces/{ns}/agenthooks");
+    let list: Value = serde_json::from_str(&cp.kubectl_ok(&["get", "--raw", &path])).unwrap();
+    let rv = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut child = Command::new(&cp.kubectl_bin)
+        .arg("--kubeconfig")
+        .arg(&cp.kubeconfig)
+        .args([
+            "get",
+            "--raw",
+            &format!("{path}?watch=1&resourceVersion={rv}&timeoutSeconds=300"),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            let Ok(ev) = serde_json::from_str::<Value>(&line) else {
+                continue;
+            };
+            let ready = condition(&ev["object"], "Ready")
+                .and_then(|c| c["status"].as_str().map(str::to_string))
+                .unwrap_or_default();
+            sink.lock().unwrap().push((
+                ev["type"].as_str().unwrap_or_default().to_string(),
+                ev["object"]["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                ready,
+            ));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    });
+    seen
+}
+
+/// Whether `ns` holds `n` hooks, each `Ready=True` for its current generation.
+fn all_ready(cp: &ControlPlane, ns: &str, n: usize) -> bool {
+    let list = cp.kubectl_json(&["-n", ns, "get", "agenthooks"]);
+    let items = list["items"].as_array().cloned().unwrap_or_default();
+    items.len() == n
+        && items.iter().all(|h| {
+            condition(h, "Ready").is_some_and(|c| {
+                c["status"] == "True" && c["observedGeneration"] == h["metadata"]["generation"]
+            })
+        })
+}
+
 fn want(ns: &str, hooks: &[(&str, i64)]) -> BTreeMap<String, i64> {
     hooks
         .iter()
@@ -112,12 +178,36 @@ fn edits_deletes_and_a_gap_all_end_in_the_right_served_set() {
         )
     };
 
+    // Every change of this namespace's hooks, as the API server tells watchers.
+    let changes = watch_changes(cp, &ns);
     for name in ["a", "b", "c"] {
         cp.apply_yaml(&hook(&ns, name, &format!("^{name}$")));
     }
     let set = want(&ns, &[("a", 1), ("b", 1), ("c", 1)]);
     if !all_serve(&set) {
         panic!("the first hooks are not served by both\n{}", procs());
+    }
+    assert!(
+        wait_for(Duration::from_secs(30), || all_ready(cp, &ns, 3)),
+        "the first hooks Ready\n{}",
+        procs()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    {
+        let seen = changes.lock().unwrap();
+        for name in ["a", "b", "c"] {
+            let modified: Vec<&String> = seen
+                .iter()
+                .filter(|(kind, n, _)| kind == "MODIFIED" && n == name)
+                .map(|(_, _, ready)| ready)
+                .collect();
+            assert_eq!(
+                modified,
+                ["True"],
+                "{name}: one status write, Accepted and Ready=True together (no Ready=Pending first): {seen:?}\n{}",
+                procs()
+            );
+        }
     }
     let full_before: Vec<f64> = ds.iter().map(full_snapshots_taken).collect();
     let deltas_before: Vec<f64> = ds.iter().map(deltas_taken).collect();
@@ -203,16 +293,7 @@ fn edits_deletes_and_a_gap_all_end_in_the_right_served_set() {
     );
 
     // ---- and every hook ends Ready -------------------------------------------------------
-    let ready = wait_for(Duration::from_secs(60), || {
-        let list = cp.kubectl_json(&["-n", &ns, "get", "agenthooks"]);
-        let items = list["items"].as_array().cloned().unwrap_or_default();
-        items.len() == set.len()
-            && items.iter().all(|h| {
-                condition(h, "Ready").is_some_and(|c| {
-                    c["status"] == "True" && c["observedGeneration"] == h["metadata"]["generation"]
-                })
-            })
-    });
+    let ready = wait_for(Duration::from_secs(60), || all_ready(cp, &ns, set.len()));
     assert!(
         ready,
         "every hook Ready=True\n{}\n{}",

@@ -23,6 +23,9 @@ pub struct Metrics {
     pub snapshot_hooks: IntGauge,
     /// `agenthooks_operator_live_dispatchers`: dispatchers polling now or within the TTL.
     pub live_dispatchers: IntGauge,
+    /// `agenthooks_operator_ready_checks_total`: hooks the ready pass compared with their
+    /// recorded status ([`crate::reconcile::ready_pass`]): what a change costs it.
+    pub ready_checks_total: IntCounter,
     /// `agenthooks_operator_status_writes_total{kind, outcome}`: status writes of
     /// AgentHooks and TenantHookBudgets ([`crate::status::writer`]), one per write, by kind
     /// (`conditions`, `breaker_trip`, `breaker_close`, `breaker_reset`, `executions`,
@@ -111,6 +114,10 @@ impl Metrics {
             "agenthooks_snapshot_hooks",
             "Hooks in the last snapshot published to dispatchers.",
         )?;
+        let ready_checks_total = IntCounter::new(
+            "agenthooks_operator_ready_checks_total",
+            "Hooks the ready pass compared with their recorded status.",
+        )?;
         let live_dispatchers = IntGauge::new(
             "agenthooks_operator_live_dispatchers",
             "Dispatchers polling now or within the dispatcher TTL.",
@@ -151,6 +158,7 @@ impl Metrics {
         registry.register(Box::new(snapshot_version.clone()))?;
         registry.register(Box::new(snapshot_hooks.clone()))?;
         registry.register(Box::new(live_dispatchers.clone()))?;
+        registry.register(Box::new(ready_checks_total.clone()))?;
         registry.register(Box::new(status_writes_total.clone()))?;
         registry.register(Box::new(status_write_conflicts_total.clone()))?;
         registry.register(Box::new(leader.clone()))?;
@@ -263,6 +271,7 @@ impl Metrics {
             snapshot_version,
             snapshot_hooks,
             live_dispatchers,
+            ready_checks_total,
             status_writes_total,
             status_write_conflicts_total,
             leader,

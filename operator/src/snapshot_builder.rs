@@ -38,7 +38,10 @@ use crate::index::{HookKey, PublishedChanges};
 use crate::shared::Shared;
 
 /// Least time between two publishes of the publisher (changes within it are coalesced).
-pub const PUBLISH_DEBOUNCE: Duration = Duration::from_millis(25);
+/// A change after a quiet spell is published at once, so this costs a single edit
+/// nothing; while changes stream in (a bulk apply) it bounds the versions to ten a
+/// second, and so the rebuilds of every dispatcher.
+pub const PUBLISH_DEBOUNCE: Duration = Duration::from_millis(100);
 
 /// Most versions whose changes the log keeps for deltas.
 pub const MAX_HISTORY_VERSIONS: usize = 1024;

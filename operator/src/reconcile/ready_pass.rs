@@ -195,6 +195,10 @@ pub async fn run(
                 .filter_map(|k| hooks.get(&ObjectRef::new(&k.name).within(&k.namespace)))
                 .collect()
         };
+        shared
+            .metrics
+            .ready_checks_total
+            .inc_by(candidates.len() as u64);
         let now_time = status_now();
         let keys: Vec<Option<HookKey>> = candidates
             .iter()
@@ -301,6 +305,119 @@ mod tests {
         assert_eq!(held_by_all(&a), Some(3));
         assert_eq!(held_by_all(&live(&[("d1", Some(3)), ("d2", None)])), None);
         assert_eq!(held_by_all(&live(&[])), None);
+    }
+
+    /// The ready pass over 1,000 hooks served and recorded Ready: after its first pass over
+    /// all of them, an edit of one hook (published, then held by the dispatcher) costs it
+    /// that hook, which it re-queues, and no other.
+    #[tokio::test]
+    async fn an_edit_costs_the_ready_pass_the_edited_hook_only() {
+        use crate::index::tests::hook as indexed;
+        use crate::metrics::Metrics;
+        use crate::ready::ready_condition;
+        use crate::shared::Shared;
+        use crate::status::{accepted_condition, plan};
+        use agenthooks_crds::AgentHookStatus;
+        use k8s_openapi::api::core::v1::Namespace;
+        use kube::api::PartialObjectMeta;
+        use kube::runtime::{reflector, watcher};
+
+        let shared = Shared::new(crate::shared::tests::config(), Metrics::new().unwrap());
+        shared.set_leader(true);
+        shared.set_synced(true);
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+                .unwrap();
+        let (namespaces, _ns_writer) = reflector::store::<PartialObjectMeta<Namespace>>();
+        let ctx = Arc::new(Context::new(shared.clone(), client, namespaces));
+        ctx.hooks_listed.send_replace(true);
+        ctx.namespaces_listed.send_replace(true);
+        let (hooks, mut writer) = reflector::store::<AgentHook>();
+
+        // What the operator would have written for generation `g` served from version `v`.
+        let object = |name: &str, g: i64, recorded: i64| {
+            let mut h = AgentHook::new(name, crate::index::tests::spec(0));
+            h.metadata.namespace = Some("ns".into());
+            h.metadata.uid = Some(format!("u-{name}"));
+            h.metadata.generation = Some(g);
+            let mut live = LiveDispatchers::default();
+            live.0.insert("d1".into(), Some(1));
+            let desired = [
+                accepted_condition(&crate::index::Verdict::Accepted),
+                ready_condition(
+                    Publication::Published {
+                        served_from: Some(1),
+                    },
+                    &live,
+                    "",
+                    recorded,
+                ),
+            ];
+            let p = plan(None, recorded, &desired, &status_now()).unwrap();
+            h.status = Some(AgentHookStatus {
+                observed_generation: Some(recorded),
+                conditions: p.conditions,
+                ..Default::default()
+            });
+            h
+        };
+        let names: Vec<String> = (0..1000).map(|i| format!("h{i}")).collect();
+        for name in &names {
+            writer.apply_watcher_event(&watcher::Event::Apply(object(name, 1, 1)));
+            lock(&shared.index).apply(indexed("ns", name, &format!("u-{name}"), 1));
+        }
+        assert_eq!(shared.publish_now().unwrap(), Some(1));
+        lock(&shared.tracker)
+            .begin_poll("d1", &shared.epoch, 1, Instant::now())
+            .unwrap();
+
+        let (requeue_tx, mut requeued) = futures::channel::mpsc::unbounded();
+        let (touched_tx, touched) = futures::channel::mpsc::unbounded();
+        let cancel = CancellationToken::new();
+        tokio::spawn(run(
+            ctx.clone(),
+            hooks.clone(),
+            requeue_tx,
+            touched,
+            cancel.clone(),
+        ));
+        let checks = || shared.metrics.ready_checks_total.get();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while checks() < 1000 {
+            assert!(Instant::now() < deadline, "no full pass: {}", checks());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(requeued.try_recv().is_err(), "every recorded status holds");
+        let before = checks();
+
+        // h7 edited: generation 2 in the store (status still of 1), reconciled into the
+        // index and published; the dispatcher then holds version 2.
+        writer.apply_watcher_event(&watcher::Event::Apply(object("h7", 2, 1)));
+        let _ = touched_tx.unbounded_send(HookKey::new("ns", "h7"));
+        lock(&shared.index).apply(indexed("ns", "h7", "u-h7", 2));
+        assert_eq!(shared.publish_now().unwrap(), Some(2));
+        {
+            let mut tracker = lock(&shared.tracker);
+            tracker.end_poll("d1", Instant::now());
+            tracker
+                .begin_poll("d1", &shared.epoch, 2, Instant::now())
+                .unwrap();
+        }
+        shared.tracker_changed.notify_one();
+        let got = tokio::time::timeout(Duration::from_secs(5), requeued.next())
+            .await
+            .expect("h7 re-queued")
+            .unwrap();
+        assert_eq!(got.name, "h7");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(requeued.try_recv().is_err(), "only h7");
+        let cost = checks() - before;
+        assert!(
+            (1..=4).contains(&cost),
+            "the edit cost the ready pass {cost} checks, not the 1,000 hooks"
+        );
+        cancel.cancel();
     }
 
     #[test]
