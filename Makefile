@@ -4,6 +4,12 @@ CARGO ?= cargo
 LISTEN ?= 127.0.0.1:8080
 CLUSTER_DIR ?= $(CURDIR)/.cluster
 
+# A fresh clone (CI) builds without incremental state: ~8 GB of target/ that nobody there
+# reuses. A working tree that has it keeps it.
+ifeq ($(wildcard $(CURDIR)/target/debug/incremental),)
+export CARGO_INCREMENTAL ?= 0
+endif
+
 .PHONY: run test test-node e2e-kind deps build crds openapi lint bench bench-opa cluster cluster-down controlplane node fuzz fuzz-build fuzz-replay
 
 ## run: the dispatcher in standalone mode on the sample hooks, on $(LISTEN). Callers send
