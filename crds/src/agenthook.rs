@@ -112,6 +112,21 @@ pub struct AgentHookSpec {
     /// What a timeout means; default `block` for blocking events, `allow` otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_timeout: Option<OnTimeout>,
+    /// What the hook's refusals do (Gatekeeper's words): `enforce` (default) applies them;
+    /// `warn` lets the call go on with the reason added to `additionalContext` (the audit
+    /// row and metrics still record the hook's own answer); `dryrun` runs the hook off the
+    /// decision's critical path where it can and records what it would have decided, which
+    /// never changes the answer. `warn` and `dryrun` hooks never rewrite the call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enforcement_action: Option<EnforcementAction>,
+    /// What the hook's own outage means on a blocking event: `block` (default, fail-closed)
+    /// or `allow`, for a hook declared non-critical. Only an outage counts — the handler
+    /// could not be reached, spawned or run (transport, 5xx, runner unavailable, an open
+    /// breaker, a model provider's failure); an answer that is wrong, a safeguard (budget,
+    /// per-turn cap, SSRF guard, chain budget) or an `ifExpr` error still blocks. Timeouts
+    /// follow `onTimeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_error: Option<OnError>,
     /// What runs.
     pub handler: HandlerSpec,
 }
@@ -151,6 +166,10 @@ fn default_true() -> bool {
     true
 }
 
+fn is_zero_i64(n: &i64) -> bool {
+    *n == 0
+}
+
 /// Scope of a hook (seed "Scopes").
 #[derive(
     Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema,
@@ -169,6 +188,45 @@ pub enum HookScope {
 pub enum OnTimeout {
     Allow,
     Block,
+}
+
+/// What a hook's refusals do (`spec.enforcementAction`; Gatekeeper's `enforcementAction`).
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, Hash, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum EnforcementAction {
+    /// A `block` blocks, an `ask` asks.
+    #[default]
+    Enforce,
+    /// A `block` or an `ask` becomes a warning in `additionalContext`; the call goes on.
+    Warn,
+    /// The hook's answer is recorded and never changes the decision.
+    Dryrun,
+}
+
+impl EnforcementAction {
+    /// `enforce`, `warn` or `dryrun`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EnforcementAction::Enforce => "enforce",
+            EnforcementAction::Warn => "warn",
+            EnforcementAction::Dryrun => "dryrun",
+        }
+    }
+}
+
+/// What a hook's outage means on a blocking event (`spec.onError`).
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum OnError {
+    /// Fail closed: the chain stops with `block`.
+    #[default]
+    Block,
+    /// The chain goes on as if the hook had allowed (no context, no rewrite).
+    Allow,
 }
 
 /// Handler type (seed "Handler types").
@@ -403,6 +461,9 @@ pub struct ExecutionsStatus {
     pub error: i64,
     #[serde(default)]
     pub timeout: i64,
+    /// Runs that asked for a person's decision (issue 16); absent while there are none.
+    #[serde(default, skip_serializing_if = "is_zero_i64")]
+    pub ask: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_execution_time: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -168,10 +168,14 @@ pub struct ExecutionDelta {
     pub error: u64,
     #[serde(default)]
     pub timeout: u64,
+    /// Runs that asked for a person's decision (issue 16). Left out when 0, so an
+    /// operator from before `ask` reads every report that has none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub ask: u64,
     /// The latest run among these, RFC 3339 UTC.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_execution_time: Option<String>,
-    /// Its outcome: `allow`, `block`, `error` or `timeout`.
+    /// Its outcome: `allow`, `block`, `ask`, `error` or `timeout`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_decision: Option<String>,
 }
@@ -255,4 +259,8 @@ pub struct SettleResponse {
     /// True when this reservation had already been settled (nothing done twice).
     #[serde(default)]
     pub duplicate: bool,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

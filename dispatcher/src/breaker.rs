@@ -34,7 +34,7 @@ pub const MAX_TENANTS: usize = 4096;
 /// `timeout`/`error` its faults.
 pub fn class(outcome: Outcome) -> RunClass {
     match outcome {
-        Outcome::Allow | Outcome::Block => RunClass::Answer,
+        Outcome::Allow | Outcome::Block | Outcome::Ask => RunClass::Answer,
         Outcome::Timeout => RunClass::Fault(FaultKind::Timeout),
         Outcome::Error => RunClass::Fault(FaultKind::Error),
     }

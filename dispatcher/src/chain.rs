@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use agenthooks_crds::agenthook::EnforcementAction;
 use bytes::Bytes;
 use serde::Serialize;
 use serde_json::Value;
@@ -18,14 +19,19 @@ use crate::decision::outcome::Outcome;
 use crate::event::Event;
 use crate::hookset::{HOOK_UNAVAILABLE, HookSet, LoadedHook};
 use crate::observer::{Live, RunObserver};
-use crate::runner::{Engine, HookRun, LazyScope, Matcher, filters_match, run_hook, run_matched};
+use crate::runner::{
+    Engine, HookRun, LazyScope, Matcher, filters_match, run_matched, spawn_background,
+};
 
-/// `allow` or `block`: the answer to the agent runtime.
+/// `allow`, `ask` or `block`: the answer to the agent runtime. `ask` reaches only a
+/// caller that accepts it ([`Decision::for_caller`]); the others get `block`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
     Allow,
     Block,
+    /// A hook wants a person to decide, and no hook blocked.
+    Ask,
 }
 
 /// The response of `POST /v1/dispatch` (DESIGN "Dispatch API"; CONTRACT §4.4–4.6).
@@ -35,13 +41,13 @@ pub struct Decision {
     /// The event's `event_id` (generated when the request had none).
     #[serde(rename = "event_id")]
     pub event_id: String,
-    /// `allow` or `block`.
+    /// `allow`, `block`, or `ask` (for a caller that accepts it).
     pub decision: Verdict,
-    /// Why it blocked: the deciding hook's reason, or `LoopDepthExceeded`,
+    /// Why it blocked or asks: the deciding hook's reason, or `LoopDepthExceeded`,
     /// `ChainBudgetExceeded`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// `namespace/name` of the hook that decided a block.
+    /// `namespace/name` of the hook that decided a block or an ask.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deciding_hook: Option<String>,
     /// Contexts of allowing hooks, in order, joined by a blank line.
@@ -67,6 +73,17 @@ impl Decision {
             updated_input: None,
             hooks: Vec::new(),
         }
+    }
+
+    /// The decision as a caller gets it: `ask` stays `ask` for a caller that accepts it
+    /// (`accept: ["ask"]`, a native endpoint whose runtime can ask) and is `block`, with
+    /// the same reason and deciding hook, for any other — fail-closed: a caller that
+    /// cannot ask a person must not run the call.
+    pub fn for_caller(mut self, accepts_ask: bool) -> Decision {
+        if self.decision == Verdict::Ask && !accepts_ask {
+            self.decision = Verdict::Block;
+        }
+        self
     }
 }
 
@@ -166,6 +183,7 @@ pub async fn drive<'h, O: RunObserver>(
     let mut event_json: Option<Bytes> = None;
     let mut scope = LazyScope::default();
     let mut contexts: Vec<String> = Vec::new();
+    let mut asked: Option<(String, String)> = None;
     for hook in hooks {
         // Filters first: a hook that does not match costs no clock read and no I/O.
         let filter = match filters {
@@ -180,12 +198,24 @@ pub async fn drive<'h, O: RunObserver>(
         let json = event_json.get_or_insert_with(|| {
             Bytes::from(serde_json::to_vec(&event).expect("an event serializes"))
         });
+        // A dryrun hook never changes the answer: where the observer can, it runs off the
+        // decision's critical path, on the event as this hook would have seen it.
+        if hook.compiled.enforcement_action == EnforcementAction::Dryrun
+            && filter.is_ok()
+            && observer.shadow(hook, &event, json)
+        {
+            continue;
+        }
         let left = deadline.saturating_duration_since(Instant::now());
         let (timeout, cut_by_budget) = match rules::slot(left, own) {
             Slot::Run {
                 timeout,
                 cut_by_budget,
             } => (timeout, cut_by_budget),
+            // A dryrun hook never changes the answer, not even by finding no budget left.
+            Slot::Spent if hook.compiled.enforcement_action == EnforcementAction::Dryrun => {
+                continue;
+            }
             Slot::Spent => {
                 decision.decision = Verdict::Block;
                 decision.reason = Some(CHAIN_BUDGET_EXCEEDED.into());
@@ -201,6 +231,7 @@ pub async fn drive<'h, O: RunObserver>(
                     error_kind: Some(ErrorKind::ChainBudget),
                     mutation_denied: false,
                     prompt: None,
+                    enforcement_action: hook.compiled.enforcement_action,
                     result: None,
                 });
                 observer.not_run(hook, &event, json, CHAIN_BUDGET_EXCEEDED);
@@ -224,10 +255,13 @@ pub async fn drive<'h, O: RunObserver>(
             key: &hook.key,
             master: hook.compiled.master,
             on_timeout: hook.compiled.on_timeout,
+            enforcement: hook.compiled.enforcement_action,
+            on_error: hook.compiled.on_error,
         };
         let ran = Ran {
             outcome: result.outcome,
             reason: result.reason.as_deref(),
+            error_kind: result.error_kind,
             cut_by_budget,
             additional_context: result.additional_context.clone(),
             updated_input: result.updated_input.clone(),
@@ -252,8 +286,14 @@ pub async fn drive<'h, O: RunObserver>(
                 context,
                 rewrite,
                 mutation_denied,
+                ask,
             } => {
                 contexts.extend(context);
+                if let Some(reason) = ask
+                    && asked.is_none()
+                {
+                    asked = Some((reason, hook.key.clone()));
+                }
                 if mutation_denied {
                     run.mutation_denied = true;
                     observer.mutation_denied(hook, &event);
@@ -270,6 +310,12 @@ pub async fn drive<'h, O: RunObserver>(
         decision.hooks.push(run);
     }
     if decision.decision == Verdict::Allow {
+        // block beats ask beats allow: the first asking hook decides, if nothing blocked.
+        if let Some((reason, hook)) = asked {
+            decision.decision = Verdict::Ask;
+            decision.reason = Some(reason);
+            decision.deciding_hook = Some(hook);
+        }
         decision.additional_context = rules::joined_contexts(&contexts);
     }
     observer.decided(&event, started.elapsed());
@@ -290,33 +336,7 @@ pub fn observe(engine: &Engine, set: Arc<HookSet>, event: Event) -> (Decision, u
     let event_json = Bytes::from(serde_json::to_vec(&*event).expect("an event serializes"));
     let mut started = 0;
     for hook in set.select(event.event, &event.tenant_id, &event.agent_id, event.tool()) {
-        let Ok(permit) = Arc::clone(&engine.background).try_acquire_owned() else {
-            engine.metrics.background_shed.inc();
-            tracing::warn!(hook = %hook.key, event = %event.event, "background hook queue full; run shed");
-            continue;
-        };
-        let (engine, hook, event, event_json) = (
-            engine.clone(),
-            Arc::clone(hook),
-            Arc::clone(&event),
-            event_json.clone(),
-        );
-        started += 1;
-        tokio::spawn(async move {
-            let mut scope = LazyScope::default();
-            let timeout = Duration::from_millis(hook.compiled.timeout_ms);
-            let _ = run_hook(
-                &engine,
-                &hook,
-                &event,
-                &event_json,
-                &mut scope,
-                Matcher::Applied,
-                timeout,
-            )
-            .await;
-            drop(permit);
-        });
+        started += usize::from(spawn_background(engine, hook, &event, &event_json));
     }
     (decision, started)
 }

@@ -16,6 +16,8 @@ pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 pub const MAX_TOOL_INPUT_BYTES: usize = 256 * 1024;
 /// Deepest nesting of objects and arrays inside `tool_input`.
 pub const MAX_TOOL_INPUT_DEPTH: usize = 32;
+/// Most entries in [`Event::accept`].
+pub const MAX_ACCEPT: usize = 4;
 /// Sub-agent depth bound (seed `MaxLoopDepth`): `depth > 3` runs no hook.
 pub const MAX_LOOP_DEPTH: i64 = 3;
 /// Longest id or key taken from a caller (`event_id`, `session_id`, `tenant_id`,
@@ -105,6 +107,21 @@ pub struct Event {
     /// kept for [`Event::refresh_tool`]. Set by the dialect adapters only.
     #[serde(skip)]
     pub tool_hints: ToolHints,
+    /// Answers the caller can act on beside `allow` and `block` (issue 16): `["ask"]` lets
+    /// the answer be `ask` — a hook wants a person to decide. Without it an `ask` is
+    /// answered `block` with the same reason (fail-closed). At most [`MAX_ACCEPT`] entries.
+    /// Never passed to handlers.
+    #[serde(default, skip_serializing)]
+    #[schemars(length(max = 4))]
+    pub accept: Vec<Accept>,
+}
+
+/// An answer a caller can act on beside `allow` and `block` ([`Event::accept`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Accept {
+    /// The caller can ask a person (or hold the call) when the answer is `ask`.
+    Ask,
 }
 
 /// Reads a `"tool"` key of a request and keeps nothing of it: the facts are ours to derive.
@@ -275,7 +292,13 @@ impl Event {
             caller: None,
             tool: None,
             tool_hints: ToolHints::default(),
+            accept: Vec::new(),
         }
+    }
+
+    /// Whether the caller accepts an `ask` answer ([`Event::accept`]).
+    pub fn accepts_ask(&self) -> bool {
+        self.accept.contains(&Accept::Ask)
     }
 
     /// The checks of [`Event::parse`] ([`Event::check`]) and the tool facts, for an event
@@ -303,6 +326,12 @@ impl Event {
         }
         if self.depth < 0 {
             return Err(EventError::invalid("depth", "must not be negative"));
+        }
+        if self.accept.len() > MAX_ACCEPT {
+            return Err(EventError::invalid(
+                "accept",
+                format!("lists {} answers; at most {MAX_ACCEPT}", self.accept.len()),
+            ));
         }
         // Every id and key the caller chose (CONTRACT §10.2): bounded, and, as names and
         // ids end up in logs, metrics labels and audit rows, free of NUL, newline, escape

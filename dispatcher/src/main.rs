@@ -60,7 +60,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Prints the decision for one event as JSON (with --dialect: a runtime's payload, and
-    /// the answer that runtime would get); exit 0 allow, 2 block, 1 error.
+    /// the answer that runtime would get); exit 0 allow, 2 block, 3 ask, 1 error.
     Check(CheckArgs),
     /// Runs N reserve -> hold -> settle cycles against the operator's budget endpoints
     /// (the same code handlers use) and prints one JSON line: {"granted", "refused",
@@ -618,6 +618,7 @@ fn main() -> ExitCode {
         Some(Command::Check(args)) => match runtime.block_on(check(args)) {
             Ok(Verdict::Allow) => ExitCode::from(0),
             Ok(Verdict::Block) => ExitCode::from(2),
+            Ok(Verdict::Ask) => ExitCode::from(3),
             Err(e) => {
                 eprintln!("error: {e:#}");
                 ExitCode::from(1)
@@ -829,6 +830,7 @@ async fn check(args: CheckArgs) -> anyhow::Result<Verdict> {
                 event: args.native_event.clone(),
                 agent_id: None,
                 tenant_id: args.tenant_id.clone(),
+                ask: None,
             };
             let call = agenthooks_dispatcher::dialect::parse(dialect, &body, &options)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", args.event.display()))?;

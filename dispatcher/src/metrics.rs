@@ -114,11 +114,12 @@ struct HotSeries {
     decision_duration: Vec<Histogram>,
 }
 
-const OUTCOMES: [Outcome; 4] = [
+const OUTCOMES: [Outcome; 5] = [
     Outcome::Allow,
     Outcome::Block,
     Outcome::Error,
     Outcome::Timeout,
+    Outcome::Ask,
 ];
 const HANDLERS: [HandlerType; 3] = [HandlerType::Command, HandlerType::Http, HandlerType::Prompt];
 

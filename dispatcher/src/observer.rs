@@ -68,6 +68,11 @@ pub trait RunObserver {
 
     /// A blocking decision took `elapsed`.
     fn decided(&self, event: &Event, elapsed: Duration);
+
+    /// A `dryrun` hook matched `event`: true when the observer runs it off the decision's
+    /// critical path (the driver goes on without it), false to have the driver run it in
+    /// place (its answer is recorded and changes nothing either way).
+    fn shadow(&self, hook: &Arc<LoadedHook>, event: &Event, event_json: &Bytes) -> bool;
 }
 
 /// Dispatch: every effect of a run.
@@ -173,6 +178,12 @@ impl RunObserver for Live<'_> {
     fn decided(&self, event: &Event, elapsed: Duration) {
         self.0.metrics.record_decision(event.event, elapsed);
     }
+
+    fn shadow(&self, hook: &Arc<LoadedHook>, event: &Event, event_json: &Bytes) -> bool {
+        // Shed when the background slots are full: a dryrun run is never worth a stall.
+        crate::runner::spawn_background(self.0, hook, &Arc::new(event.clone()), event_json);
+        true
+    }
 }
 
 /// Hands one handler run to the hook's breaker for `tenant` and reports what changed
@@ -239,4 +250,8 @@ impl RunObserver for Dry {
     fn mutation_denied(&self, _: &LoadedHook, _: &Event) {}
     fn depth_exceeded(&self, _: &Event) {}
     fn decided(&self, _: &Event, _: Duration) {}
+    /// A dry run shows every hook's answer: a dryrun hook runs in place.
+    fn shadow(&self, _: &Arc<LoadedHook>, _: &Event, _: &Bytes) -> bool {
+        false
+    }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agenthooks_crds::Edition;
-use agenthooks_crds::agenthook::HandlerType;
+use agenthooks_crds::agenthook::{EnforcementAction, HandlerType};
 use agenthooks_crds::expr::{Bindings, EvalScope, IfExpr};
 use agenthooks_crds::rules::breaker::Admission;
 use agenthooks_crds::sealed::SealKey;
@@ -110,6 +110,11 @@ pub struct HookRun {
     /// A prompt run's model, tokens, `injectionDetected` and `cacheHit`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt: Option<PromptMetadata>,
+    /// The hook's `enforcementAction` when it is not `enforce`: `decision` is then what the
+    /// hook would have decided, and did not (`dryrun`) or only as a warning (`warn`).
+    #[serde(skip_serializing_if = "is_enforce")]
+    #[schemars(with = "Option<EnforcementAction>")]
+    pub enforcement_action: EnforcementAction,
     #[serde(skip)]
     pub result: Option<HandlerResult>,
 }
@@ -287,8 +292,13 @@ pub async fn run_matched<O: RunObserver>(
             .as_ref()
             .is_some_and(|p| p.rewrite_denied),
         prompt: result.metadata.prompt.clone(),
+        enforcement_action: hook.compiled.enforcement_action,
         result: Some(result),
     }
+}
+
+fn is_enforce(a: &EnforcementAction) -> bool {
+    *a == EnforcementAction::Enforce
 }
 
 /// The handler alone, as [`run_handler`] runs it, except that a prompt hook goes through
@@ -340,6 +350,46 @@ pub async fn run_hook(
         )
         .await,
     )
+}
+
+/// Runs `hook` on `event` in its own task, off the caller's path, with the hook's own
+/// timeout and its filters (its `matcher` applied already), when one of the
+/// [`BACKGROUND_SLOTS`] is free (CONTRACT §1.2). Returns false when the run was shed (counted
+/// in `agenthooks_background_shed_total`). Non-blocking events' hooks and `dryrun` hooks
+/// run here.
+pub fn spawn_background(
+    engine: &Engine,
+    hook: &Arc<LoadedHook>,
+    event: &Arc<Event>,
+    event_json: &Bytes,
+) -> bool {
+    let Ok(permit) = Arc::clone(&engine.background).try_acquire_owned() else {
+        engine.metrics.background_shed.inc();
+        tracing::warn!(hook = %hook.key, event = %event.event, "background hook queue full; run shed");
+        return false;
+    };
+    let (engine, hook, event, event_json) = (
+        engine.clone(),
+        Arc::clone(hook),
+        Arc::clone(event),
+        event_json.clone(),
+    );
+    tokio::spawn(async move {
+        let mut scope = LazyScope::default();
+        let timeout = Duration::from_millis(hook.compiled.timeout_ms);
+        let _ = run_hook(
+            &engine,
+            &hook,
+            &event,
+            &event_json,
+            &mut scope,
+            Matcher::Applied,
+            timeout,
+        )
+        .await;
+        drop(permit);
+    });
+    true
 }
 
 #[cfg(test)]

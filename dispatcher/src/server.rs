@@ -437,8 +437,9 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: axum::extract::Re
         Ok(a) => authorized_event(event, a, trace_parent),
         Err(refused) => return refused,
     };
+    let accepts_ask = event.accepts_ask();
     match run(&state, &parts, set, event).await {
-        Ok(decision) => axum::Json(decision).into_response(),
+        Ok(decision) => axum::Json(decision.for_caller(accepts_ask)).into_response(),
         Err(failed) => failed,
     }
 }
@@ -630,6 +631,7 @@ async fn native_hook(
     let answer = match decision.decision {
         crate::chain::Verdict::Allow => "allow",
         crate::chain::Verdict::Block => "block",
+        crate::chain::Verdict::Ask => "ask",
     };
     count_native(&state, dialect, answer);
     axum::Json(dialect::answer(&call, &decision)).into_response()
@@ -653,11 +655,12 @@ fn call_options(query: &str) -> Result<CallOptions, (String, String)> {
             "event" => &mut options.event,
             "agent_id" => &mut options.agent_id,
             "tenant_id" => &mut options.tenant_id,
+            "ask" => &mut options.ask,
             other => {
                 return Err((
                     "query".into(),
                     format!(
-                        "query: unknown parameter {other:?}; this route takes event, agent_id and tenant_id"
+                        "query: unknown parameter {other:?}; this route takes event, agent_id, tenant_id and ask"
                     ),
                 ));
             }

@@ -31,10 +31,11 @@ struct Db {
     _dir: Option<tempfile::TempDir>,
 }
 
-async fn open(backend: Backend) -> Db {
+/// The URL of a fresh, empty database (a temp file, or a new PostgreSQL database).
+async fn fresh_url(backend: Backend) -> (String, Option<tempfile::TempDir>) {
     static N: AtomicU32 = AtomicU32::new(0);
     let n = N.fetch_add(1, Ordering::Relaxed);
-    let (url, dir) = match backend {
+    match backend {
         Backend::Sqlite => {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("audit.db");
@@ -51,7 +52,11 @@ async fn open(backend: Backend) -> Db {
             .unwrap();
             (url, None)
         }
-    };
+    }
+}
+
+async fn open(backend: Backend) -> Db {
+    let (url, dir) = fresh_url(backend).await;
     let store = AuditStore::connect(&url)
         .await
         .unwrap_or_else(|e| panic!("connect {url}: {e}"));
@@ -158,7 +163,7 @@ async fn migrations_run_at_connect_and_twice_is_harmless(db: Db) {
                 .unwrap()
         }
     };
-    assert_eq!(applied, vec![1, 2], "each migration recorded once");
+    assert_eq!(applied, vec![1, 2, 3], "each migration recorded once");
     assert_eq!(
         third.count().await.unwrap(),
         1,
@@ -749,6 +754,81 @@ on_both_backends!(
     rows_of_a_deleted_hook_stay_listed,
     a_reader_and_a_writer_work_concurrently,
 );
+
+/// A database made by the migrations from before `ask` (0001 and 0002), holding rows:
+/// connecting runs 0003, which keeps every row with its id, and then `ask` rows are taken
+/// and listed by `decision=ask` (issue 16).
+async fn an_older_database_upgrades_keeping_its_rows(backend: Backend) {
+    let (url, _dir) = fresh_url(backend).await;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../dispatcher/migrations")
+        .join(match backend {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        });
+    let before_ask = tempfile::tempdir().unwrap();
+    for f in ["0001_hook_executions.sql", "0002_hook_namespace_index.sql"] {
+        std::fs::copy(dir.join(f), before_ask.path().join(f)).unwrap();
+    }
+    let old = sqlx::migrate::Migrator::new(before_ask.path())
+        .await
+        .unwrap();
+    let mut kept = rows("old", 3);
+    kept[1].decision = Outcome::Block;
+    let old_store = match backend {
+        Backend::Sqlite => {
+            let opts: sqlx::sqlite::SqliteConnectOptions = url.parse().unwrap();
+            let pool = sqlx::SqlitePool::connect_with(opts.create_if_missing(true))
+                .await
+                .unwrap();
+            old.run(&pool).await.unwrap();
+            AuditStore::Sqlite(pool)
+        }
+        Backend::Postgres => {
+            let pool = sqlx::PgPool::connect(&url).await.unwrap();
+            old.run(&pool).await.unwrap();
+            AuditStore::Postgres(pool)
+        }
+    };
+    assert_eq!(old_store.insert_batch(&kept).await.unwrap(), 3);
+    let mut asked = row("u", "team-a", "h", "asked", Outcome::Ask, at(10, 0));
+    assert!(
+        old_store.insert_batch(&[asked.clone()]).await.is_err(),
+        "the old schema refuses ask"
+    );
+    let before = old_store.list(&query(|q| q.limit = 10)).await.unwrap().rows;
+    drop(old_store);
+
+    let store = AuditStore::connect(&url).await.expect("upgrade");
+    let after = store.list(&query(|q| q.limit = 10)).await.unwrap().rows;
+    assert_eq!(ids(&after), ids(&before), "every row kept with its id");
+    assert_eq!(
+        after.iter().map(|r| r.decision).collect::<Vec<_>>(),
+        [Outcome::Allow, Outcome::Block, Outcome::Allow]
+    );
+    asked.created_at = at(11, 0);
+    assert_eq!(store.insert_batch(&[asked]).await.unwrap(), 1);
+    let asks = store
+        .list(&query(|q| q.decision = Some(Outcome::Ask)))
+        .await
+        .unwrap()
+        .rows;
+    assert_eq!(events(&asks), ["asked"]);
+    assert!(
+        asks[0].id.unwrap() > ids(&before)[0],
+        "ids go on after the kept rows"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_sqlite_database_upgrades_keeping_its_rows() {
+    an_older_database_upgrades_keeping_its_rows(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_postgres_database_upgrades_keeping_its_rows() {
+    an_older_database_upgrades_keeping_its_rows(Backend::Postgres).await;
+}
 
 #[tokio::test]
 async fn sqlite_creates_the_file_in_wal_mode() {

@@ -141,6 +141,10 @@ pub struct CompiledHook {
     pub timeout_ms: u64,
     /// Effective `onTimeout` (absent → block for blocking events, allow otherwise).
     pub on_timeout: OnTimeout,
+    /// `spec.enforcementAction` (absent → `enforce`).
+    pub enforcement_action: crate::agenthook::EnforcementAction,
+    /// `spec.onError` (absent → `block`).
+    pub on_error: crate::agenthook::OnError,
     /// Compiled `matcher`, `None` when empty.
     pub matcher: Option<std::sync::Arc<regex::Regex>>,
     /// Compiled `ifExpr`, `None` when empty.
@@ -405,6 +409,8 @@ pub fn validate(
         master,
         timeout_ms,
         on_timeout,
+        enforcement_action: spec.enforcement_action.unwrap_or_default(),
+        on_error: spec.on_error.unwrap_or_default(),
         matcher,
         if_expr,
         tool_kinds,

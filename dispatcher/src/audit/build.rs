@@ -3,6 +3,7 @@
 //! redacts and cuts the error (§7.4), seals the full error with the current key (§7.4)
 //! and fills `metadata` (§7.5).
 
+use agenthooks_crds::agenthook::EnforcementAction;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -69,6 +70,10 @@ pub fn build_row(run: &RunRecord, keys: Option<&ErrorDetailKeys>) -> AuditRow {
         injection_detected: prompt.and_then(|p| p.injection_detected),
         trace_id: run.trace_id.clone(),
         caller: run.facts.caller.as_deref().map(|c| no_nul(c.to_owned())),
+        enforcement_action: match hook.compiled.enforcement_action {
+            EnforcementAction::Enforce => None,
+            other => Some(other.as_str().to_owned()),
+        },
     };
     AuditRow {
         id: None,

@@ -102,6 +102,10 @@ pub struct AuditMetadata {
     /// `name`, a Kubernetes user name, or `anonymous`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caller: Option<String>,
+    /// The hook's `enforcementAction` when it is not `enforce` (`warn`, `dryrun`): the row's
+    /// `decision` is then what the hook would have decided (issue 16).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enforcement_action: Option<String>,
 }
 
 impl AuditMetadata {
@@ -113,7 +117,7 @@ impl AuditMetadata {
 
 /// An `AuditRow::decision` word that is not `allow|block|error|timeout`.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("unknown audit decision {0:?}: expected allow, block, error or timeout")]
+#[error("unknown audit decision {0:?}: expected allow, block, ask, error or timeout")]
 pub struct UnknownDecision(pub String);
 
 /// Parses a stored decision word (CONTRACT §7.1).
@@ -123,6 +127,7 @@ pub fn parse_decision(word: &str) -> Result<Outcome, UnknownDecision> {
         "block" => Ok(Outcome::Block),
         "error" => Ok(Outcome::Error),
         "timeout" => Ok(Outcome::Timeout),
+        "ask" => Ok(Outcome::Ask),
         other => Err(UnknownDecision(other.to_owned())),
     }
 }
@@ -177,6 +182,7 @@ mod tests {
         for o in [
             Outcome::Allow,
             Outcome::Block,
+            Outcome::Ask,
             Outcome::Error,
             Outcome::Timeout,
         ] {

@@ -277,10 +277,11 @@ mod properties {
                     prop_assert_eq!(seen, Outcome::Error);
                 }
                 for on_timeout in [OnTimeout::Allow, OnTimeout::Block] {
-                    let rule = HookRule { key: "agenthooks-system/guard", master: true, on_timeout };
+                    let rule = HookRule::enforcing("agenthooks-system/guard", true, on_timeout);
                     let ran = Ran {
                         outcome: seen,
                         reason: None,
+                        error_kind: None,
                         cut_by_budget: false,
                         additional_context: None,
                         updated_input: None,

@@ -679,3 +679,222 @@ fn a_decisions_future_does_not_hold_a_handlers_future_inline() {
         std::mem::size_of_val(&f)
     );
 }
+
+// ---- issue 16: ask, enforcementAction, onError through the driver ----------------------
+
+const ASK: &str = r#"echo '{"decision": "ask", "reason": "a person decides"}'"#;
+
+#[tokio::test]
+async fn block_beats_ask_beats_allow_and_the_first_ask_decides() {
+    let asked = set(vec![
+        cmd("tenant-acme", "allow", 30, "exit 0", ""),
+        cmd("tenant-acme", "asker", 20, ASK, ""),
+        cmd(
+            "tenant-acme",
+            "second-asker",
+            15,
+            r#"echo '{"decision": "ask", "reason": "me too"}'"#,
+            "",
+        ),
+        cmd(
+            "tenant-acme",
+            "context",
+            10,
+            r#"echo '{"additionalContext": "ctx"}'"#,
+            "",
+        ),
+    ]);
+    let d = decide(&engine(), &asked, event(json!({}))).await;
+    assert_eq!(
+        (
+            d.decision,
+            d.reason.as_deref(),
+            d.deciding_hook.as_deref(),
+            d.additional_context.as_deref()
+        ),
+        (
+            Verdict::Ask,
+            Some("a person decides"),
+            Some("tenant-acme/asker"),
+            Some("ctx")
+        )
+    );
+    assert_eq!(
+        ran(&d),
+        [
+            ("tenant-acme/allow", Outcome::Allow),
+            ("tenant-acme/asker", Outcome::Ask),
+            ("tenant-acme/second-asker", Outcome::Ask),
+            ("tenant-acme/context", Outcome::Allow)
+        ],
+        "an ask does not stop the chain: a later hook may still block"
+    );
+    // A caller that cannot ask gets a block, same reason and hook.
+    let refused = d.clone().for_caller(false);
+    assert_eq!(
+        (
+            refused.decision,
+            refused.reason.as_deref(),
+            refused.deciding_hook.as_deref()
+        ),
+        (
+            Verdict::Block,
+            Some("a person decides"),
+            Some("tenant-acme/asker")
+        )
+    );
+    assert_eq!(d.clone().for_caller(true).decision, Verdict::Ask);
+
+    let blocked = set(vec![
+        cmd("tenant-acme", "asker", 20, ASK, ""),
+        cmd("tenant-acme", "blocker", 10, "echo 'no' >&2; exit 2", ""),
+    ]);
+    let d = decide(&engine(), &blocked, event(json!({}))).await;
+    assert_eq!(
+        (d.decision, d.deciding_hook.as_deref(), d.reason.as_deref()),
+        (Verdict::Block, Some("tenant-acme/blocker"), Some("no"))
+    );
+    assert_eq!(d.additional_context, None);
+}
+
+#[tokio::test]
+async fn a_warn_hook_warns_and_never_blocks_or_rewrites() {
+    let s = set(vec![
+        cmd(
+            "agenthooks-system",
+            "new-guard",
+            20,
+            r#"echo '{"continue": false, "stopReason": "rm is risky"}'"#,
+            "scope: global\nenforcementAction: warn",
+        ),
+        cmd(
+            "agenthooks-system",
+            "rewriter",
+            10,
+            r#"echo '{"updatedInput": {"cmd": "ls"}}'"#,
+            "scope: global\nenforcementAction: warn",
+        ),
+    ]);
+    let d = decide(&engine(), &s, event(json!({}))).await;
+    assert_eq!(d.decision, Verdict::Allow, "{d:?}");
+    assert_eq!(
+        d.additional_context.as_deref(),
+        Some("warning: agenthooks-system/new-guard would block: rm is risky"),
+        "{d:?}"
+    );
+    assert_eq!(d.updated_input, None);
+    assert_eq!(
+        ran(&d),
+        [
+            ("agenthooks-system/new-guard", Outcome::Block),
+            ("agenthooks-system/rewriter", Outcome::Allow)
+        ]
+    );
+    assert!(
+        d.hooks
+            .iter()
+            .all(|h| h.enforcement_action == EnforcementAction::Warn)
+    );
+    let body = serde_json::to_value(&d).unwrap();
+    assert_eq!(body["hooks"][0]["enforcementAction"], "warn");
+}
+
+#[tokio::test]
+async fn a_dryrun_hook_runs_off_the_critical_path_and_never_changes_the_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let s = set(vec![
+        cmd(
+            "tenant-acme",
+            "shadow",
+            20,
+            &format!("touch {}; exit 2", marker.display()),
+            "enforcementAction: dryrun",
+        ),
+        cmd("tenant-acme", "allow", 10, "exit 0", ""),
+    ]);
+    let e = engine();
+    let d = decide(&e, &s, event(json!({}))).await;
+    assert_eq!(d.decision, Verdict::Allow);
+    assert_eq!(
+        ran(&d),
+        [("tenant-acme/allow", Outcome::Allow)],
+        "the dryrun hook is not awaited by the decision"
+    );
+    // ... but it runs, and its would-be block is counted on its hook.
+    let shadow = s
+        .select(HookEvent::PreToolUse, "acme", "a1", Some("exec"))
+        .find(|h| h.name == "shadow")
+        .unwrap()
+        .clone();
+    for _ in 0..200 {
+        if shadow.counters.peek().by_outcome[1] == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(marker.exists(), "the dryrun hook ran");
+    assert_eq!(shadow.counters.peek().by_outcome, [0, 1, 0, 0, 0]);
+
+    // A dry run shows it in place, and still allows.
+    let hooks: Vec<_> = s
+        .select(HookEvent::PreToolUse, "acme", "a1", Some("exec"))
+        .cloned()
+        .collect();
+    let d = drive(
+        &e,
+        &crate::observer::Dry,
+        hooks.iter(),
+        event(json!({})),
+        Filters::Apply(Matcher::Applied),
+    )
+    .await;
+    assert_eq!(d.decision, Verdict::Allow);
+    assert_eq!(
+        ran(&d),
+        [
+            ("tenant-acme/shadow", Outcome::Block),
+            ("tenant-acme/allow", Outcome::Allow)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn on_error_allow_lets_an_outage_pass_and_nothing_else() {
+    let missing = "/nonexistent/agenthooks-hook";
+    let lenient = set(vec![cmd(
+        "tenant-acme",
+        "down",
+        10,
+        missing,
+        "onError: allow",
+    )]);
+    let d = decide(&engine(), &lenient, event(json!({}))).await;
+    assert_eq!(d.decision, Verdict::Allow);
+    assert_eq!(ran(&d), [("tenant-acme/down", Outcome::Error)]);
+
+    let strict = set(vec![cmd("tenant-acme", "down", 10, missing, "")]);
+    let d = decide(&engine(), &strict, event(json!({}))).await;
+    assert_eq!(d.decision, Verdict::Block);
+
+    // An error that is an answer, not an outage (exit 1), still blocks.
+    let answer = set(vec![cmd(
+        "tenant-acme",
+        "bad",
+        10,
+        "exit 1",
+        "onError: allow",
+    )]);
+    let d = decide(&engine(), &answer, event(json!({}))).await;
+    assert_eq!(d.decision, Verdict::Block);
+    // So does an ifExpr error: the agent's input must not open a guard.
+    let cel = set(vec![cmd(
+        "tenant-acme",
+        "cel",
+        10,
+        "exit 0",
+        "onError: allow\nifExpr: 'tool_input.cmd.size() > tool_input.missing'",
+    )]);
+    let d = decide(&engine(), &cel, event(json!({}))).await;
+    assert_eq!(d.decision, Verdict::Block);
+}

@@ -51,6 +51,7 @@ pub struct Executions {
     pub block: i64,
     pub error: i64,
     pub timeout: i64,
+    pub ask: i64,
     /// RFC 3339 and decision of the newest run.
     pub last: Option<(String, String)>,
 }
@@ -120,6 +121,7 @@ impl HookSummary {
             block: e.block,
             error: e.error,
             timeout: e.timeout,
+            ask: e.ask,
             last: e.last_execution_time.clone().zip(e.last_decision.clone()),
         });
         let mut circuit = cond("CircuitOpen");
@@ -228,6 +230,7 @@ fn loaded(h: &LoadedHook) -> HookSummary {
             block: counts.by_outcome[1] as i64,
             error: counts.by_outcome[2] as i64,
             timeout: counts.by_outcome[3] as i64,
+            ask: counts.by_outcome[4] as i64,
             last: counts
                 .last_run()
                 .map(|(ms, o)| (rfc3339_ms(ms as i64), o.as_str().to_owned())),

@@ -7,14 +7,17 @@
 //! - [`step`]: what the chain does after one hook run: `block` stops it (so do `error`, a
 //!   `timeout` with `onTimeout: block`, and a timeout cut short by the chain budget); an
 //!   `allow` goes on, its `additionalContext` collected, its `updatedInput` taken only from
-//!   the master namespace and only within the input caps.
+//!   the master namespace and only within the input caps; an `ask` goes on too (a later
+//!   `block` beats it) and is remembered. A hook's `enforcementAction` and `onError` bend
+//!   these: `warn` turns its `block`/`ask` into a warning, `dryrun` changes nothing, and
+//!   `onError: allow` lets its outage ([`ErrorKind::is_outage`]) pass.
 
 use std::time::Duration;
 
-use agenthooks_crds::agenthook::OnTimeout;
+use agenthooks_crds::agenthook::{EnforcementAction, OnError, OnTimeout};
 use serde_json::Value;
 
-use crate::decision::outcome::Outcome;
+use crate::decision::outcome::{ErrorKind, Outcome};
 use crate::event::{Event, MAX_LOOP_DEPTH};
 
 /// Reason of a block for sub-agent depth over [`MAX_LOOP_DEPTH`] (CONTRACT §1.4).
@@ -89,6 +92,23 @@ pub struct HookRule<'a> {
     pub master: bool,
     /// `onTimeout`, resolved (CONTRACT §2.2).
     pub on_timeout: OnTimeout,
+    /// `enforcementAction`, resolved (absent → `enforce`).
+    pub enforcement: EnforcementAction,
+    /// `onError`, resolved (absent → `block`).
+    pub on_error: OnError,
+}
+
+impl<'a> HookRule<'a> {
+    /// An enforcing hook that blocks on error, with `onTimeout` as given (tests, tables).
+    pub const fn enforcing(key: &'a str, master: bool, on_timeout: OnTimeout) -> Self {
+        HookRule {
+            key,
+            master,
+            on_timeout,
+            enforcement: EnforcementAction::Enforce,
+            on_error: OnError::Block,
+        }
+    }
 }
 
 /// One finished hook run, as the chain sees it.
@@ -97,6 +117,8 @@ pub struct Ran<'a> {
     pub outcome: Outcome,
     /// The handler's reason, if any.
     pub reason: Option<&'a str>,
+    /// Why an `error` (or a `timeout`).
+    pub error_kind: Option<ErrorKind>,
     /// The run's timeout was cut short by the chain budget ([`Slot::Run`]).
     pub cut_by_budget: bool,
     pub additional_context: Option<String>,
@@ -120,19 +142,74 @@ pub enum Step {
         /// An `updatedInput` from outside the master namespace was dropped (log
         /// `hooks.mutation_denied`, noted in the run).
         mutation_denied: bool,
+        /// The hook asks (its reason): the chain goes on, and answers `ask` at its end
+        /// unless a later hook blocks.
+        ask: Option<String>,
     },
 }
 
-/// The chain's rule for one run of the hook `rule` on `event` (CONTRACT §4.3–4.5).
+impl Step {
+    /// Go on with nothing taken from the run.
+    pub const NOTHING: Step = Step::Continue {
+        context: None,
+        rewrite: None,
+        mutation_denied: false,
+        ask: None,
+    };
+}
+
+/// The chain's rule for one run of the hook `rule` on `event` (CONTRACT §4.3–4.5), with
+/// the hook's `enforcementAction` and `onError` (issue 16):
+///
+/// | run | enforce | warn | dryrun |
+/// |---|---|---|---|
+/// | `block` | stop, `block` | go on, reason as a warning | go on |
+/// | `ask` | go on, remembered | go on, reason as a warning | go on |
+/// | `allow` | go on (context, master rewrite) | go on (context) | go on |
+/// | `error`, outage, `onError: allow` | go on | go on | go on |
+/// | `error`, otherwise | stop, `block` | stop, `block` | go on |
+/// | `timeout` | `onTimeout` | `onTimeout` | go on |
+///
+/// A timeout cut short by the chain budget stops the chain whatever the hook says,
+/// except for a `dryrun` hook, which never changes the answer.
 pub fn step(rule: &HookRule<'_>, ran: Ran<'_>, event: &Event) -> Step {
+    if rule.enforcement == EnforcementAction::Dryrun {
+        return Step::NOTHING;
+    }
     let block = |reason: Option<&str>| Step::Block {
         reason: reason
             .map(str::to_owned)
             .unwrap_or_else(|| format!("blocked by {}", rule.key)),
         budget_spent: false,
     };
+    let warn = rule.enforcement == EnforcementAction::Warn;
+    let mut ask = None;
     match ran.outcome {
-        Outcome::Block | Outcome::Error => return block(ran.reason),
+        Outcome::Block | Outcome::Ask if warn => {
+            let verb = if ran.outcome == Outcome::Block {
+                "would block"
+            } else {
+                "would ask"
+            };
+            let why = ran.reason.map(str::trim).filter(|r| !r.is_empty());
+            return Step::Continue {
+                context: Some(match why {
+                    Some(why) => format!("warning: {} {verb}: {why}", rule.key),
+                    None => format!("warning: {} {verb}", rule.key),
+                }),
+                rewrite: None,
+                mutation_denied: false,
+                ask: None,
+            };
+        }
+        Outcome::Block => return block(ran.reason),
+        Outcome::Error
+            if rule.on_error == OnError::Allow
+                && ran.error_kind.is_some_and(ErrorKind::is_outage) =>
+        {
+            return Step::NOTHING;
+        }
+        Outcome::Error => return block(ran.reason),
         Outcome::Timeout if ran.cut_by_budget => {
             return Step::Block {
                 reason: CHAIN_BUDGET_EXCEEDED.to_string(),
@@ -140,18 +217,21 @@ pub fn step(rule: &HookRule<'_>, ran: Ran<'_>, event: &Event) -> Step {
             };
         }
         Outcome::Timeout if rule.on_timeout == OnTimeout::Block => return block(ran.reason),
-        Outcome::Timeout => {
-            return Step::Continue {
-                context: None,
-                rewrite: None,
-                mutation_denied: false,
-            };
+        Outcome::Timeout => return Step::NOTHING,
+        Outcome::Ask => {
+            ask = Some(
+                ran.reason
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| format!("{} asks for approval", rule.key)),
+            );
         }
         Outcome::Allow => {}
     }
     let context = ran.additional_context.filter(|c| !c.is_empty());
     let (rewrite, mutation_denied) = match ran.updated_input {
         None => (None, false),
+        // A warning hook never changes the call.
+        Some(_) if warn => (None, false),
         Some(_) if !rule.master => (None, true),
         Some(new_input) if new_input.is_object() => {
             // A rewrite over the caps is refused like any oversized input.
@@ -172,6 +252,7 @@ pub fn step(rule: &HookRule<'_>, ran: Ran<'_>, event: &Event) -> Step {
         context,
         rewrite,
         mutation_denied,
+        ask,
     }
 }
 

@@ -14,6 +14,9 @@ pub enum Outcome {
     Allow,
     /// The hook stops the event (exit 2, `"decision": "block"`, `"continue": false`).
     Block,
+    /// The hook wants a person to decide (`"decision": "ask"`; Claude Code's
+    /// `permissionDecision: "ask"`). In a chain `block` beats `ask` beats `allow`.
+    Ask,
     /// The hook failed (bad exit code, transport error, 4xx, bad JSON decision, spawn
     /// failure...). Fail-closed on blocking events.
     Error,
@@ -27,6 +30,7 @@ impl Outcome {
         match self {
             Outcome::Allow => "allow",
             Outcome::Block => "block",
+            Outcome::Ask => "ask",
             Outcome::Error => "error",
             Outcome::Timeout => "timeout",
         }
@@ -155,6 +159,36 @@ impl ErrorKind {
     ];
 }
 
+impl ErrorKind {
+    /// Whether this error is the hook's *outage* — its handler could not be reached,
+    /// spawned or run — which `spec.onError: allow` lets pass. Not an outage: an answer
+    /// that is wrong (bad decision, exit status, 4xx, oversize output, a model's unusable
+    /// answer), a safeguard (SSRF guard, prompt budget, per-turn cap, chain budget), a
+    /// configuration error, or an `ifExpr` error: an agent's input can provoke most of
+    /// those, and none of them may open a guard.
+    pub fn is_outage(self) -> bool {
+        match self {
+            ErrorKind::Transport
+            | ErrorKind::Http5xx
+            | ErrorKind::RunnerUnavailable
+            | ErrorKind::SpawnFailed
+            | ErrorKind::CircuitOpen
+            | ErrorKind::Panic => true,
+            // The model provider's side (crate::handlers::prompt::client's labels).
+            ErrorKind::Prompt(kind) => matches!(
+                kind,
+                "client_unavailable"
+                    | "transport"
+                    | "provider_timeout"
+                    | "provider_rate_limited"
+                    | "provider_overloaded"
+                    | "provider_5xx"
+            ),
+            _ => false,
+        }
+    }
+}
+
 /// A snake_case string: one of [`ErrorKind::FIXED`]'s words (listed as `examples`) or a
 /// prompt run's own label, so not a closed `enum` in the API schema.
 impl schemars::JsonSchema for ErrorKind {
@@ -223,6 +257,10 @@ impl HandlerResult {
     /// A `block` with a reason.
     pub fn block(reason: impl Into<String>) -> Self {
         Self::with(Outcome::Block, Some(cut(reason.into())), None)
+    }
+    /// An `ask` with a reason (a person should decide).
+    pub fn ask(reason: impl Into<String>) -> Self {
+        Self::with(Outcome::Ask, Some(cut(reason.into())), None)
     }
     /// An `error` of `kind` with a reason.
     pub fn error(kind: ErrorKind, reason: impl Into<String>) -> Self {

@@ -90,6 +90,30 @@ pub(super) fn read(native_event: &str, p: &Payload<'_>) -> Result<Read, EventErr
 
 pub(super) fn answer(r: &Reply<'_>, flavour: Flavour) -> Value {
     let mut specific = Map::new();
+    // A tool call a hook wants a person to decide: Claude Code's (and Copilot's) `ask`, or
+    // `defer` for a headless run. Codex refuses `ask` as unsupported: refused here.
+    if r.asks() && r.event == HookEvent::PreToolUse && flavour != Flavour::Codex {
+        let how = if r.defer && flavour == Flavour::ClaudeCode {
+            "defer"
+        } else {
+            "ask"
+        };
+        specific.insert("hookEventName".into(), r.native_event.into());
+        specific.insert("permissionDecision".into(), how.into());
+        specific.insert(
+            "permissionDecisionReason".into(),
+            refusal_text(r.decision).into(),
+        );
+        if flavour == Flavour::ClaudeCode {
+            if let Some(rewrite) = r.rewrite() {
+                specific.insert("updatedInput".into(), rewrite.clone());
+            }
+            if let Some(context) = r.context() {
+                specific.insert("additionalContext".into(), context.into());
+            }
+        }
+        return json!({"hookSpecificOutput": specific});
+    }
     if r.blocked() {
         return refuse(r, refusal_text(r.decision));
     }

@@ -60,6 +60,9 @@ pub(super) fn read(native_event: &str, p: &Payload<'_>) -> Result<Read, EventErr
 pub(super) fn answer(r: &Reply<'_>) -> Value {
     let deny =
         |text: String| json!({"permissionDecision": "deny", "permissionDecisionReason": text});
+    if r.asks() && r.event == HookEvent::PreToolUse {
+        return json!({"permissionDecision": "ask", "permissionDecisionReason": refusal_text(r.decision)});
+    }
     if r.blocked() {
         return deny(refusal_text(r.decision));
     }

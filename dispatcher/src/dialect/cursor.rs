@@ -101,6 +101,10 @@ pub(super) fn answer(r: &Reply<'_>) -> Value {
             json!({"permission": "deny", "user_message": text, "agent_message": text})
         }
     };
+    if r.asks() && !prompt {
+        let text = refusal_text(r.decision);
+        return json!({"permission": "ask", "user_message": text, "agent_message": text});
+    }
     if r.blocked() {
         return refuse(refusal_text(r.decision));
     }

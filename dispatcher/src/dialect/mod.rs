@@ -133,6 +133,11 @@ pub struct CallOptions {
     /// The tenant, for a caller that may act for several (as `tenant_id` in `/v1/dispatch`).
     #[schemars(length(max = 256), regex(pattern = crate::event::ID_PATTERN))]
     pub tenant_id: Option<String>,
+    /// How an `ask` is answered where the runtime can ask: `ask` (default: the runtime's
+    /// permission prompt) or `defer` (Claude Code's headless `-p` runs: the session stops
+    /// with the call deferred to the process that started it).
+    #[schemars(regex(pattern = "^(ask|defer)$"))]
+    pub ask: Option<String>,
 }
 
 /// The keys of a runtime's payload the readers of this module read, for the API schema
@@ -215,6 +220,8 @@ pub struct NativeCall {
     /// Copilot: the camelCase hooks (`preToolUse`), answered in their own shape; the
     /// PascalCase ones take Claude Code's.
     pub camel_case: bool,
+    /// An `ask` is answered Claude Code's `defer` rather than `ask` (`?ask=defer`).
+    pub defer: bool,
 }
 
 /// The answer to the runtime: a JSON body for a 200.
@@ -227,6 +234,16 @@ pub fn parse(
     body: &[u8],
     options: &CallOptions,
 ) -> Result<NativeCall, EventError> {
+    let defer = match options.ask.as_deref() {
+        None | Some("ask") => false,
+        Some("defer") => true,
+        Some(other) => {
+            return Err(EventError::invalid(
+                "ask",
+                format!("{other:?} is not one of ask, defer"),
+            ));
+        }
+    };
     let first = body
         .iter()
         .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
@@ -332,6 +349,7 @@ pub fn parse(
         native_event,
         event,
         runtime_agent: read.runtime_agent,
+        defer,
     })
 }
 
@@ -344,6 +362,7 @@ pub fn answer(call: &NativeCall, decision: &Decision) -> NativeAnswer {
         event: kind,
         native_event: &call.native_event,
         decision,
+        defer: call.defer,
     };
     match call.dialect {
         Dialect::ClaudeCode => claude::answer(&reply, claude::Flavour::ClaudeCode),
@@ -387,11 +406,19 @@ struct Reply<'a> {
     event: agenthooks_crds::HookEvent,
     native_event: &'a str,
     decision: &'a Decision,
+    /// `?ask=defer`: Claude Code's `defer` for an `ask`.
+    defer: bool,
 }
 
 impl Reply<'_> {
+    /// Refused: a `block`, or an `ask` where the dialect has no way to ask (a dialect that
+    /// can ask tests [`Reply::asks`] first).
     fn blocked(&self) -> bool {
-        self.decision.decision == Verdict::Block
+        matches!(self.decision.decision, Verdict::Block | Verdict::Ask)
+    }
+    /// A hook wants a person to decide, and nothing blocked.
+    fn asks(&self) -> bool {
+        self.decision.decision == Verdict::Ask
     }
     fn context(&self) -> Option<&str> {
         self.decision.additional_context.as_deref()

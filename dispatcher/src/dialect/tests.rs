@@ -453,6 +453,7 @@ fn the_query_names_the_agent_and_tenant_and_subagents_keep_the_agent() {
         event: None,
         agent_id: Some("coder".into()),
         tenant_id: Some("acme".into()),
+        ask: None,
     };
     let call = parse(Dialect::ClaudeCode, &body, &options).unwrap();
     let ev = call.event.unwrap();
@@ -901,4 +902,103 @@ fn recorded_codex_sub_agent_gets_depth_one() {
         }
     }
     assert_eq!(bash_depth, Some(1));
+}
+
+/// Issue 16: an `ask` becomes the runtime's own ask where it has one, Claude Code's
+/// `defer` with `?ask=defer`, and a refusal everywhere else.
+#[test]
+fn an_ask_is_the_runtimes_ask_where_it_has_one_and_a_refusal_elsewhere() {
+    use Dialect::*;
+    let mut ask = Decision::allow("e1");
+    ask.decision = Verdict::Ask;
+    ask.reason = Some("prod database write".into());
+    ask.deciding_hook = Some("tenant-acme/approve-prod".into());
+    let text = "agenthooks: prod database write (hook tenant-acme/approve-prod)";
+    let tool =
+        json!({"session_id": "s", "tool_name": "Bash", "tool_input": {"command": "psql prod"}});
+    let copilot_tool =
+        json!({"sessionId": "s", "toolName": "bash", "toolArgs": {"command": "psql prod"}});
+    let prompt = json!({"session_id": "s", "prompt": "hi"});
+    let cc_ask = |how: &str| json!({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": how, "permissionDecisionReason": text}});
+    let rows: Vec<(Dialect, &str, Value, Option<&str>, Value)> = vec![
+        (ClaudeCode, "PreToolUse", tool.clone(), None, cc_ask("ask")),
+        (
+            ClaudeCode,
+            "PreToolUse",
+            tool.clone(),
+            Some("defer"),
+            cc_ask("defer"),
+        ),
+        (
+            Copilot,
+            "PreToolUse",
+            tool.clone(),
+            Some("defer"),
+            cc_ask("ask"),
+        ),
+        (
+            Copilot,
+            "preToolUse",
+            copilot_tool,
+            None,
+            json!({"permissionDecision": "ask", "permissionDecisionReason": text}),
+        ),
+        (
+            Cursor,
+            "preToolUse",
+            tool.clone(),
+            None,
+            json!({"permission": "ask", "user_message": text, "agent_message": text}),
+        ),
+        // No ask there: refused.
+        (
+            Codex,
+            "PreToolUse",
+            tool.clone(),
+            None,
+            json!({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny", "permissionDecisionReason": text}}),
+        ),
+        (
+            GeminiCli,
+            "BeforeTool",
+            json!({"session_id": "s", "tool_name": "run_shell_command", "tool_input": {"command": "psql prod"}}),
+            None,
+            json!({"decision": "deny", "reason": text}),
+        ),
+        (
+            ClaudeCode,
+            "UserPromptSubmit",
+            prompt.clone(),
+            None,
+            json!({"decision": "block", "reason": text}),
+        ),
+        (
+            Cursor,
+            "beforeSubmitPrompt",
+            json!({"conversation_id": "c", "prompt": "hi"}),
+            None,
+            json!({"continue": false, "user_message": text}),
+        ),
+    ];
+    for (dialect, native_event, mut payload, how, want) in rows {
+        if dialect != Dialect::Copilot || !native_event.starts_with(char::is_lowercase) {
+            payload["hook_event_name"] = native_event.into();
+        }
+        let options = CallOptions {
+            event: Some(native_event.into()),
+            ask: how.map(str::to_owned),
+            ..CallOptions::default()
+        };
+        let c = parse(dialect, payload.to_string().as_bytes(), &options).unwrap();
+        assert_eq!(answer(&c, &ask), want, "{dialect} {native_event} {how:?}");
+    }
+    let bad = CallOptions {
+        event: Some("PreToolUse".into()),
+        ask: Some("maybe".into()),
+        ..CallOptions::default()
+    };
+    match parse(Dialect::ClaudeCode, tool.to_string().as_bytes(), &bad) {
+        Err(EventError::Invalid { field, .. }) => assert_eq!(field, "ask"),
+        other => panic!("{other:?}"),
+    }
 }

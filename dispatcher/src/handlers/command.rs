@@ -215,10 +215,18 @@ fn interpret(
     result
 }
 
-/// Exit 0: allow, unless stdout is a JSON object with `"continue": false`.
+/// Exit 0: allow, unless stdout is a JSON object with `"continue": false` (block) or
+/// `"decision": "ask"` (a person should decide; reason `reason`).
 fn on_success(stdout: &[u8], stderr: &str) -> HandlerResult {
     let Ok(Value::Object(obj)) = serde_json::from_slice::<Value>(stdout) else {
         return HandlerResult::allow();
+    };
+    let text = |k: &str| {
+        obj.get(k)
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
     };
     if obj.get("continue") == Some(&Value::Bool(false)) {
         let reason = ["stopReason", "reason"]
@@ -230,7 +238,14 @@ fn on_success(stdout: &[u8], stderr: &str) -> HandlerResult {
             .unwrap_or("blocked by command hook (\"continue\": false)");
         return HandlerResult::block(reason);
     }
-    let mut result = HandlerResult::allow();
+    let mut result = if obj.get("decision").and_then(Value::as_str) == Some("ask") {
+        HandlerResult::ask(
+            text("reason")
+                .unwrap_or_else(|| "the command hook asks for a person's decision".into()),
+        )
+    } else {
+        HandlerResult::allow()
+    };
     result.additional_context = obj
         .get("additionalContext")
         .and_then(Value::as_str)
@@ -242,7 +257,8 @@ fn on_success(stdout: &[u8], stderr: &str) -> HandlerResult {
 /// Exit 0 of a `dialect: claude-code` hook, read as Claude Code reads it: `continue:
 /// false` and `decision: "block"` block (reason `stopReason`/`reason`, else stderr);
 /// `hookSpecificOutput.permissionDecision: "deny"` blocks with its
-/// `permissionDecisionReason`; `"ask"` blocks too (no person can be asked here);
+/// `permissionDecisionReason`; `"ask"` asks (the chain answers `ask`, which a caller that
+/// cannot ask a person gets as `block`);
 /// `"allow"`, `"defer"` or none allow, with `hookSpecificOutput.additionalContext` and
 /// `updatedInput`; a value Claude Code would refuse (`decision: "allow"`) is an error, as
 /// there. Plain-text stdout allows.
@@ -297,11 +313,13 @@ pub fn claude_code_output(stdout: &[u8], stderr: &str) -> HandlerResult {
             ));
         }
         Some("ask") => {
-            let why =
-                text(field("permissionDecisionReason")).unwrap_or_else(|| "no reason given".into());
-            return HandlerResult::block(format!(
-                "the hook asks for a person's approval, and none can be asked here: {why}"
-            ));
+            let mut result = HandlerResult::ask(
+                text(field("permissionDecisionReason"))
+                    .unwrap_or_else(|| "the Claude Code hook asks for a person's decision".into()),
+            );
+            result.additional_context = text(field("additionalContext"));
+            result.updated_input = field("updatedInput").filter(|v| !v.is_null()).cloned();
+            return result;
         }
         Some(other) => {
             return HandlerResult::error(
@@ -990,7 +1008,7 @@ mod tests {
 
     #[test]
     fn claude_code_answers_are_read_as_claude_code_reads_them() {
-        use crate::handlers::Outcome::{Allow, Block, Error};
+        use crate::handlers::Outcome::{Allow, Ask, Block, Error};
         let pd = |d: &str| {
             format!(
                 r#"{{"hookSpecificOutput":{{"hookEventName":"PreToolUse","permissionDecision":"{d}","permissionDecisionReason":"why"}}}}"#
@@ -1010,12 +1028,7 @@ mod tests {
                 Block,
                 Some("from stderr"),
             ),
-            (
-                pd("ask"),
-                "",
-                Block,
-                Some("the hook asks for a person's approval, and none can be asked here: why"),
-            ),
+            (pd("ask"), "", Ask, Some("why")),
             (
                 r#"{"decision":"block","reason":"no"}"#.into(),
                 "",
@@ -1036,7 +1049,7 @@ mod tests {
         for (stdout, stderr, outcome, reason) in rows {
             let r = claude_code_output(stdout.as_bytes(), stderr);
             assert_eq!(r.outcome, outcome, "{stdout}");
-            if outcome == Block {
+            if matches!(outcome, Block | Ask) {
                 assert_eq!(r.reason.as_deref(), reason, "{stdout}");
             }
         }

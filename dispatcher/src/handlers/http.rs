@@ -353,11 +353,14 @@ fn interpret_body(body: &[u8]) -> HandlerResult {
             HandlerResult::block(reason().unwrap_or_else(|| "blocked by http hook".to_owned()))
         }
         Some(Value::String(d)) if d == "allow" => HandlerResult::allow(),
+        Some(Value::String(d)) if d == "ask" => HandlerResult::ask(
+            reason().unwrap_or_else(|| "the http hook asks for a person's decision".to_owned()),
+        ),
         Some(other) => {
             return HandlerResult::error(
                 ErrorKind::BadDecision,
                 format!(
-                    "decision must be \"allow\" or \"block\", got {}",
+                    "decision must be \"allow\", \"block\" or \"ask\", got {}",
                     cut(other.to_string())
                 ),
             );

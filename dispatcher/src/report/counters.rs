@@ -11,12 +11,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::decision::outcome::Outcome;
 
-/// Outcomes in counter order: `allow`, `block`, `error`, `timeout`.
-pub const OUTCOMES: [Outcome; 4] = [
+/// Outcomes in counter order: `allow`, `block`, `error`, `timeout`, `ask`.
+pub const OUTCOMES: [Outcome; 5] = [
     Outcome::Allow,
     Outcome::Block,
     Outcome::Error,
     Outcome::Timeout,
+    Outcome::Ask,
 ];
 
 /// Index of `o` in [`OUTCOMES`].
@@ -26,6 +27,7 @@ pub fn outcome_index(o: Outcome) -> usize {
         Outcome::Block => 1,
         Outcome::Error => 2,
         Outcome::Timeout => 3,
+        Outcome::Ask => 4,
     }
 }
 
@@ -38,10 +40,10 @@ pub struct HookIdentity {
 }
 
 /// Counts taken from one [`HookCounters`]: runs by outcome (in [`OUTCOMES`] order) and
-/// the last run packed as `unix_ms << 2 | outcome index` (0: none).
+/// the last run packed as `unix_ms << 3 | outcome index` (0: none).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counts {
-    pub by_outcome: [u64; 4],
+    pub by_outcome: [u64; 5],
     pub last: u64,
 }
 
@@ -56,7 +58,7 @@ impl Counts {
 
     /// No run at all.
     pub fn is_empty(&self) -> bool {
-        self.by_outcome == [0; 4] && self.last == 0
+        self.by_outcome == [0; 5] && self.last == 0
     }
 
     /// Runs counted.
@@ -68,7 +70,7 @@ impl Counts {
 
     /// The last run: milliseconds since the Unix epoch and its outcome.
     pub fn last_run(&self) -> Option<(u64, Outcome)> {
-        (self.last != 0).then(|| (self.last >> 2, OUTCOMES[(self.last & 3) as usize]))
+        (self.last != 0).then(|| (self.last >> 3, OUTCOMES[(self.last & 7) as usize]))
     }
 }
 
@@ -76,7 +78,7 @@ impl Counts {
 #[derive(Debug)]
 pub struct HookCounters {
     pub identity: HookIdentity,
-    by_outcome: [AtomicU64; 4],
+    by_outcome: [AtomicU64; 5],
     last: AtomicU64,
     /// Set once the outbox holds this cell (so a hook reused across snapshots is
     /// registered once).
@@ -85,7 +87,7 @@ pub struct HookCounters {
 
 /// Packs a run at `unix_ms` with `outcome` (see [`Counts::last`]).
 pub fn pack_last(unix_ms: u64, outcome: Outcome) -> u64 {
-    (unix_ms << 2) | outcome_index(outcome) as u64
+    (unix_ms << 3) | outcome_index(outcome) as u64
 }
 
 /// Milliseconds since the Unix epoch now (0 if the clock is before 1970).
@@ -118,7 +120,7 @@ impl HookCounters {
     /// them there).
     pub fn peek(&self) -> Counts {
         Counts {
-            by_outcome: [0, 1, 2, 3].map(|i| self.by_outcome[i].load(Ordering::Relaxed)),
+            by_outcome: [0, 1, 2, 3, 4].map(|i| self.by_outcome[i].load(Ordering::Relaxed)),
             last: self.last.load(Ordering::Relaxed),
         }
     }
@@ -127,7 +129,7 @@ impl HookCounters {
     pub fn take(&self) -> Counts {
         // The counts first, then `last`: a run racing the sweep leaves at worst a `last`
         // for the next sweep with its count in this one (the operator keeps the latest).
-        let by_outcome = [0, 1, 2, 3].map(|i| self.by_outcome[i].swap(0, Ordering::Relaxed));
+        let by_outcome = [0, 1, 2, 3, 4].map(|i| self.by_outcome[i].swap(0, Ordering::Relaxed));
         Counts {
             by_outcome,
             last: self.last.swap(0, Ordering::Relaxed),
@@ -156,10 +158,13 @@ mod tests {
         c.record(Outcome::Timeout, 2_000);
         c.record(Outcome::Error, 2_500);
         c.record(Outcome::Allow, 2_900);
+        c.record(Outcome::Ask, 2_950);
         let t = c.take();
-        assert_eq!(t.by_outcome, [2, 1, 1, 1]);
-        assert_eq!(t.total(), 5);
+        assert_eq!(t.by_outcome, [2, 1, 1, 1, 1]);
+        assert_eq!(t.total(), 6);
         assert_eq!(t.last_run(), Some((3_000, Outcome::Block)));
+        c.record(Outcome::Ask, 4_000);
+        assert_eq!(c.take().last_run(), Some((4_000, Outcome::Ask)));
         assert_eq!(c.take(), Counts::default(), "taken counts are zeroed");
         assert!(c.take().is_empty());
     }
@@ -167,17 +172,17 @@ mod tests {
     #[test]
     fn merge_adds_and_keeps_the_later_last_run() {
         let mut a = Counts {
-            by_outcome: [1, 2, 3, 4],
+            by_outcome: [1, 2, 3, 4, 0],
             last: pack_last(5_000, Outcome::Error),
         };
         a.merge(&Counts {
-            by_outcome: [10, 0, 0, 1],
+            by_outcome: [10, 0, 0, 1, 7],
             last: pack_last(4_000, Outcome::Allow),
         });
-        assert_eq!(a.by_outcome, [11, 2, 3, 5]);
+        assert_eq!(a.by_outcome, [11, 2, 3, 5, 7]);
         assert_eq!(a.last_run(), Some((5_000, Outcome::Error)));
         a.merge(&Counts {
-            by_outcome: [0; 4],
+            by_outcome: [0; 5],
             last: pack_last(6_000, Outcome::Timeout),
         });
         assert_eq!(a.last_run(), Some((6_000, Outcome::Timeout)));
@@ -191,7 +196,7 @@ mod tests {
                 let c = Arc::clone(&c);
                 std::thread::spawn(move || {
                     for i in 0..50_000u64 {
-                        c.record(OUTCOMES[((i + t) % 4) as usize], 1_000 + i);
+                        c.record(OUTCOMES[((i + t) % 5) as usize], 1_000 + i);
                     }
                 })
             })
@@ -205,7 +210,7 @@ mod tests {
         }
         total.merge(&c.take());
         assert_eq!(total.total(), 200_000);
-        assert_eq!(total.by_outcome, [50_000; 4]);
+        assert_eq!(total.by_outcome, [40_000; 5]);
         assert_eq!(total.last_run().map(|(ms, _)| ms), Some(1_000 + 49_999));
     }
 }

@@ -303,11 +303,14 @@ mod tests {
         assert_eq!(outbox.cells(), 3, "a once, b until swept, c");
         let mut swept = outbox.sweep().executions;
         swept.sort_by(|x, y| x.0.uid.cmp(&y.0.uid));
-        let got: Vec<(&str, [u64; 4])> = swept
+        let got: Vec<(&str, [u64; 5])> = swept
             .iter()
             .map(|(id, c)| (id.uid.as_str(), c.by_outcome))
             .collect();
-        assert_eq!(got, [("uid-a", [2, 0, 0, 0]), ("uid-b", [0, 1, 0, 0])]);
+        assert_eq!(
+            got,
+            [("uid-a", [2, 0, 0, 0, 0]), ("uid-b", [0, 1, 0, 0, 0])]
+        );
         assert_eq!(outbox.cells(), 2, "b forgotten once its counts were taken");
         assert!(outbox.sweep().executions.is_empty());
     }

@@ -88,6 +88,7 @@ pub fn delta(id: &HookIdentity, c: &Counts) -> ExecutionDelta {
         block: c.by_outcome[1],
         error: c.by_outcome[2],
         timeout: c.by_outcome[3],
+        ask: c.by_outcome[4],
         last_execution_time: last.and_then(|(ms, _)| {
             chrono::DateTime::from_timestamp_millis(ms as i64)
                 .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
@@ -341,7 +342,7 @@ mod tests {
 
     fn counts(allow: u64, block: u64, last_ms: u64, o: Outcome) -> Counts {
         Counts {
-            by_outcome: [allow, block, 0, 0],
+            by_outcome: [allow, block, 0, 0, 0],
             last: pack_last(last_ms, o),
         }
     }
@@ -382,6 +383,7 @@ mod tests {
                 block: 3,
                 error: 0,
                 timeout: 0,
+                ask: 0,
                 last_execution_time: Some("2026-01-01T00:00:00Z".into()),
                 last_decision: Some("block".into()),
             }
@@ -431,7 +433,7 @@ mod tests {
         assert_eq!(names, ["a", "b"], "older trips first");
         assert_eq!(next.executions.len(), 2);
         let h1 = &next.executions[0].1;
-        assert_eq!(h1.by_outcome, [7, 1, 0, 0]);
+        assert_eq!(h1.by_outcome, [7, 1, 0, 0, 0]);
         assert_eq!(h1.last_run(), Some((3_000, Outcome::Allow)));
     }
 
@@ -544,7 +546,7 @@ mod tests {
         assert_ne!(next.report_id, first.report_id);
         assert_eq!(
             next.executions[0].1.by_outcome,
-            [1, 0, 0, 0],
+            [1, 0, 0, 0, 0],
             "later counts go on"
         );
     }

@@ -71,7 +71,7 @@ pub fn span_name(handler: HandlerType, event: HookEvent) -> &'static str {
 /// timeout): the seed's span `status`.
 pub fn status_word(outcome: Outcome) -> &'static str {
     match outcome {
-        Outcome::Allow | Outcome::Block => "completed",
+        Outcome::Allow | Outcome::Block | Outcome::Ask => "completed",
         Outcome::Error | Outcome::Timeout => "error",
     }
 }

@@ -4,8 +4,8 @@
 //!
 //! Properties: no panic; a decision is only ever taken from a well-formed `decide` call,
 //! checked by an oracle written here from the contract (exactly one tool call, named
-//! `decide`, whose arguments are an object with `decision` exactly `"allow"` or
-//! `"block"`, a non-blank `reason`, and optional fields of the right types), and the
+//! `decide`, whose arguments are an object with `decision` exactly `"allow"`, `"block"`
+//! or `"ask"`, a non-blank `reason`, and optional fields of the right types), and the
 //! decision returned is the one in that call; reported usage is never negative.
 
 use agenthooks_dispatcher::handlers::prompt::config::ProviderKind;
@@ -74,7 +74,7 @@ fn oracle(kind: ProviderKind, data: &[u8]) -> Option<Value> {
         }
     };
     let obj = args.as_object()?;
-    if !matches!(obj.get("decision")?.as_str()?, "allow" | "block") {
+    if !matches!(obj.get("decision")?.as_str()?, "allow" | "block" | "ask") {
         return None;
     }
     if obj.get("reason")?.as_str()?.trim().is_empty() {
@@ -93,7 +93,11 @@ fn oracle(kind: ProviderKind, data: &[u8]) -> Option<Value> {
 
 /// `d` says what `args` say.
 fn same_decision(d: &Decided, args: &Value) {
-    assert_eq!(d.allow, args["decision"] == "allow", "decision of {args}");
+    assert_eq!(
+        d.decision.as_str(),
+        args["decision"].as_str().unwrap(),
+        "decision of {args}"
+    );
     let reason = args["reason"].as_str().unwrap().trim();
     assert!(
         !d.reason.is_empty() && reason.starts_with(&d.reason),

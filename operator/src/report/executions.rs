@@ -46,7 +46,7 @@ use crate::status::writer::{ObjectApi, Outcome, Plan, StatusTarget, StatusWriter
 pub const FIELD_MANAGER: &str = "agenthooks-operator-executions";
 
 /// The decisions a hook run can end in (CONTRACT §7.1), as `lastDecision` spells them.
-pub const DECISIONS: [&str; 4] = ["allow", "block", "error", "timeout"];
+pub const DECISIONS: [&str; 5] = ["allow", "block", "ask", "error", "timeout"];
 
 /// Executions of one hook not yet written: counts by decision and the latest run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -59,6 +59,8 @@ pub struct Counts {
     pub error: u64,
     /// Runs that timed out.
     pub timeout: u64,
+    /// Runs that asked for a person's decision.
+    pub ask: u64,
     /// When the latest of these runs happened (`None`: not reported).
     pub last_time: Option<DateTime<Utc>>,
     /// The latest run's decision, one of [`DECISIONS`].
@@ -90,7 +92,7 @@ impl Counts {
             && !DECISIONS.contains(&dec.as_str())
         {
             return Err(format!(
-                "{at}.lastDecision: {dec:?} is not one of allow, block, error, timeout"
+                "{at}.lastDecision: {dec:?} is not one of allow, block, ask, error, timeout"
             ));
         }
         Ok(Counts {
@@ -98,6 +100,7 @@ impl Counts {
             block: d.block,
             error: d.error,
             timeout: d.timeout,
+            ask: d.ask,
             last_time,
             last_decision: d.last_decision.clone(),
         })
@@ -109,6 +112,7 @@ impl Counts {
             && self.block == 0
             && self.error == 0
             && self.timeout == 0
+            && self.ask == 0
             && self.last_time.is_none()
             && self.last_decision.is_none()
     }
@@ -119,6 +123,7 @@ impl Counts {
             .saturating_add(self.block)
             .saturating_add(self.error)
             .saturating_add(self.timeout)
+            .saturating_add(self.ask)
     }
 
     /// Adds `other` (a later delta of the same hook): counts add up (saturating), the
@@ -128,6 +133,7 @@ impl Counts {
         self.block = self.block.saturating_add(other.block);
         self.error = self.error.saturating_add(other.error);
         self.timeout = self.timeout.saturating_add(other.timeout);
+        self.ask = self.ask.saturating_add(other.ask);
         if later_wins(
             self.last_time,
             other.last_time,
@@ -187,6 +193,7 @@ pub fn merge(
         block: plus(cur.block, add.block),
         error: plus(cur.error, add.error),
         timeout: plus(cur.timeout, add.timeout),
+        ask: plus(cur.ask, add.ask),
         last_execution_time,
         last_decision,
     }
@@ -433,6 +440,7 @@ mod tests {
                 block: 2,
                 error: 0,
                 timeout: 0,
+                ask: 0,
                 last_execution_time: Some("2025-03-01T10:00:00.250Z".into()),
                 last_decision: Some("block".into()),
             }
@@ -442,6 +450,7 @@ mod tests {
             block: 1,
             error: 2,
             timeout: 3,
+            ask: 0,
             last_execution_time: Some("2025-03-01T11:00:00+01:00".into()),
             last_decision: Some("error".into()),
         };

@@ -233,6 +233,7 @@ fn check_delta(at: &str, d: &ExecutionDelta, received: DateTime<Utc>) -> Result<
         ("block", d.block),
         ("error", d.error),
         ("timeout", d.timeout),
+        ("ask", d.ask),
     ] {
         if i64::try_from(n).is_err() {
             return Err(format!("{at}.{field}: {n} is larger than {}", i64::MAX));

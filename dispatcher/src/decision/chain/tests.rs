@@ -11,26 +11,15 @@ fn event(v: Value) -> Event {
     Event::parse(&serde_json::to_vec(&base).unwrap()).unwrap()
 }
 
-const TENANT: HookRule = HookRule {
-    key: "tenant-acme/h",
-    master: false,
-    on_timeout: OnTimeout::Block,
-};
-const MASTER: HookRule = HookRule {
-    key: "agenthooks-system/h",
-    master: true,
-    on_timeout: OnTimeout::Block,
-};
-const LENIENT: HookRule = HookRule {
-    key: "tenant-acme/h",
-    master: false,
-    on_timeout: OnTimeout::Allow,
-};
+const TENANT: HookRule = HookRule::enforcing("tenant-acme/h", false, OnTimeout::Block);
+const MASTER: HookRule = HookRule::enforcing("agenthooks-system/h", true, OnTimeout::Block);
+const LENIENT: HookRule = HookRule::enforcing("tenant-acme/h", false, OnTimeout::Allow);
 
 fn ran(outcome: Outcome) -> Ran<'static> {
     Ran {
         outcome,
         reason: None,
+        error_kind: None,
         cut_by_budget: false,
         additional_context: None,
         updated_input: None,
@@ -42,6 +31,7 @@ fn cont(context: Option<&str>, rewrite: Option<Value>, mutation_denied: bool) ->
         context: context.map(str::to_owned),
         rewrite,
         mutation_denied,
+        ask: None,
     }
 }
 
@@ -309,5 +299,255 @@ mod properties {
                 prop_assert!(verdict_block);
             }
         }
+    }
+}
+
+fn rule(enforcement: EnforcementAction, on_error: OnError) -> HookRule<'static> {
+    HookRule {
+        enforcement,
+        on_error,
+        ..MASTER
+    }
+}
+
+fn failed(kind: ErrorKind) -> Ran<'static> {
+    Ran {
+        reason: Some("down"),
+        error_kind: Some(kind),
+        ..ran(Outcome::Error)
+    }
+}
+
+/// Issue 16: `ask`, `enforcementAction` and `onError` on one run.
+#[test]
+fn ask_warn_dryrun_and_on_error_rules() {
+    use EnforcementAction::{Dryrun, Enforce, Warn};
+    let e = event(json!({}));
+    let enforce = rule(Enforce, OnError::Block);
+    let lenient = rule(Enforce, OnError::Allow);
+    let asking = Step::Continue {
+        context: None,
+        rewrite: None,
+        mutation_denied: false,
+        ask: Some("a person decides".into()),
+    };
+    let rewrite = json!({"cmd": "ls -l"});
+    let cases: Vec<(&str, HookRule, Ran, Step)> = vec![
+        (
+            "ask goes on, remembered with its reason",
+            enforce,
+            Ran {
+                reason: Some("a person decides"),
+                ..ran(Outcome::Ask)
+            },
+            asking.clone(),
+        ),
+        (
+            "ask without a reason names the hook",
+            enforce,
+            ran(Outcome::Ask),
+            Step::Continue {
+                context: None,
+                rewrite: None,
+                mutation_denied: false,
+                ask: Some("agenthooks-system/h asks for approval".into()),
+            },
+        ),
+        (
+            "an asking master hook's rewrite is taken",
+            enforce,
+            Ran {
+                updated_input: Some(rewrite.clone()),
+                ..ran(Outcome::Ask)
+            },
+            Step::Continue {
+                context: None,
+                rewrite: Some(rewrite.clone()),
+                mutation_denied: false,
+                ask: Some("agenthooks-system/h asks for approval".into()),
+            },
+        ),
+        (
+            "warn: a block is a warning",
+            rule(Warn, OnError::Block),
+            Ran {
+                reason: Some("no rm"),
+                ..ran(Outcome::Block)
+            },
+            cont(
+                Some("warning: agenthooks-system/h would block: no rm"),
+                None,
+                false,
+            ),
+        ),
+        (
+            "warn: an ask is a warning",
+            rule(Warn, OnError::Block),
+            ran(Outcome::Ask),
+            cont(Some("warning: agenthooks-system/h would ask"), None, false),
+        ),
+        (
+            "warn: an allow's context is kept, its rewrite never taken",
+            rule(Warn, OnError::Block),
+            Ran {
+                additional_context: Some("ctx".into()),
+                updated_input: Some(rewrite.clone()),
+                ..ran(Outcome::Allow)
+            },
+            cont(Some("ctx"), None, false),
+        ),
+        (
+            "warn: an error still blocks (fail-closed)",
+            rule(Warn, OnError::Block),
+            failed(ErrorKind::Transport),
+            block("down"),
+        ),
+        (
+            "warn: a timeout follows onTimeout",
+            rule(Warn, OnError::Block),
+            ran(Outcome::Timeout),
+            block("blocked by agenthooks-system/h"),
+        ),
+        (
+            "dryrun: a block changes nothing",
+            rule(Dryrun, OnError::Block),
+            ran(Outcome::Block),
+            Step::NOTHING,
+        ),
+        (
+            "dryrun: an error changes nothing",
+            rule(Dryrun, OnError::Block),
+            failed(ErrorKind::CelEval),
+            Step::NOTHING,
+        ),
+        (
+            "dryrun: a rewrite and context are not taken",
+            rule(Dryrun, OnError::Block),
+            Ran {
+                additional_context: Some("ctx".into()),
+                updated_input: Some(rewrite.clone()),
+                ..ran(Outcome::Allow)
+            },
+            Step::NOTHING,
+        ),
+        (
+            "dryrun: a timeout cut by the chain budget changes nothing",
+            rule(Dryrun, OnError::Block),
+            Ran {
+                cut_by_budget: true,
+                ..ran(Outcome::Timeout)
+            },
+            Step::NOTHING,
+        ),
+        (
+            "onError allow: an outage goes on",
+            lenient,
+            failed(ErrorKind::Http5xx),
+            Step::NOTHING,
+        ),
+        (
+            "onError allow: an open breaker goes on",
+            lenient,
+            failed(ErrorKind::CircuitOpen),
+            Step::NOTHING,
+        ),
+        (
+            "onError allow: a model provider's outage goes on",
+            lenient,
+            failed(ErrorKind::Prompt("provider_5xx")),
+            Step::NOTHING,
+        ),
+        (
+            "onError allow: a bad answer still blocks",
+            lenient,
+            failed(ErrorKind::BadDecision),
+            block("down"),
+        ),
+        (
+            "onError allow: an ifExpr error still blocks",
+            lenient,
+            failed(ErrorKind::CelEval),
+            block("down"),
+        ),
+        (
+            "onError allow: the per-turn cap still blocks",
+            lenient,
+            failed(ErrorKind::Prompt("per_turn_cap")),
+            block("down"),
+        ),
+        (
+            "onError allow: the SSRF guard still blocks",
+            lenient,
+            failed(ErrorKind::SsrfBlocked),
+            block("down"),
+        ),
+        (
+            "onError allow: an error without a kind blocks",
+            lenient,
+            Ran {
+                reason: Some("down"),
+                ..ran(Outcome::Error)
+            },
+            block("down"),
+        ),
+        (
+            "onError allow: a timeout follows onTimeout, not onError",
+            lenient,
+            ran(Outcome::Timeout),
+            block("blocked by agenthooks-system/h"),
+        ),
+        (
+            "onError allow: a timeout cut by the chain budget blocks",
+            lenient,
+            Ran {
+                cut_by_budget: true,
+                ..ran(Outcome::Timeout)
+            },
+            Step::Block {
+                reason: CHAIN_BUDGET_EXCEEDED.into(),
+                budget_spent: true,
+            },
+        ),
+    ];
+    for (name, rule, ran, want) in cases {
+        assert_eq!(step(&rule, ran, &e), want, "{name}");
+    }
+}
+
+/// Exactly the kinds that say the handler could not be reached or run are outages.
+#[test]
+fn outage_kinds() {
+    let outages: Vec<&str> = ErrorKind::FIXED
+        .iter()
+        .filter(|k| k.is_outage())
+        .map(|k| k.as_str())
+        .collect();
+    assert_eq!(
+        outages,
+        [
+            "spawn_failed",
+            "runner_unavailable",
+            "transport",
+            "http_5xx",
+            "panic",
+            "circuit_open"
+        ]
+    );
+    for (label, outage) in [
+        ("client_unavailable", true),
+        ("transport", true),
+        ("provider_timeout", true),
+        ("provider_rate_limited", true),
+        ("provider_overloaded", true),
+        ("provider_5xx", true),
+        ("provider_4xx", false),
+        ("per_turn_cap", false),
+        ("budget_exhausted", false),
+        ("budget_unavailable", false),
+        ("prompt_unconfigured", false),
+        ("free_text", false),
+        ("bad_decision", false),
+    ] {
+        assert_eq!(ErrorKind::Prompt(label).is_outage(), outage, "{label}");
     }
 }

@@ -56,7 +56,8 @@ pub fn cache_key(
 /// What a hit answers with.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CachedDecision {
-    pub allow: bool,
+    /// `Allow`, `Block` or `Ask`.
+    pub decision: crate::decision::outcome::Outcome,
     pub reason: String,
     pub injection_detected: bool,
     /// The rewrite the chain may apply (already filtered by the hook's `allowRewrite`
@@ -174,7 +175,7 @@ mod tests {
 
     fn d(reason: &str) -> CachedDecision {
         CachedDecision {
-            allow: true,
+            decision: crate::decision::outcome::Outcome::Allow,
             reason: reason.into(),
             injection_detected: false,
             updated_input: None,

@@ -383,7 +383,7 @@ impl PromptEvaluator {
             );
         }
         let cached = CachedDecision {
-            allow: decided.allow,
+            decision: decided.decision,
             reason: decided.reason,
             injection_detected: decided.injection_detected,
             updated_input,
@@ -392,7 +392,7 @@ impl PromptEvaluator {
             model: resolved.model.to_owned(),
         };
         if cached.injection_detected && mode.metrics().is_some() {
-            tracing::warn!(hook = %hook.key, event_id = %event.event_id, decision = if cached.allow { "allow" } else { "block" }, "prompt evaluator reports an injection attempt");
+            tracing::warn!(hook = %hook.key, event_id = %event.event_id, decision = cached.decision.as_str(), "prompt evaluator reports an injection attempt");
         }
         let mut result = decision_result(&cached);
         result.metadata.prompt = Some(PromptMetadata {
@@ -449,14 +449,19 @@ fn blocked(kind: &'static str, reason: String, meta: PromptMetadata) -> HandlerR
 }
 
 fn decision_result(d: &CachedDecision) -> HandlerResult {
-    let mut r = if d.allow {
-        let mut r = HandlerResult::allow();
-        r.reason = Some(cut(d.reason.clone()));
-        r
-    } else {
-        HandlerResult::block(d.reason.clone())
+    let mut r = match d.decision {
+        Outcome::Allow => {
+            let mut r = HandlerResult::allow();
+            r.reason = Some(cut(d.reason.clone()));
+            r
+        }
+        Outcome::Ask => HandlerResult::ask(d.reason.clone()),
+        _ => HandlerResult::block(d.reason.clone()),
     };
-    debug_assert!(matches!(r.outcome, Outcome::Allow | Outcome::Block));
+    debug_assert!(matches!(
+        r.outcome,
+        Outcome::Allow | Outcome::Block | Outcome::Ask
+    ));
     r.updated_input = d.updated_input.clone();
     r.additional_context = d.additional_context.clone();
     r

@@ -13,13 +13,14 @@ use serde_json::Value;
 
 use super::config::ProviderKind;
 use super::request::DECIDE_TOOL;
+use crate::decision::outcome::Outcome;
 use crate::handlers::cut;
 
 /// A valid `decide` call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decided {
-    /// `true` for `allow`, `false` for `block`.
-    pub allow: bool,
+    /// `Allow`, `Block` or `Ask` (a person should decide).
+    pub decision: Outcome,
     pub reason: String,
     /// `injection_detected`; `false` when absent.
     pub injection_detected: bool,
@@ -58,7 +59,7 @@ pub enum ParseFailure {
     SeveralCalls(usize),
     #[error("decide arguments are not a JSON object: {0}")]
     BadArguments(String),
-    #[error("decision must be \"allow\" or \"block\", got {0}")]
+    #[error("decision must be \"allow\", \"block\" or \"ask\", got {0}")]
     BadDecision(String),
     #[error("decide has no reason")]
     MissingReason,
@@ -191,7 +192,7 @@ fn no_call(text: Option<&str>) -> ParseFailure {
     }
 }
 
-/// Checks `decide`'s arguments: an object; `decision` exactly `"allow"` or `"block"`;
+/// Checks `decide`'s arguments: an object; `decision` exactly `"allow"`, `"block"` or `"ask"`;
 /// `reason` a non-empty string; `injection_detected` a boolean, `updated_input` an
 /// object and `additional_context` a string when present (null is absent).
 pub fn decide_args(args: &Value) -> Result<Decided, ParseFailure> {
@@ -201,9 +202,10 @@ pub fn decide_args(args: &Value) -> Result<Decided, ParseFailure> {
             cut(args.to_string())
         )));
     };
-    let allow = match obj.get("decision") {
-        Some(Value::String(d)) if d == "allow" => true,
-        Some(Value::String(d)) if d == "block" => false,
+    let decision = match obj.get("decision") {
+        Some(Value::String(d)) if d == "allow" => Outcome::Allow,
+        Some(Value::String(d)) if d == "block" => Outcome::Block,
+        Some(Value::String(d)) if d == "ask" => Outcome::Ask,
         Some(other) => return Err(ParseFailure::BadDecision(cut(other.to_string()))),
         None => return Err(ParseFailure::BadDecision("nothing".into())),
     };
@@ -242,7 +244,7 @@ pub fn decide_args(args: &Value) -> Result<Decided, ParseFailure> {
         }
     };
     Ok(Decided {
-        allow,
+        decision,
         reason,
         injection_detected,
         updated_input,
@@ -279,7 +281,7 @@ mod tests {
         assert_eq!(
             d.unwrap(),
             Decided {
-                allow: false,
+                decision: Outcome::Block,
                 reason: "deletes /".into(),
                 injection_detected: true,
                 updated_input: Some(json!({"cmd": "ls"})),
@@ -304,7 +306,7 @@ mod tests {
             ),
         );
         let d = d.unwrap();
-        assert!(d.allow);
+        assert_eq!(d.decision, Outcome::Allow);
         assert_eq!(d.reason, "read only");
         assert!(!d.injection_detected);
         assert_eq!(u.unwrap().total(), 240);

@@ -139,6 +139,7 @@ fn the_dispatch_body_is_the_event_type_refusing_unknown_keys() {
     assert_eq!(
         keys,
         [
+            "accept",
             "agent_id",
             "depth",
             "event",
@@ -184,6 +185,7 @@ fn the_native_route_takes_the_five_dialects_and_its_query() {
         [
             ("dialect", "path", true),
             ("agent_id", "query", false),
+            ("ask", "query", false),
             ("event", "query", false),
             ("tenant_id", "query", false)
         ]
@@ -194,9 +196,13 @@ fn the_native_route_takes_the_five_dialects_and_its_query() {
         &json!(["claude-code", "codex", "gemini-cli", "cursor", "copilot"])
     );
     assert_eq!(
-        params[3]["schema"],
+        params[4]["schema"],
         json!({"type": "string", "maxLength": 256, "pattern": crate::event::ID_PATTERN}),
         "null taken out"
+    );
+    assert_eq!(
+        params[2]["schema"],
+        json!({"type": "string", "pattern": "^(ask|defer)$"})
     );
     let payload = &d["components"]["schemas"]["NativePayload"];
     assert_eq!(payload["additionalProperties"], true);
@@ -288,6 +294,7 @@ fn history_parameters_are_the_ones_the_handlers_take() {
         [
             &json!("allow"),
             &json!("block"),
+            &json!("ask"),
             &json!("error"),
             &json!("timeout")
         ]
