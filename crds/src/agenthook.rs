@@ -119,6 +119,14 @@ pub struct AgentHookSpec {
     /// never changes the answer. `warn` and `dryrun` hooks never rewrite the call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enforcement_action: Option<EnforcementAction>,
+    /// A `post_tool_use`, `stop` or `subagent_stop` hook the event waits for (issue 16),
+    /// within the chain budget: `post_tool_use` may then withhold the tool's output
+    /// (`block`) or rewrite it (`updatedToolOutput`), `stop`/`subagent_stop` may answer
+    /// `block` ("keep working"; bounded per session, see `stop_count`). Hooks of those
+    /// events without it run in the background as before. Only those three events take it
+    /// (the others always wait or never can).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocking: Option<bool>,
     /// What the hook's own outage means on a blocking event: `block` (default, fail-closed)
     /// or `allow`, for a hook declared non-critical. Only an outage counts — the handler
     /// could not be reached, spawned or run (transport, 5xx, runner unavailable, an open
@@ -135,11 +143,17 @@ impl AgentHookSpec {
     /// `onTimeout` as it applies (CONTRACT §2.2): the spec's, else `block` for blocking
     /// events and `allow` for the others.
     pub fn effective_on_timeout(&self) -> OnTimeout {
-        self.on_timeout.unwrap_or(if self.event.is_blocking() {
+        self.on_timeout.unwrap_or(if self.waits() {
             OnTimeout::Block
         } else {
             OnTimeout::Allow
         })
+    }
+
+    /// Whether the event waits for this hook: a blocking event's hooks, and a hook declared
+    /// `blocking: true` (`post_tool_use`, `stop`, `subagent_stop`).
+    pub fn waits(&self) -> bool {
+        self.event.is_blocking() || (self.blocking == Some(true) && self.event.may_wait())
     }
 
     /// `timeoutMs` as it applies to a valid spec (CONTRACT §2.1): absent or 0 is

@@ -39,6 +39,15 @@ impl HookEvent {
         )
     }
 
+    /// Non-blocking events whose hooks may be declared `blocking: true` (issue 16):
+    /// `post_tool_use` (tool-output control), `stop` and `subagent_stop` (stop control).
+    pub fn may_wait(self) -> bool {
+        matches!(
+            self,
+            HookEvent::PostToolUse | HookEvent::Stop | HookEvent::SubagentStop
+        )
+    }
+
     /// The snake_case name (`pre_tool_use`).
     pub fn as_str(self) -> &'static str {
         match self {

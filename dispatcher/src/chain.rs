@@ -18,7 +18,7 @@ use crate::decision::outcome::ErrorKind;
 use crate::decision::outcome::Outcome;
 use crate::event::Event;
 use crate::hookset::{HOOK_UNAVAILABLE, HookSet, LoadedHook};
-use crate::observer::{Live, RunObserver};
+use crate::observer::{InPlace, Live, RunObserver};
 use crate::runner::{
     Engine, HookRun, LazyScope, Matcher, filters_match, run_matched, spawn_background,
 };
@@ -57,6 +57,10 @@ pub struct Decision {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<serde_json::Map<String, Value>>")]
     pub updated_input: Option<Value>,
+    /// `post_tool_use`: the rewritten `tool_output` (what the model should see instead),
+    /// when a master-namespace `blocking: true` hook rewrote it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub updated_tool_output: Option<Value>,
     /// Each hook run, in order.
     pub hooks: Vec<HookRun>,
 }
@@ -71,6 +75,7 @@ impl Decision {
             deciding_hook: None,
             additional_context: None,
             updated_input: None,
+            updated_tool_output: None,
             hooks: Vec::new(),
         }
     }
@@ -120,10 +125,35 @@ pub fn refuse_unavailable(engine: &Engine, set: &HookSet, event: &Event) -> Opti
     })
 }
 
-/// Decides a blocking event (CONTRACT §4). `event.event` should be blocking; a
-/// non-blocking event passed here is run the same way, which `check` uses to show
-/// every hook's outcome.
+/// Decides an event the caller waits for (CONTRACT §4): a blocking event, or a
+/// non-blocking one with `blocking: true` hooks ([`waits_for`]); the hooks it does not wait
+/// for (and `dryrun` hooks) run in the background.
 pub async fn decide(engine: &Engine, set: &HookSet, event: Event) -> Decision {
+    decide_with(engine, &Live(engine), set, event).await
+}
+
+/// [`decide`] with every hook run in place, none in the background (`check`: the decision
+/// printed lists each hook's outcome).
+pub async fn decide_in_place(engine: &Engine, set: &HookSet, event: Event) -> Decision {
+    decide_with(engine, &InPlace(engine), set, event).await
+}
+
+/// Whether the caller waits for hooks on `event`: a blocking event always; a
+/// non-blocking one when a hook declared `blocking: true` selects it (issue 16).
+pub fn waits_for(set: &HookSet, event: &Event) -> bool {
+    event.event.is_blocking()
+        || (event.event.may_wait()
+            && set
+                .select(event.event, &event.tenant_id, &event.agent_id, event.tool())
+                .any(|h| h.compiled.waits))
+}
+
+async fn decide_with<O: RunObserver>(
+    engine: &Engine,
+    observer: &O,
+    set: &HookSet,
+    event: Event,
+) -> Decision {
     // A hook this dispatcher could not load blocks what it could apply to (CONTRACT §10.4),
     // after the depth rule (the driver's first).
     if rules::depth(&event) == Depth::Within
@@ -138,7 +168,7 @@ pub async fn decide(engine: &Engine, set: &HookSet, event: Event) -> Decision {
     let hooks = set.select(event.event, &event.tenant_id, &agent, tool.as_deref());
     drive(
         engine,
-        &Live(engine),
+        observer,
         hooks,
         event,
         Filters::Apply(Matcher::Applied),
@@ -198,9 +228,10 @@ pub async fn drive<'h, O: RunObserver>(
         let json = event_json.get_or_insert_with(|| {
             Bytes::from(serde_json::to_vec(&event).expect("an event serializes"))
         });
-        // A dryrun hook never changes the answer: where the observer can, it runs off the
-        // decision's critical path, on the event as this hook would have seen it.
-        if hook.compiled.enforcement_action == EnforcementAction::Dryrun
+        // A dryrun hook, or one the event does not wait for (a non-blocking event's hook
+        // without `blocking: true`), never changes the answer: where the observer can, it
+        // runs off the decision's critical path, on the event as this hook would have seen it.
+        if (hook.compiled.enforcement_action == EnforcementAction::Dryrun || !hook.compiled.waits)
             && filter.is_ok()
             && observer.shadow(hook, &event, json)
         {
@@ -212,8 +243,12 @@ pub async fn drive<'h, O: RunObserver>(
                 timeout,
                 cut_by_budget,
             } => (timeout, cut_by_budget),
-            // A dryrun hook never changes the answer, not even by finding no budget left.
-            Slot::Spent if hook.compiled.enforcement_action == EnforcementAction::Dryrun => {
+            // A dryrun hook never changes the answer, not even by finding no budget left;
+            // nor does a hook the event does not wait for.
+            Slot::Spent
+                if hook.compiled.enforcement_action == EnforcementAction::Dryrun
+                    || !hook.compiled.waits =>
+            {
                 continue;
             }
             Slot::Spent => {
@@ -257,6 +292,7 @@ pub async fn drive<'h, O: RunObserver>(
             on_timeout: hook.compiled.on_timeout,
             enforcement: hook.compiled.enforcement_action,
             on_error: hook.compiled.on_error,
+            waits: hook.compiled.waits,
         };
         let ran = Ran {
             outcome: result.outcome,
@@ -265,6 +301,7 @@ pub async fn drive<'h, O: RunObserver>(
             cut_by_budget,
             additional_context: result.additional_context.clone(),
             updated_input: result.updated_input.clone(),
+            updated_tool_output: result.updated_tool_output.clone(),
         };
         let step = rules::step(&rule, ran, &event);
         run.result = Some(result);
@@ -287,6 +324,7 @@ pub async fn drive<'h, O: RunObserver>(
                 rewrite,
                 mutation_denied,
                 ask,
+                output_rewrite,
             } => {
                 contexts.extend(context);
                 if let Some(reason) = ask
@@ -304,6 +342,11 @@ pub async fn drive<'h, O: RunObserver>(
                     decision.updated_input = Some(event.tool_input.clone());
                     event_json = None;
                     scope.reset();
+                }
+                if let Some(new_output) = output_rewrite {
+                    decision.updated_tool_output = Some(new_output.clone());
+                    event.tool_output = Some(new_output);
+                    event_json = None;
                 }
             }
         }

@@ -69,6 +69,26 @@ pub struct Event {
     #[serde(default = "empty_object", deserialize_with = "unique_keys")]
     #[schemars(with = "serde_json::Map<String, Value>")]
     pub tool_input: Value,
+    /// `post_tool_use`: what the tool returned (any JSON; a runtime's `tool_response`), under
+    /// the same caps as `tool_input`. A `blocking: true` hook may withhold it (`block`) or
+    /// rewrite it (`updatedToolOutput`, from the master namespace).
+    #[serde(
+        default,
+        deserialize_with = "some_unique_keys",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(with = "Option<Value>")]
+    pub tool_output: Option<Value>,
+    /// `stop`/`subagent_stop`: how many times this session's stop was refused already since
+    /// its last prompt (issue 16). Set by the dispatcher for handlers; a caller's value is
+    /// read and thrown away.
+    #[serde(
+        default,
+        deserialize_with = "discard_count",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(skip)]
+    pub stop_count: Option<u32>,
     /// The runtime's own payload, passed to handlers as it is (never to a prompt judge).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw_input: Option<Value>,
@@ -128,6 +148,17 @@ pub enum Accept {
 fn discard_tool<'de, D: Deserializer<'de>>(d: D) -> Result<Option<ToolFacts>, D::Error> {
     serde::de::IgnoredAny::deserialize(d)?;
     Ok(None)
+}
+
+/// Reads a `"stop_count"` key of a request and keeps nothing of it: the count is ours.
+fn discard_count<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    serde::de::IgnoredAny::deserialize(d)?;
+    Ok(None)
+}
+
+/// [`unique_keys`] for an optional value; `null` is absent.
+fn some_unique_keys<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Ok(Some(unique_keys(d)?).filter(|v| !v.is_null()))
 }
 
 fn empty_object() -> Value {
@@ -285,6 +316,8 @@ impl Event {
             agent_id: String::new(),
             tool_name: None,
             tool_input: empty_object(),
+            tool_output: None,
+            stop_count: None,
             raw_input: None,
             depth: 0,
             turn_id: None,
@@ -366,7 +399,12 @@ impl Event {
             ));
         }
         let mut size = 0usize;
-        check_caps(&self.tool_input, &mut Vec::new(), &mut size)
+        check_caps("tool_input", &self.tool_input, &mut Vec::new(), &mut size)?;
+        if let Some(output) = &self.tool_output {
+            let mut size = 0usize;
+            check_caps("tool_output", output, &mut Vec::new(), &mut size)?;
+        }
+        Ok(())
     }
 
     /// Every string id or key of the body the caller chose, by field name (`None` when
@@ -455,15 +493,15 @@ fn strip_position(msg: &str) -> String {
     }
 }
 
-/// One step of a path inside `tool_input`, kept as borrowed parts and formatted only when
-/// a cap is broken.
+/// One step of a path inside `tool_input` (or `tool_output`), kept as borrowed parts and
+/// formatted only when a cap is broken.
 enum Seg<'a> {
     Key(&'a str),
     Index(usize),
 }
 
-fn path_string(path: &[Seg<'_>]) -> String {
-    let mut out = String::from("tool_input");
+fn path_string(root: &str, path: &[Seg<'_>]) -> String {
+    let mut out = String::from(root);
     for seg in path {
         match seg {
             Seg::Key(k) => {
@@ -479,13 +517,16 @@ fn path_string(path: &[Seg<'_>]) -> String {
     cut_to(&out, MAX_REPORTED_PATH_BYTES)
 }
 
+/// The caps of [`MAX_TOOL_INPUT_BYTES`], [`MAX_TOOL_INPUT_DEPTH`] and `MAX_LIST_LEN` on the
+/// value `v` of field `root` (`tool_input`, `tool_output`); errors name the place.
 fn check_caps<'a>(
+    root: &'static str,
     v: &'a Value,
     path: &mut Vec<Seg<'a>>,
     size: &mut usize,
 ) -> Result<(), EventError> {
     let too_large = |path: &[Seg<'_>], message: String| EventError::TooLarge {
-        field: path_string(path),
+        field: path_string(root, path),
         message,
     };
     if path.len() > MAX_TOOL_INPUT_DEPTH {
@@ -501,7 +542,7 @@ fn check_caps<'a>(
     };
     if *size > MAX_TOOL_INPUT_BYTES {
         return Err(EventError::TooLarge {
-            field: "tool_input".into(),
+            field: root.into(),
             message: format!("is larger than {MAX_TOOL_INPUT_BYTES} bytes"),
         });
     }
@@ -515,7 +556,7 @@ fn check_caps<'a>(
             }
             for (i, x) in a.iter().enumerate() {
                 path.push(Seg::Index(i));
-                check_caps(x, path, size)?;
+                check_caps(root, x, path, size)?;
                 path.pop();
             }
         }
@@ -529,7 +570,7 @@ fn check_caps<'a>(
             for (k, x) in o {
                 *size += k.len() + 3;
                 path.push(Seg::Key(k));
-                check_caps(x, path, size)?;
+                check_caps(root, x, path, size)?;
                 path.pop();
             }
         }

@@ -47,6 +47,7 @@ pub mod runner;
 pub mod sandbox;
 pub mod server;
 pub mod shim;
+pub mod stops;
 pub mod sync;
 pub mod synced;
 pub mod telemetry;

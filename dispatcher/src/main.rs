@@ -21,7 +21,7 @@ use agenthooks_dispatcher::audit::sink::AuditSink;
 use agenthooks_dispatcher::budget::local::LocalLedger;
 use agenthooks_dispatcher::budget::remote::{RemoteBudgets, RemoteConfig};
 use agenthooks_dispatcher::budget::{Budgets, load};
-use agenthooks_dispatcher::chain::{Verdict, decide};
+use agenthooks_dispatcher::chain::{Verdict, decide_in_place};
 use agenthooks_dispatcher::event::Event;
 use agenthooks_dispatcher::handlers::http::HttpCaller;
 use agenthooks_dispatcher::handlers::prompt::PromptEvaluator;
@@ -384,6 +384,12 @@ struct ServeArgs {
           default_value_t = agenthooks_dispatcher::server::DEFAULT_MAX_CONCURRENT_REQUESTS,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
     max_concurrent_requests: usize,
+    /// Stop control's bound (issue 16): how many times a session's `stop` (and, apart,
+    /// `subagent_stop`) may be refused by `blocking: true` hooks since its last prompt;
+    /// past it stopping is allowed. 0 lets every stop through.
+    #[arg(long, env = "AGENTHOOKS_STOP_BLOCK_LIMIT",
+          default_value_t = agenthooks_dispatcher::stops::DEFAULT_STOP_BLOCK_LIMIT)]
+    stop_block_limit: u32,
     /// Key shared with the operator for sealed header values (32 bytes or 64 hex).
     #[arg(long)]
     seal_key_file: Option<PathBuf>,
@@ -853,7 +859,6 @@ async fn check(args: CheckArgs) -> anyhow::Result<Verdict> {
             Event::parse(&body).map_err(|e| anyhow::anyhow!("{}: {e}", args.event.display()))?
         }
     };
-    let blocking = event.event.is_blocking();
     let mut engine = Engine::new(
         HttpCaller::new(args.common.http_allow_cidr.clone()),
         args.common.edition,
@@ -862,13 +867,9 @@ async fn check(args: CheckArgs) -> anyhow::Result<Verdict> {
     engine.prompt = prompt_evaluator(&args.common)?;
     // The budgets of the hooks files, as in standalone mode (fresh: used 0).
     engine.budgets = Budgets::local(LocalLedger::new(loaded.budgets)?, None);
-    let mut decision = decide(&engine, &set, event).await;
-    if !blocking {
-        // Non-blocking events never block (CONTRACT §1.2); the hooks' outcomes are shown.
-        decision.decision = Verdict::Allow;
-        decision.reason = None;
-        decision.deciding_hook = None;
-    }
+    // Every hook in place, so each one's outcome is shown; a hook the event does not wait
+    // for (a non-blocking event's, without `blocking: true`) never changes the answer.
+    let decision = decide_in_place(&engine, &set, event).await;
     match &native {
         Some(call) => {
             let answer = agenthooks_dispatcher::dialect::answer(call, &decision);
@@ -945,6 +946,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             ))?;
             tracing::info!(hooks = loaded.hooks.len(), budgets, path = %path.display(), edition = %args.common.edition, "standalone: hooks loaded; nothing is reported to an operator");
             let state = AppState::with_request_limit(engine, args.max_concurrent_requests);
+            state.stops.set_limit(args.stop_block_limit);
             state.set_hooks(loaded.hooks);
             state
         }
@@ -972,6 +974,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 Some(engine.metrics.clone()),
             );
             let state = AppState::with_request_limit(engine, args.max_concurrent_requests);
+            state.stops.set_limit(args.stop_block_limit);
             let operators: Vec<&str> = urls.urls().iter().map(|u| u.as_str()).collect();
             tracing::info!(operators = ?operators, dispatcher = %id, report_interval_ms = args.report_interval_ms, "synced mode: following the operator; not ready until the first snapshot");
             let mut config = ReporterConfig::new(id.clone());

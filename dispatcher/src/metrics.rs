@@ -27,6 +27,9 @@ pub struct Metrics {
     pub handler_errors: IntCounterVec,
     /// Events refused for `depth > 3` (seed `security.hook.loop_depth_exceeded`).
     pub loop_depth_exceeded: IntCounter,
+    /// Stops let through because the session's stop was refused `--stop-block-limit`
+    /// times since its last prompt (issue 16, `hooks.stop_bound_reached`).
+    pub stop_bound_reached: IntCounter,
     /// `updatedInput` dropped: from hooks outside the master namespace, or from a prompt
     /// judge not allowed to rewrite (CONTRACT §4.5, §5 prompt.2).
     pub mutation_denied: IntCounter,
@@ -201,6 +204,11 @@ impl Metrics {
             loop_depth_exceeded: IntCounter::new(
                 "agenthooks_loop_depth_exceeded_total",
                 "Events refused for sub-agent depth over 3",
+            )
+            .unwrap(),
+            stop_bound_reached: IntCounter::new(
+                "agenthooks_stop_bound_reached_total",
+                "Stops let through because the session's stop was refused --stop-block-limit times since its last prompt",
             )
             .unwrap(),
             mutation_denied: IntCounter::new(
@@ -396,6 +404,7 @@ impl Metrics {
             Box::new(m.decision_duration.clone()),
             Box::new(m.handler_errors.clone()),
             Box::new(m.loop_depth_exceeded.clone()),
+            Box::new(m.stop_bound_reached.clone()),
             Box::new(m.mutation_denied.clone()),
             Box::new(m.background_shed.clone()),
             Box::new(m.requests_shed.clone()),

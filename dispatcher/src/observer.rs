@@ -186,6 +186,52 @@ impl RunObserver for Live<'_> {
     }
 }
 
+/// `check`: every effect of [`Live`], but every hook runs in place — `dryrun` hooks and
+/// those a non-blocking event does not wait for too — so the decision printed lists each
+/// hook's outcome before the process exits.
+pub struct InPlace<'a>(pub &'a Engine);
+
+impl RunObserver for InPlace<'_> {
+    type Run = HookSpan;
+    const DRY: bool = false;
+
+    fn start(
+        &self,
+        hook: &LoadedHook,
+        event: &Event,
+        filter_ok: bool,
+    ) -> (Option<Admission>, HookSpan) {
+        Live(self.0).start(hook, event, filter_ok)
+    }
+    fn finish(
+        &self,
+        span: HookSpan,
+        hook: &Arc<LoadedHook>,
+        event: &Event,
+        event_json: &Bytes,
+        admission: Option<Admission>,
+        result: &HandlerResult,
+        elapsed: Duration,
+    ) {
+        Live(self.0).finish(span, hook, event, event_json, admission, result, elapsed)
+    }
+    fn not_run(&self, hook: &Arc<LoadedHook>, event: &Event, event_json: &Bytes, reason: &str) {
+        Live(self.0).not_run(hook, event, event_json, reason)
+    }
+    fn mutation_denied(&self, hook: &LoadedHook, event: &Event) {
+        Live(self.0).mutation_denied(hook, event)
+    }
+    fn depth_exceeded(&self, event: &Event) {
+        Live(self.0).depth_exceeded(event)
+    }
+    fn decided(&self, event: &Event, elapsed: Duration) {
+        Live(self.0).decided(event, elapsed)
+    }
+    fn shadow(&self, _: &Arc<LoadedHook>, _: &Event, _: &Bytes) -> bool {
+        false
+    }
+}
+
 /// Hands one handler run to the hook's breaker for `tenant` and reports what changed
 /// (CONTRACT §6.5): a trip and a probe's close go to the operator at once (it publishes them
 /// to every dispatcher), a changed run of faults soon (its merged window).

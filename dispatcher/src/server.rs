@@ -71,6 +71,8 @@ pub struct AppState {
     draining: std::sync::atomic::AtomicBool,
     /// The sub-agent tree of each session seen on the native hook routes.
     pub sessions: dialect::depth::SessionTree,
+    /// Refused stops per session (stop control's bound, issue 16).
+    pub stops: crate::stops::StopCounts,
     /// `--kubernetes-callers`: how the console reaches the API server as a person.
     console_kube: std::sync::OnceLock<kube::Config>,
     /// The port serves TLS (the console's cookies get `Secure`).
@@ -97,6 +99,7 @@ impl AppState {
             max_requests,
             draining: std::sync::atomic::AtomicBool::new(false),
             sessions: Default::default(),
+            stops: Default::default(),
             console_kube: std::sync::OnceLock::new(),
             tls: std::sync::atomic::AtomicBool::new(false),
         })
@@ -528,28 +531,65 @@ async fn run(
     state: &Arc<AppState>,
     parts: &axum::http::request::Parts,
     set: Arc<HookSet>,
-    event: Event,
+    mut event: Event,
 ) -> Result<crate::chain::Decision, Response> {
-    if !event.event.is_blocking() {
+    use agenthooks_crds::HookEvent;
+    let mut waits = crate::chain::waits_for(&set, &event);
+    // Stop control (issue 16): a new prompt starts the session's count again; a stop
+    // past the bound is let through, its hooks run in the background.
+    if event.event == HookEvent::UserPromptSubmit {
+        state.stops.prompted(&event.tenant_id, &event.session_id);
+    }
+    let stop = matches!(event.event, HookEvent::Stop | HookEvent::SubagentStop);
+    if stop {
+        let count = state
+            .stops
+            .count(&event.tenant_id, &event.session_id, event.event);
+        event.stop_count = Some(count);
+        if waits && !crate::stops::may_refuse(count, state.stops.limit()) {
+            waits = false;
+            state.engine.metrics.stop_bound_reached.inc();
+            tracing::info!(
+                target: "hooks.stop_bound_reached",
+                tenant = %event.tenant_id, session_id = %event.session_id, event = %event.event,
+                stop_count = count, limit = state.stops.limit(),
+                "hooks.stop_bound_reached: this session's stop was refused {count} times since its last prompt; stopping is allowed"
+            );
+        }
+    }
+    if !waits {
         return Ok(observe(&state.engine, set, event).0);
     }
+    let refused_stop = stop.then(|| {
+        (
+            event.tenant_id.clone(),
+            event.session_id.clone(),
+            event.event,
+        )
+    });
     // Detached (CONTRACT §10.3): if the client goes away, this handler is dropped but
     // the chain runs on, so every hook run that started finishes, settles its budget
     // and writes its audit row. It keeps the request's slot.
     let slot = parts.extensions.get::<RequestSlot>().cloned();
-    let state = Arc::clone(state);
+    let detached = Arc::clone(state);
     let chain = finish_detached(async move {
         let _slot = slot;
-        decide(&state.engine, &set, event).await
+        decide(&detached.engine, &set, event).await
     });
-    chain.await.map_err(|e| {
+    let decision = chain.await.map_err(|e| {
         tracing::error!(error = %e, "the decision task failed");
         error(
             StatusCode::INTERNAL_SERVER_ERROR,
             "",
             "the decision failed; treat as block".into(),
         )
-    })
+    })?;
+    if let Some((tenant, session, kind)) = refused_stop
+        && decision.decision == crate::chain::Verdict::Block
+    {
+        state.stops.refused(&tenant, &session, kind);
+    }
+    Ok(decision)
 }
 
 /// `POST /v1/hooks/{dialect}`: a runtime's own hook payload, answered in its own shape

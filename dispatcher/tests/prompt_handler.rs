@@ -219,7 +219,7 @@ async fn anthropic_request_is_the_messages_wire_format_and_the_tool_call_decides
     assert_eq!(decide_schema()["required"], json!(["decision", "reason"]));
     assert_eq!(
         decide_schema()["properties"]["decision"]["enum"],
-        json!(["allow", "block"])
+        json!(["allow", "block", "ask"])
     );
     assert_eq!(r.body["messages"].as_array().unwrap().len(), 1);
     assert_eq!(r.body["messages"][0]["role"], "user");

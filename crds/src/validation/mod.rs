@@ -145,6 +145,8 @@ pub struct CompiledHook {
     pub enforcement_action: crate::agenthook::EnforcementAction,
     /// `spec.onError` (absent → `block`).
     pub on_error: crate::agenthook::OnError,
+    /// The event waits for this hook ([`AgentHookSpec::waits`]).
+    pub waits: bool,
     /// Compiled `matcher`, `None` when empty.
     pub matcher: Option<std::sync::Arc<regex::Regex>>,
     /// Compiled `ifExpr`, `None` when empty.
@@ -196,6 +198,17 @@ pub fn validate(
     };
     // §2.2 onTimeout
     let on_timeout = spec.effective_on_timeout();
+    // issue 16: blocking
+    if spec.blocking.is_some() && !spec.event.may_wait() {
+        err(
+            "spec.blocking",
+            Reason::InvalidField,
+            format!(
+                "{} hooks cannot set blocking: only post_tool_use, stop and subagent_stop hooks may be declared blocking",
+                spec.event.as_str()
+            ),
+        );
+    }
 
     // exactly one handler block, the one named by type
     let h = &spec.handler;
@@ -411,6 +424,7 @@ pub fn validate(
         on_timeout,
         enforcement_action: spec.enforcement_action.unwrap_or_default(),
         on_error: spec.on_error.unwrap_or_default(),
+        waits: spec.waits(),
         matcher,
         if_expr,
         tool_kinds,

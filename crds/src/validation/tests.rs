@@ -344,3 +344,40 @@ fn command_hooks_only_in_the_master_namespace_unless_allowed() {
     );
     assert_eq!(CommandHookPolicy::default(), CommandHookPolicy::MasterOnly);
 }
+
+/// Issue 16: `blocking` is for post_tool_use, stop and subagent_stop hooks, and makes the
+/// event wait for them (with onTimeout block by default); the other events refuse it.
+#[test]
+fn blocking_is_for_post_tool_use_and_stops_only() {
+    for (event, ok) in [
+        ("post_tool_use", true),
+        ("stop", true),
+        ("subagent_stop", true),
+        ("pre_tool_use", false),
+        ("user_prompt_submit", false),
+        ("session_start", false),
+        ("subagent_start", false),
+    ] {
+        let s = spec(&format!(
+            "event: {event}\nblocking: true\nhandler: {{type: http, http: {{url: 'https://x.example'}}}}"
+        ));
+        let r = validate(&s, &lite("tenant-acme"));
+        assert_eq!(r.is_ok(), ok, "{event}");
+        match r {
+            Ok(h) => {
+                assert!(h.waits, "{event}");
+                assert_eq!(h.on_timeout, OnTimeout::Block, "{event} waits: fail-closed");
+            }
+            Err(_) => assert_eq!(
+                reasons(validate(&s, &lite("tenant-acme"))),
+                vec![("spec.blocking", Reason::InvalidField)]
+            ),
+        }
+    }
+    let s = spec(
+        "event: stop\nblocking: false\nhandler: {type: http, http: {url: 'https://x.example'}}",
+    );
+    let h = validate(&s, &lite("tenant-acme")).unwrap();
+    assert!(!h.waits);
+    assert_eq!(h.on_timeout, OnTimeout::Allow);
+}

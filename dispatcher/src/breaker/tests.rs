@@ -285,6 +285,7 @@ mod properties {
                         cut_by_budget: false,
                         additional_context: None,
                         updated_input: None,
+                        updated_tool_output: None,
                     };
                     let stops = matches!(chain_step(&rule, ran, &event), Step::Block { .. });
                     if matches!(a, Admission::Refuse { .. })

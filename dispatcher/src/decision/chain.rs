@@ -96,6 +96,9 @@ pub struct HookRule<'a> {
     pub enforcement: EnforcementAction,
     /// `onError`, resolved (absent → `block`).
     pub on_error: OnError,
+    /// The event waits for the hook (a blocking event's, or `blocking: true`); a hook it
+    /// does not wait for never changes the answer.
+    pub waits: bool,
 }
 
 impl<'a> HookRule<'a> {
@@ -107,6 +110,7 @@ impl<'a> HookRule<'a> {
             on_timeout,
             enforcement: EnforcementAction::Enforce,
             on_error: OnError::Block,
+            waits: true,
         }
     }
 }
@@ -123,6 +127,8 @@ pub struct Ran<'a> {
     pub cut_by_budget: bool,
     pub additional_context: Option<String>,
     pub updated_input: Option<Value>,
+    /// `updatedToolOutput` (`post_tool_use`).
+    pub updated_tool_output: Option<Value>,
 }
 
 /// What the chain does after one hook run.
@@ -145,6 +151,9 @@ pub enum Step {
         /// The hook asks (its reason): the chain goes on, and answers `ask` at its end
         /// unless a later hook blocks.
         ask: Option<String>,
+        /// The new `tool_output` (`post_tool_use`, master namespace, within the caps):
+        /// later hooks see it and the answer carries it.
+        output_rewrite: Option<Value>,
     },
 }
 
@@ -155,6 +164,7 @@ impl Step {
         rewrite: None,
         mutation_denied: false,
         ask: None,
+        output_rewrite: None,
     };
 }
 
@@ -171,9 +181,13 @@ impl Step {
 /// | `timeout` | `onTimeout` | `onTimeout` | go on |
 ///
 /// A timeout cut short by the chain budget stops the chain whatever the hook says,
-/// except for a `dryrun` hook, which never changes the answer.
+/// except for a `dryrun` hook, which never changes the answer; neither does a hook the
+/// event does not wait for (a non-blocking event's hook without `blocking: true`).
+///
+/// `updatedToolOutput` (`post_tool_use`) follows `updatedInput`'s rules: taken only from
+/// the master namespace, within the caps, never from a `warn` hook.
 pub fn step(rule: &HookRule<'_>, ran: Ran<'_>, event: &Event) -> Step {
-    if rule.enforcement == EnforcementAction::Dryrun {
+    if rule.enforcement == EnforcementAction::Dryrun || !rule.waits {
         return Step::NOTHING;
     }
     let block = |reason: Option<&str>| Step::Block {
@@ -200,6 +214,7 @@ pub fn step(rule: &HookRule<'_>, ran: Ran<'_>, event: &Event) -> Step {
                 rewrite: None,
                 mutation_denied: false,
                 ask: None,
+                output_rewrite: None,
             };
         }
         Outcome::Block => return block(ran.reason),
@@ -248,11 +263,28 @@ pub fn step(rule: &HookRule<'_>, ran: Ran<'_>, event: &Event) -> Step {
         // Not an object: not a tool input; ignored.
         Some(_) => (None, false),
     };
+    let (output_rewrite, output_denied) = match ran.updated_tool_output {
+        None => (None, false),
+        Some(_) if warn || event.event != agenthooks_crds::HookEvent::PostToolUse => (None, false),
+        Some(_) if !rule.master => (None, true),
+        Some(new_output) => {
+            let mut candidate = event.clone();
+            candidate.tool_output = Some(new_output);
+            if let Err(e) = candidate.check() {
+                return Step::Block {
+                    reason: format!("updatedToolOutput refused: {e}"),
+                    budget_spent: false,
+                };
+            }
+            (candidate.tool_output, false)
+        }
+    };
     Step::Continue {
         context,
         rewrite,
-        mutation_denied,
+        mutation_denied: mutation_denied || output_denied,
         ask,
+        output_rewrite,
     }
 }
 

@@ -223,6 +223,9 @@ pub struct HandlerResult {
     pub additional_context: Option<String>,
     /// `updatedInput` proposed by the hook; the chain decides whether to honour it.
     pub updated_input: Option<Value>,
+    /// `updatedToolOutput` proposed by a `post_tool_use` hook (Claude Code's field name);
+    /// the chain decides whether to honour it.
+    pub updated_tool_output: Option<Value>,
     /// Facts for audit metadata and dry runs.
     pub metadata: HandlerMetadata,
 }
@@ -294,6 +297,7 @@ impl HandlerResult {
             error_kind,
             additional_context: None,
             updated_input: None,
+            updated_tool_output: None,
             metadata: HandlerMetadata::default(),
         }
     }

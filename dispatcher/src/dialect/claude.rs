@@ -67,6 +67,9 @@ pub(super) fn read(native_event: &str, p: &Payload<'_>) -> Result<Read, EventErr
         HookEvent::PreToolUse | HookEvent::PostToolUse => {
             ev.tool_name = p.str("tool_name")?;
             ev.tool_input = p.object("tool_input")?;
+            if kind == HookEvent::PostToolUse {
+                ev.tool_output = p.get("tool_response").filter(|v| !v.is_null()).cloned();
+            }
             if let Some(Value::Object(server)) = p.get("mcp_server") {
                 ev.tool_hints = ToolHints {
                     mcp_server: server
@@ -89,6 +92,19 @@ pub(super) fn read(native_event: &str, p: &Payload<'_>) -> Result<Read, EventErr
 }
 
 pub(super) fn answer(r: &Reply<'_>, flavour: Flavour) -> Value {
+    match r.event {
+        // Stop control (issue 16): `block` keeps the agent working, the reason telling
+        // the model why (only `blocking: true` hooks can get here with a block).
+        HookEvent::Stop | HookEvent::SubagentStop => {
+            return if r.blocked() {
+                json!({"decision": "block", "reason": refusal_text(r.decision)})
+            } else {
+                no_opinion()
+            };
+        }
+        HookEvent::PostToolUse => return post_tool_use(r, flavour),
+        _ => {}
+    }
     let mut specific = Map::new();
     // A tool call a hook wants a person to decide: Claude Code's (and Copilot's) `ask`, or
     // `defer` for a headless run. Codex refuses `ask` as unsupported: refused here.
@@ -129,6 +145,50 @@ pub(super) fn answer(r: &Reply<'_>, flavour: Flavour) -> Value {
     if let Some(context) = r.context()
         && flavour != Flavour::Copilot
         && takes_context(r.event)
+    {
+        specific.insert("additionalContext".into(), context.into());
+    }
+    if specific.is_empty() {
+        return no_opinion();
+    }
+    specific.insert("hookEventName".into(), r.native_event.into());
+    json!({"hookSpecificOutput": specific})
+}
+
+/// Tool-output control (issue 16): a `block` withholds the output — Claude Code gets it
+/// replaced (`updatedToolOutput`) and the reason as `decision: "block"`; the others only
+/// the reason — and an `updatedToolOutput` is Claude Code's own field. A rewrite the
+/// runtime cannot apply withholds the output rather than let the model see it unchanged.
+fn post_tool_use(r: &Reply<'_>, flavour: Flavour) -> Value {
+    let withheld = |text: String| {
+        let mut v = json!({"decision": "block", "reason": text});
+        if flavour == Flavour::ClaudeCode {
+            v["hookSpecificOutput"] = json!({
+                "hookEventName": r.native_event,
+                "updatedToolOutput": format!("[withheld by agenthooks] {text}"),
+            });
+        }
+        v
+    };
+    if r.blocked() {
+        return withheld(refusal_text(r.decision));
+    }
+    if r.rewrite().is_some() {
+        return withheld(unapplied_rewrite(flavour.runtime(), r.native_event));
+    }
+    let mut specific = Map::new();
+    if let Some(output) = &r.decision.updated_tool_output {
+        if flavour != Flavour::ClaudeCode {
+            return withheld(format!(
+                "agenthooks: a master hook rewrote this tool's output and {} cannot apply it at {}; withheld rather than shown as it was",
+                flavour.runtime(),
+                r.native_event
+            ));
+        }
+        specific.insert("updatedToolOutput".into(), output.clone());
+    }
+    if let Some(context) = r.context()
+        && flavour == Flavour::ClaudeCode
     {
         specific.insert("additionalContext".into(), context.into());
     }
@@ -202,7 +262,10 @@ pub fn payload_for(event: &Event) -> Value {
                 p.insert("tool_use_id".into(), id);
             }
             if event.event == HookEvent::PostToolUse
-                && let Some(r) = from_raw("tool_response")
+                && let Some(r) = event
+                    .tool_output
+                    .clone()
+                    .or_else(|| from_raw("tool_response"))
             {
                 p.insert("tool_response".into(), r);
             }
@@ -216,7 +279,11 @@ pub fn payload_for(event: &Event) -> Value {
             p.insert("prompt".into(), prompt);
         }
         HookEvent::Stop | HookEvent::SubagentStop => {
-            p.insert("stop_hook_active".into(), false.into());
+            // Claude Code's one bit: a stop hook already kept this agent working.
+            p.insert(
+                "stop_hook_active".into(),
+                (event.stop_count.unwrap_or(0) > 0).into(),
+            );
         }
         HookEvent::SessionStart => {
             p.insert(

@@ -624,12 +624,13 @@ fn answers_in_each_runtimes_shape() {
             block.clone(),
             json!({"continue": false, "stopReason": reason}),
         ),
+        // A `blocking: true` post_tool_use hook's context reaches Claude Code (issue 16).
         (
             ClaudeCode,
             "PostToolUse",
             tool.clone(),
             with_context(allow.clone()),
-            json!({}),
+            json!({"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": "remember the style guide"}}),
         ),
         (
             ClaudeCode,

@@ -251,6 +251,10 @@ fn on_success(stdout: &[u8], stderr: &str) -> HandlerResult {
         .and_then(Value::as_str)
         .map(str::to_owned);
     result.updated_input = obj.get("updatedInput").filter(|v| !v.is_null()).cloned();
+    result.updated_tool_output = obj
+        .get("updatedToolOutput")
+        .filter(|v| !v.is_null())
+        .cloned();
     result
 }
 
@@ -333,6 +337,11 @@ pub fn claude_code_output(stdout: &[u8], stderr: &str) -> HandlerResult {
     let mut result = HandlerResult::allow();
     result.additional_context = text(field("additionalContext"));
     result.updated_input = field("updatedInput").filter(|v| !v.is_null()).cloned();
+    // PostToolUse: `updatedToolOutput`, else the older MCP-only `updatedMCPToolOutput`.
+    result.updated_tool_output = field("updatedToolOutput")
+        .or(field("updatedMCPToolOutput"))
+        .filter(|v| !v.is_null())
+        .cloned();
     result
 }
 

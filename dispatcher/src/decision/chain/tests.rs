@@ -23,6 +23,7 @@ fn ran(outcome: Outcome) -> Ran<'static> {
         cut_by_budget: false,
         additional_context: None,
         updated_input: None,
+        updated_tool_output: None,
     }
 }
 
@@ -32,6 +33,7 @@ fn cont(context: Option<&str>, rewrite: Option<Value>, mutation_denied: bool) ->
         rewrite,
         mutation_denied,
         ask: None,
+        output_rewrite: None,
     }
 }
 
@@ -330,6 +332,7 @@ fn ask_warn_dryrun_and_on_error_rules() {
         rewrite: None,
         mutation_denied: false,
         ask: Some("a person decides".into()),
+        output_rewrite: None,
     };
     let rewrite = json!({"cmd": "ls -l"});
     let cases: Vec<(&str, HookRule, Ran, Step)> = vec![
@@ -351,6 +354,7 @@ fn ask_warn_dryrun_and_on_error_rules() {
                 rewrite: None,
                 mutation_denied: false,
                 ask: Some("agenthooks-system/h asks for approval".into()),
+                output_rewrite: None,
             },
         ),
         (
@@ -365,6 +369,7 @@ fn ask_warn_dryrun_and_on_error_rules() {
                 rewrite: Some(rewrite.clone()),
                 mutation_denied: false,
                 ask: Some("agenthooks-system/h asks for approval".into()),
+                output_rewrite: None,
             },
         ),
         (
@@ -549,5 +554,73 @@ fn outage_kinds() {
         ("bad_decision", false),
     ] {
         assert_eq!(ErrorKind::Prompt(label).is_outage(), outage, "{label}");
+    }
+}
+
+/// Issue 16 point 5: `updatedToolOutput` follows `updatedInput`'s rules; a hook the event
+/// does not wait for never changes anything.
+#[test]
+fn tool_output_rewrites_and_hooks_not_waited_for() {
+    let post = event(json!({"event": "post_tool_use", "tool_output": {"stdout": "AWS_SECRET=x"}}));
+    let redacted = json!({"stdout": "[redacted]"});
+    let rewrite = |rule: HookRule<'static>, output: Value| {
+        step(
+            &rule,
+            Ran {
+                updated_tool_output: Some(output),
+                ..ran(Outcome::Allow)
+            },
+            &post,
+        )
+    };
+    let out = |o: Option<Value>, denied: bool| Step::Continue {
+        context: None,
+        rewrite: None,
+        mutation_denied: denied,
+        ask: None,
+        output_rewrite: o,
+    };
+    assert_eq!(
+        rewrite(MASTER, redacted.clone()),
+        out(Some(redacted.clone()), false)
+    );
+    assert_eq!(rewrite(TENANT, redacted.clone()), out(None, true));
+    assert_eq!(
+        rewrite(
+            rule(EnforcementAction::Warn, OnError::Block),
+            redacted.clone()
+        ),
+        out(None, false)
+    );
+    let huge = json!({"stdout": "x".repeat(crate::event::MAX_TOOL_INPUT_BYTES)});
+    assert!(matches!(
+        rewrite(MASTER, huge),
+        Step::Block { reason, .. } if reason.starts_with("updatedToolOutput refused: ")
+    ));
+    // Only post_tool_use takes it.
+    let pre = event(json!({}));
+    assert_eq!(
+        step(
+            &MASTER,
+            Ran {
+                updated_tool_output: Some(redacted),
+                ..ran(Outcome::Allow)
+            },
+            &pre
+        ),
+        out(None, false)
+    );
+    // Not waited for (a non-blocking event's hook without blocking: true): nothing counts.
+    let background = HookRule {
+        waits: false,
+        ..MASTER
+    };
+    for o in [
+        Outcome::Block,
+        Outcome::Error,
+        Outcome::Ask,
+        Outcome::Timeout,
+    ] {
+        assert_eq!(step(&background, ran(o), &post), Step::NOTHING, "{o:?}");
     }
 }

@@ -149,6 +149,7 @@ fn the_dispatch_body_is_the_event_type_refusing_unknown_keys() {
             "tenant_id",
             "tool_input",
             "tool_name",
+            "tool_output",
             "turn_id"
         ]
     );
