@@ -135,6 +135,12 @@ pub struct AgentHookSpec {
     /// follow `onTimeout`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_error: Option<OnError>,
+    /// Approvals out of band (issue 16): an `ask` of this hook becomes a `HookApproval`
+    /// a person answers; the call is refused (`ApprovalPending <id>`) until it is approved,
+    /// and the same call within `ttlSeconds` is then allowed (or refused) without asking
+    /// again. Needs an operator (synced mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<crate::approval::ApprovalPolicy>,
     /// What runs.
     pub handler: HandlerSpec,
 }

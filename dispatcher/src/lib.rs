@@ -24,6 +24,7 @@
 //! - [`telemetry`]: a span per hook run, W3C trace context, OTLP/HTTP export (CONTRACT §8.1).
 //! - [`audit`]: audit rows' pure parts: input hash, redaction, sealed error detail (CONTRACT §7).
 
+pub mod approvals;
 pub mod audit;
 pub mod breaker;
 pub mod budget;

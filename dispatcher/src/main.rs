@@ -969,6 +969,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 None => token.identity()?,
             };
             let urls = Arc::new(urls.with_token(token));
+            engine.approvals = Some(Arc::new(
+                agenthooks_dispatcher::approvals::ApprovalClient::new(
+                    Arc::clone(&urls),
+                    id.clone(),
+                ),
+            ));
             engine.budgets = Budgets::remote(
                 RemoteBudgets::new(Arc::clone(&urls), id.clone(), RemoteConfig::default()),
                 Some(engine.metrics.clone()),

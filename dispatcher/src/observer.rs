@@ -73,6 +73,51 @@ pub trait RunObserver {
     /// critical path (the driver goes on without it), false to have the driver run it in
     /// place (its answer is recorded and changes nothing either way).
     fn shadow(&self, hook: &Arc<LoadedHook>, event: &Event, event_json: &Bytes) -> bool;
+
+    /// `hook` has `spec.approval` and its run answered `ask` (`result`): the run's outcome
+    /// once the approval is asked for or read ([`crate::approvals::apply`]). By default the
+    /// `ask` stands (a dry run creates no approval).
+    fn approval<'a>(
+        &'a self,
+        hook: &'a Arc<LoadedHook>,
+        event: &'a Event,
+        result: HandlerResult,
+    ) -> impl std::future::Future<Output = HandlerResult> + Send + 'a {
+        let _ = (hook, event);
+        std::future::ready(result)
+    }
+}
+
+/// Asks the engine's approval client where the approval of `hook`'s `ask` on `event` stands.
+async fn ask_approval(
+    engine: &Engine,
+    hook: &LoadedHook,
+    event: &Event,
+    result: HandlerResult,
+) -> HandlerResult {
+    let Some(client) = &engine.approvals else {
+        return crate::approvals::apply(
+            result,
+            Err("approvals need an operator (synced mode); this dispatcher has none".into()),
+        );
+    };
+    let req = agenthooks_crds::approval::ApprovalRequest {
+        dispatcher: client.dispatcher().to_owned(),
+        hook_namespace: hook.namespace.clone(),
+        hook_name: hook.name.clone(),
+        hook_uid: hook.uid.clone(),
+        hook_generation: hook.generation,
+        tenant: event.tenant_id.clone(),
+        session_id: event.session_id.clone(),
+        tool_name: event.tool().unwrap_or("").to_owned(),
+        input_hash: crate::audit::input_hash::input_hash(
+            event.tool().unwrap_or(""),
+            &event.tool_input,
+        ),
+        reason: result.reason.clone().unwrap_or_default(),
+    };
+    let answer = client.ask(&req).await;
+    crate::approvals::apply(result, answer)
 }
 
 /// Dispatch: every effect of a run.
@@ -184,6 +229,15 @@ impl RunObserver for Live<'_> {
         crate::runner::spawn_background(self.0, hook, &Arc::new(event.clone()), event_json);
         true
     }
+
+    fn approval<'a>(
+        &'a self,
+        hook: &'a Arc<LoadedHook>,
+        event: &'a Event,
+        result: HandlerResult,
+    ) -> impl std::future::Future<Output = HandlerResult> + Send + 'a {
+        ask_approval(self.0, hook, event, result)
+    }
 }
 
 /// `check`: every effect of [`Live`], but every hook runs in place — `dryrun` hooks and
@@ -229,6 +283,14 @@ impl RunObserver for InPlace<'_> {
     }
     fn shadow(&self, _: &Arc<LoadedHook>, _: &Event, _: &Bytes) -> bool {
         false
+    }
+    fn approval<'a>(
+        &'a self,
+        hook: &'a Arc<LoadedHook>,
+        event: &'a Event,
+        result: HandlerResult,
+    ) -> impl std::future::Future<Output = HandlerResult> + Send + 'a {
+        ask_approval(self.0, hook, event, result)
     }
 }
 

@@ -58,6 +58,9 @@ pub struct Engine {
     /// Where command hooks run (CONTRACT §10.1): here under the per-run supervisor, or
     /// in the command runner container (`--command-runner unix:PATH`).
     pub command_runner: crate::sandbox::CommandRunner,
+    /// Where an `ask` of a hook with `spec.approval` becomes an approval (synced mode:
+    /// the operator); `None` refuses such asks as unavailable.
+    pub approvals: Option<Arc<crate::approvals::ApprovalClient>>,
 }
 
 /// Chain budget of a blocking event (seed "Safeguards summary": 10 s, not overridable).
@@ -81,6 +84,7 @@ impl Engine {
             telemetry: Telemetry::disabled(),
             audit: AuditSink::disabled(),
             command_runner: Default::default(),
+            approvals: None,
         }
     }
 }
@@ -269,6 +273,13 @@ pub async fn run_matched<O: RunObserver>(
         (Ok(()), Some(Admission::Refuse { .. })) => HandlerResult::circuit_open(),
         (Ok(()), _) if O::DRY => run_handler_dry(engine, hook, event, event_json, timeout).await,
         (Ok(()), _) => run_handler(engine, hook, event, event_json, timeout).await,
+    };
+    // An `ask` of a hook with `spec.approval` becomes (or finds) an approval: the run is
+    // what it stands at (issue 16 point 2; `crate::approvals`).
+    let result = if result.outcome == Outcome::Ask && hook.spec.approval.is_some() {
+        observer.approval(hook, event, result).await
+    } else {
+        result
     };
     let elapsed = started.elapsed();
     // A timeout cut short by the chain budget says nothing of the handler: another hook

@@ -21,7 +21,7 @@ use crate::{ControlPlane, unique_name, wait_for};
 /// Hex seal key shared by the operator and dispatchers of a test stack.
 pub const SEAL_KEY_HEX: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
 
-/// Installs both CRDs as the README says (`kubectl apply --server-side -f config/crd/`)
+/// Installs the CRDs as the README says (`kubectl apply --server-side -f config/crd/`)
 /// and waits until they are established.
 pub fn install_crds(cp: &ControlPlane) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/crd/");
@@ -39,6 +39,7 @@ pub fn install_crds(cp: &ControlPlane) {
     );
     cp.wait_for_crd("agenthooks.agenthooks.io", Duration::from_secs(30));
     cp.wait_for_crd("tenanthookbudgets.agenthooks.io", Duration::from_secs(30));
+    cp.wait_for_crd("hookapprovals.agenthooks.io", Duration::from_secs(30));
 }
 
 /// The audience of a dispatcher's token on the operator's sync port.

@@ -532,6 +532,53 @@ fn role_rules(items: &[Value], kind: &str) -> Value {
     roles[0]["rules"].clone()
 }
 
+/// The approval objects (issue 16) among `items`, named `<base>-approval-decision` and
+/// `<base>-approver`: the policy that lets only those who may `approve` hookapprovals set
+/// a decision, in their own name, its binding on every HookApproval, and the ClusterRole
+/// to bind to approvers. Returns the policy.
+fn check_approvals<'a>(items: &'a [Value], base: &str) -> &'a Value {
+    let policy = find(
+        items,
+        "ValidatingAdmissionPolicy",
+        &format!("{base}-approval-decision"),
+    );
+    let spec = &policy["spec"];
+    assert_eq!(spec["failurePolicy"], "Fail");
+    let rule = &spec["matchConstraints"]["resourceRules"][0];
+    assert_eq!(
+        (&rule["apiGroups"], &rule["operations"], &rule["resources"]),
+        (
+            &json!(["agenthooks.io"]),
+            &json!(["CREATE", "UPDATE"]),
+            &json!(["hookapprovals"])
+        )
+    );
+    let checks: Vec<&str> = spec["validations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["expression"].as_str().unwrap())
+        .collect();
+    assert!(checks[0].contains("check('approve')"), "{checks:?}");
+    assert!(
+        checks[1].contains("object.spec.decidedBy == request.userInfo.username"),
+        "{checks:?}"
+    );
+    let binding = find(
+        items,
+        "ValidatingAdmissionPolicyBinding",
+        &format!("{base}-approval-decision"),
+    );
+    assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
+    let role = find(items, "ClusterRole", &format!("{base}-approver"));
+    assert_eq!(
+        role["rules"],
+        json!([{"apiGroups": ["agenthooks.io"], "resources": ["hookapprovals"],
+                "verbs": ["get", "list", "watch", "patch", "update", "approve"]}])
+    );
+    policy
+}
+
 /// The tenancy objects (CONTRACT §9.3) among `items`, named `<base>-tenant-label` and
 /// `<base>-tenant-admin`: the policy refusing changes of a Namespace's
 /// `agenthooks.io/tenant` label to those who may not `assign` the tenant, its binding on
@@ -641,7 +688,7 @@ fn kustomize_default_renders_and_passes_a_server_side_dry_run() {
             );
         }
     }
-    assert_eq!(count(&items, "CustomResourceDefinition"), 2);
+    assert_eq!(count(&items, "CustomResourceDefinition"), 3);
     assert_eq!(count(&items, "Deployment"), 2);
     find(&items, "Namespace", "agenthooks-system");
     find(&items, "ClusterRoleBinding", "agenthooks-operator");
@@ -655,10 +702,11 @@ fn kustomize_default_renders_and_passes_a_server_side_dry_run() {
         "lite",
         "agenthooks-seal-key",
     );
-    // The Lite install's only admission policy is the tenancy one (no command-hook
-    // policy); nobody is bound to the tenant-admin ClusterRole.
-    assert_eq!(count(&items, "ValidatingAdmissionPolicy"), 1);
+    // The Lite install's admission policies are the tenancy and approval ones (no
+    // command-hook policy); nobody is bound to the tenant-admin ClusterRole.
+    assert_eq!(count(&items, "ValidatingAdmissionPolicy"), 2);
     check_tenancy(&items, "agenthooks");
+    check_approvals(&items, "agenthooks");
     // The operator's ClusterRole, its system:auth-delegator (dispatchers on the sync port)
     // and the dispatcher's (callers by Kubernetes).
     assert_eq!(count(&items, "ClusterRoleBinding"), 3);
@@ -694,6 +742,9 @@ fn kustomize_default_renders_and_passes_a_server_side_dry_run() {
     let tenancy = server_dry_run(cp, &kustomize(cp, "config/tenancy"), "config/tenancy");
     assert_eq!(tenancy.len(), 3, "policy, binding, ClusterRole");
     check_tenancy(&tenancy, "agenthooks");
+    let approvals = server_dry_run(cp, &kustomize(cp, "config/approvals"), "config/approvals");
+    assert_eq!(approvals.len(), 3, "policy, binding, ClusterRole");
+    check_approvals(&approvals, "agenthooks");
     let admission = server_dry_run(cp, &kustomize(cp, "config/admission"), "config/admission");
     let policy = find(
         &admission,
@@ -767,9 +818,15 @@ fn helm_chart_lints_renders_and_passes_a_server_side_dry_run() {
         "lite",
         "agenthooks-seal-key",
     );
-    assert_eq!(count(&items, "CustomResourceDefinition"), 2);
-    // Lite: the tenancy policy only, the same as config/tenancy/; no tenant admin bound.
-    assert_eq!(count(&items, "ValidatingAdmissionPolicy"), 1);
+    assert_eq!(count(&items, "CustomResourceDefinition"), 3);
+    // Lite: the tenancy and approval policies only, the same as config/tenancy/ and
+    // config/approvals/; no tenant admin bound.
+    assert_eq!(count(&items, "ValidatingAdmissionPolicy"), 2);
+    let approvals = server_dry_run(cp, &kustomize(cp, "config/approvals"), "config/approvals");
+    assert_eq!(
+        check_approvals(&items, "agenthooks")["spec"],
+        check_approvals(&approvals, "agenthooks")["spec"]
+    );
     let tenancy_policy = check_tenancy(&items, "agenthooks");
     let tenancy = server_dry_run(cp, &kustomize(cp, "config/tenancy"), "config/tenancy");
     assert_eq!(
@@ -898,8 +955,8 @@ fn helm_chart_lints_renders_and_passes_a_server_side_dry_run() {
     assert_eq!(binding["spec"]["policyName"], "agenthooks-standard-edition");
     assert_eq!(
         count(&items, "ValidatingAdmissionPolicy"),
-        2,
-        "and tenancy's"
+        3,
+        "and tenancy's and approvals'"
     );
     check_tenancy(&items, "agenthooks");
     // Same policy as config/admission/ (which test (c) runs for real).
@@ -2286,8 +2343,10 @@ fn helm_tenancy_binds_the_tenant_admins_named_and_the_policy_can_be_left_out() {
     assert_eq!(cluster_role_rules(&items), cluster_role_rules(&rbac));
 
     let off = rendered(&["--set", "tenancy.admissionPolicy=false"]);
-    assert_eq!(count(&off, "ValidatingAdmissionPolicy"), 0);
-    assert_eq!(count(&off, "ValidatingAdmissionPolicyBinding"), 0);
+    // Only the approval policy is left.
+    assert_eq!(count(&off, "ValidatingAdmissionPolicy"), 1);
+    assert_eq!(count(&off, "ValidatingAdmissionPolicyBinding"), 1);
+    check_approvals(&off, "agenthooks");
     let admin = find(&off, "ClusterRole", "agenthooks-tenant-admin");
     assert_eq!(admin["rules"][0]["verbs"], json!(["assign"]));
     assert!(

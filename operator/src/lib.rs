@@ -23,6 +23,7 @@
 //! - [`reconcile`]: the AgentHook controller, its triggers and the periodic ready pass.
 //! - [`sync_server`]: `GET /v1/snapshot` (long poll: a delta or the full snapshot) and
 //!   `GET /v1/dispatchers`.
+//! - [`approvals`]: `POST /v1/approvals`, the `HookApproval`s of hooks that ask.
 //! - [`admin_server`]: `/healthz`, `/readyz`, `/metrics`.
 //! - [`metrics`]: Prometheus metrics.
 //! - [`watch_health`]: health of the session's watches (readiness, metrics) and the API
@@ -36,6 +37,7 @@
 #![warn(missing_docs)]
 
 pub mod admin_server;
+pub mod approvals;
 pub mod breaker_window;
 pub mod budget;
 pub mod config;

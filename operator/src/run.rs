@@ -95,7 +95,8 @@ pub async fn run(
                             shared.clone(),
                             client.clone(),
                             cancel.clone(),
-                        )),
+                        ))
+                        .merge(crate::approvals::router(client.clone())),
                     Arc::new(sync_auth::SyncAuth::new(
                         agenthooks_kube_review::Reviewer::new(
                             client.clone(),

@@ -198,6 +198,19 @@ pub fn validate(
     };
     // §2.2 onTimeout
     let on_timeout = spec.effective_on_timeout();
+    // issue 16: approval
+    if let Some(ttl) = spec.approval.as_ref().and_then(|a| a.ttl_seconds)
+        && !(0..=crate::approval::MAX_APPROVAL_TTL_SECONDS).contains(&ttl)
+    {
+        err(
+            "spec.approval.ttlSeconds",
+            Reason::InvalidField,
+            format!(
+                "{ttl} is outside 0..={} seconds (0 or absent: 3600)",
+                crate::approval::MAX_APPROVAL_TTL_SECONDS
+            ),
+        );
+    }
     // issue 16: blocking
     if spec.blocking.is_some() && !spec.event.may_wait() {
         err(

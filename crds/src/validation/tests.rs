@@ -381,3 +381,26 @@ fn blocking_is_for_post_tool_use_and_stops_only() {
     assert!(!h.waits);
     assert_eq!(h.on_timeout, OnTimeout::Allow);
 }
+
+#[test]
+fn approval_ttl_bounds() {
+    for (ttl, ok) in [
+        (-1i64, false),
+        (0, true),
+        (60, true),
+        (604_800, true),
+        (604_801, false),
+    ] {
+        let s = spec(&format!(
+            "event: pre_tool_use\napproval: {{ttlSeconds: {ttl}}}\nhandler: {{type: http, http: {{url: 'https://x.example'}}}}"
+        ));
+        let r = validate(&s, &lite("tenant-acme"));
+        assert_eq!(r.is_ok(), ok, "ttlSeconds {ttl}");
+        if !ok {
+            assert_eq!(
+                reasons(r),
+                vec![("spec.approval.ttlSeconds", Reason::InvalidField)]
+            );
+        }
+    }
+}

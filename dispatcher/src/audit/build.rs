@@ -70,6 +70,12 @@ pub fn build_row(run: &RunRecord, keys: Option<&ErrorDetailKeys>) -> AuditRow {
         injection_detected: prompt.and_then(|p| p.injection_detected),
         trace_id: run.trace_id.clone(),
         caller: run.facts.caller.as_deref().map(|c| no_nul(c.to_owned())),
+        approval_id: run
+            .facts
+            .approval
+            .as_ref()
+            .map(|(id, _)| no_nul(id.clone())),
+        approval_state: run.facts.approval.as_ref().map(|(_, s)| (*s).to_owned()),
         enforcement_action: match hook.compiled.enforcement_action {
             EnforcementAction::Enforce => None,
             other => Some(other.as_str().to_owned()),

@@ -106,6 +106,12 @@ pub struct AuditMetadata {
     /// `decision` is then what the hook would have decided (issue 16).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enforcement_action: Option<String>,
+    /// The `HookApproval` an `ask` became (its name in the hook's namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
+    /// Where it stood for this call: `Pending`, `Approved`, `Rejected`, `Expired`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_state: Option<String>,
 }
 
 impl AuditMetadata {

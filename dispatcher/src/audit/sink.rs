@@ -80,6 +80,8 @@ pub struct RunFacts {
     pub prompt: Option<PromptMetadata>,
     /// The authenticated caller whose event it was (CONTRACT §9.1).
     pub caller: Option<Arc<str>>,
+    /// The approval id and state of an `ask` of a hook with `spec.approval`.
+    pub approval: Option<(String, &'static str)>,
 }
 
 impl RunRecord {
@@ -119,6 +121,7 @@ impl RunRecord {
                 http_status: result.metadata.http_status,
                 prompt: result.metadata.prompt.clone(),
                 caller: event.caller.clone(),
+                approval: result.metadata.approval.clone(),
             },
             trace_id: None,
         }

@@ -86,6 +86,9 @@ pub enum ErrorKind {
     ChainBudget,
     /// The hook's breaker is open for the tenant: answered as its fault (CONTRACT §6.2).
     CircuitOpen,
+    /// An `ask` of a hook with `spec.approval` could not become an approval (no operator,
+    /// or it did not answer): refused, never allowed.
+    ApprovalUnavailable,
     /// A prompt run's failure, by its own label.
     Prompt(&'static str),
 }
@@ -115,6 +118,7 @@ impl ErrorKind {
             ErrorKind::Panic => "panic",
             ErrorKind::ChainBudget => "chain_budget",
             ErrorKind::CircuitOpen => "circuit_open",
+            ErrorKind::ApprovalUnavailable => "approval_unavailable",
             ErrorKind::Prompt(kind) => kind,
         }
     }
@@ -134,7 +138,7 @@ impl serde::Serialize for ErrorKind {
 
 impl ErrorKind {
     /// Every kind but [`ErrorKind::Prompt`], whose labels are the prompt handler's own.
-    pub const FIXED: [ErrorKind; 21] = [
+    pub const FIXED: [ErrorKind; 22] = [
         ErrorKind::SpawnFailed,
         ErrorKind::ExitStatus,
         ErrorKind::OutputTooLarge,
@@ -156,6 +160,7 @@ impl ErrorKind {
         ErrorKind::Panic,
         ErrorKind::ChainBudget,
         ErrorKind::CircuitOpen,
+        ErrorKind::ApprovalUnavailable,
     ];
 }
 
@@ -242,6 +247,9 @@ pub struct HandlerMetadata {
     pub stderr: Option<String>,
     /// Model, tokens, `injection_detected` and cache hit of a prompt run.
     pub prompt: Option<PromptMetadata>,
+    /// The approval an `ask` of a hook with `spec.approval` became: its id and state
+    /// (`Pending`, `Approved`, `Rejected`, `Expired`).
+    pub approval: Option<(String, &'static str)>,
 }
 
 /// Longest reason or captured text kept in a [`HandlerResult`], in bytes (cut on a UTF-8

@@ -128,6 +128,36 @@ const CHECKS: &[Check] = &[
         TENANT_NS,
         true,
     ),
+    // Approvals (issue 16): found, created and, once expired, deleted by the operator;
+    // never patched by it (a decision is a person's), never touched by the dispatcher.
+    (
+        OPERATOR,
+        "create",
+        "hookapprovals.agenthooks.io",
+        TENANT_NS,
+        true,
+    ),
+    (
+        OPERATOR,
+        "delete",
+        "hookapprovals.agenthooks.io",
+        TENANT_NS,
+        true,
+    ),
+    (
+        OPERATOR,
+        "patch",
+        "hookapprovals.agenthooks.io",
+        TENANT_NS,
+        false,
+    ),
+    (
+        DISPATCHER,
+        "create",
+        "hookapprovals.agenthooks.io",
+        TENANT_NS,
+        false,
+    ),
     (OPERATOR, "watch", "namespaces", "", true),
     (OPERATOR, "watch", "secrets", "", true),
     (OPERATOR, "create", "events", TENANT_NS, true),
