@@ -200,6 +200,8 @@ pub enum HookWiring {
         base_url: String,
         /// The caller token.
         token: String,
+        /// The route's query, e.g. `?ask=defer` (empty: none).
+        query: String,
     },
     /// A command hook running the shim: `agenthooks-dispatcher hook --dialect <d> --url
     /// <base_url> --token-file <token_file>`. No `onFailure`: the shim's own exit 2 must
@@ -394,9 +396,11 @@ impl RuntimeRun {
         match self.runtime {
             Runtime::ClaudeCode => {
                 let handler = match &self.hook {
-                    HookWiring::Http { base_url, .. } => json!({
+                    HookWiring::Http {
+                        base_url, query, ..
+                    } => json!({
                         "type": "http",
-                        "url": format!("{base_url}/v1/hooks/claude-code"),
+                        "url": format!("{base_url}/v1/hooks/claude-code{query}"),
                         "headers": {"Authorization": "Bearer $AGENTHOOKS_TOKEN"},
                         "allowedEnvVars": ["AGENTHOOKS_TOKEN"],
                         "onFailure": "block",
@@ -409,6 +413,12 @@ impl RuntimeRun {
                     self.allow.iter().map(|p| format!("Bash({p}:*)")).collect();
                 let hooks = match self.hook {
                     HookWiring::None => json!({}),
+                    // The dispatcher also takes PostToolUse and Stop: answered `{}` at once
+                    // unless a `blocking: true` hook selects them (issue 16).
+                    HookWiring::Http { .. } => json!({
+                        "PreToolUse": group, "PostToolUse": group, "Stop": group,
+                        "SubagentStart": group, "SubagentStop": group,
+                    }),
                     _ => {
                         json!({"PreToolUse": group, "SubagentStart": group, "SubagentStop": group})
                     }
@@ -767,9 +777,15 @@ impl StandaloneDispatcher {
 
     /// Claude Code's `http` hook to this dispatcher.
     pub fn http_wiring(&self) -> HookWiring {
+        self.http_wiring_with("")
+    }
+
+    /// Claude Code's http hook to this dispatcher with `query` on the route (`?ask=defer`).
+    pub fn http_wiring_with(&self, query: &str) -> HookWiring {
         HookWiring::Http {
             base_url: self.url.clone(),
             token: CALLER_TOKEN.to_string(),
+            query: query.to_string(),
         }
     }
 

@@ -720,3 +720,135 @@ fn codex_blocks_three_sub_agents_deep() {
     let rows = d.wait_rows(&session(&out), Some(GUARD), Some("block"), 1, ROWS_WITHIN);
     assert_eq!(rows.len(), 1, "{rows:?}");
 }
+
+// ---- issue 16 with the real Claude Code: ask / defer, a stop loop. (A redacted tool
+// output is answered as Claude Code documents it — `hookSpecificOutput.updatedToolOutput`,
+// see the native route tests — but Claude Code 2.1.332 headless did not apply it to a
+// Bash result from a hook in the user's settings: left for a later pin.)
+
+/// The reason the asking hook gives.
+const ASK_REASON: &str = "deploys need a person";
+/// What the redacting hook puts in place of the tool's output.
+const REDACTED: &str = "[redacted by agenthooks]";
+/// The reason the stop hook gives for "keep working".
+const KEEP_GOING: &str = "KEEP-GOING-9c1d: run the tests before you stop";
+
+/// A dispatcher with the issue-16 hooks: one asking on `ask-probe` commands, one
+/// (`post_tool_use`, `blocking: true`, master) replacing the output of `secret-probe`
+/// commands (answered, see above), one (`stop`, `blocking: true`) refusing every stop.
+fn issue16_dispatcher() -> &'static StandaloneDispatcher {
+    static D: OnceLock<StandaloneDispatcher> = OnceLock::new();
+    D.get_or_init(|| {
+        let global = |name: &str, spec: Value| {
+            json!({"apiVersion": "agenthooks.io/v1alpha1", "kind": "AgentHook",
+                   "metadata": {"name": name, "namespace": "agenthooks-system"},
+                   "spec": spec})
+        };
+        let hooks = vec![
+            shell_hook(
+                "ask-deploys",
+                100,
+                Some(r#"tool.command.contains("ask-probe")"#),
+                &format!(
+                    "cat >/dev/null; printf '%s' '{}'",
+                    json!({"decision": "ask", "reason": ASK_REASON})
+                ),
+            ),
+            global(
+                "redact-secrets",
+                json!({"event": "post_tool_use", "scope": "global", "blocking": true,
+                       "toolKinds": ["shell"], "ifExpr": r#"tool.command.contains("secret-probe")"#,
+                       "handler": {"type": "command", "command": {"command": format!(
+                           "cat >/dev/null; printf '%s' '{}'",
+                           json!({"updatedToolOutput": REDACTED}))}}}),
+            ),
+            global(
+                "tests-first",
+                json!({"event": "stop", "scope": "global", "blocking": true,
+                       "handler": {"type": "command", "command": {"command": format!(
+                           "cat >/dev/null; echo '{KEEP_GOING}' >&2; exit 2")}}}),
+            ),
+        ];
+        StandaloneDispatcher::start("runtimes-issue16", &hooks, &log_dir("runtimes-issue16"))
+    })
+}
+
+/// Claude Code headless (`-p`): a hook's `ask` reaches it as its own `permissionDecision:
+/// "ask"` — with nobody to ask, the command does not run — and with `?ask=defer` as
+/// `defer`: the call is held for the calling process, and does not run either.
+#[test]
+fn claude_code_ask_and_defer() {
+    let rt = Runtime::ClaudeCode;
+    let d = issue16_dispatcher();
+    for (query, marker) in [
+        ("", "ask-probe-asked.txt"),
+        ("?ask=defer", "ask-probe-deferred.txt"),
+    ] {
+        let standin = StandIn::start(Script::new(vec![
+            rt.shell_call(&format!("touch {marker}")),
+            Turn::text("Finished."),
+            Turn::text("Finished."),
+        ]));
+        // The runtime's own rules allow touch: only the hook's ask stands in the way.
+        let run = RuntimeRun::new(rt, &standin, d.http_wiring_with(query)).allow(&["touch"]);
+        let out = run.run(PROMPT);
+        timing(rt, &format!("ask{query}"), &out);
+        assert!(
+            !out.project.join(marker).exists(),
+            "the asked-for command ran ({query:?})\n{}",
+            out.describe()
+        );
+        let rows = d.wait_rows(
+            &session(&out),
+            Some("agenthooks-system/ask-deploys"),
+            Some("ask"),
+            1,
+            ROWS_WITHIN,
+        );
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        eprintln!(
+            "[runtimes] claude-code ask{query}: exit {:?}, tool results {:?}",
+            out.exit_code,
+            standin.tool_results()
+        );
+    }
+}
+
+/// A `blocking: true` stop hook that always refuses keeps Claude Code working exactly up
+/// to the bound (3 refusals), then lets it stop: four model requests, the last three
+/// carrying the hook's reason.
+#[test]
+fn claude_code_stop_loop_is_bounded() {
+    let rt = Runtime::ClaudeCode;
+    let d = issue16_dispatcher();
+    let standin = StandIn::start(Script::new(
+        (0..8)
+            .map(|i| Turn::text(&format!("Finished ({i}).")))
+            .collect(),
+    ));
+    let run = RuntimeRun::new(rt, &standin, d.http_wiring());
+    let out = run.run(PROMPT);
+    timing(rt, "stop loop", &out);
+    assert_eq!(out.exit_code, Some(0), "{}", out.describe());
+    let requests = standin.model_requests();
+    assert_eq!(
+        requests.len(),
+        4,
+        "one request, then one per refused stop: {}",
+        out.describe()
+    );
+    let told: Vec<bool> = requests
+        .iter()
+        .map(|r| r.text().contains("KEEP-GOING-9c1d"))
+        .collect();
+    assert_eq!(told, [false, true, true, true], "{}", out.describe());
+    // Four rows: the fourth stop's run went to the background, recorded, and changed nothing.
+    let rows = d.wait_rows(
+        &session(&out),
+        Some("agenthooks-system/tests-first"),
+        Some("block"),
+        4,
+        ROWS_WITHIN,
+    );
+    assert_eq!(rows.len(), 4, "{rows:?}");
+}
