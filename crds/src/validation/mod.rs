@@ -142,7 +142,7 @@ pub struct CompiledHook {
     /// Effective `onTimeout` (absent → block for blocking events, allow otherwise).
     pub on_timeout: OnTimeout,
     /// Compiled `matcher`, `None` when empty.
-    pub matcher: Option<std::sync::Arc<regex::Regex>>,
+    pub matcher: Option<std::sync::Arc<crate::expr::LazyRegex>>,
     /// Compiled `ifExpr`, `None` when empty.
     pub if_expr: Option<std::sync::Arc<IfExpr>>,
     /// `spec.toolKinds`, sorted and without repeats; empty matches every event.
