@@ -53,6 +53,24 @@ pub const BUILD_PACE: u32 = 2;
 /// Longest wait of [`BUILD_PACE`].
 pub const MAX_PACE_WAIT: Duration = Duration::from_millis(500);
 
+/// A take that ran at least this long (a complete snapshot, or a delta that remade long
+/// hook lists) is followed by [`release_freed_memory`]; a one-hook delta (tens of
+/// microseconds) is not.
+pub const TRIM_AFTER: Duration = Duration::from_millis(10);
+
+/// Hands the heap memory freed since (the set served before, a remade list's old
+/// matcher index and the temporaries of building) back to the system: glibc keeps freed
+/// memory in its arenas, and a stream of large takes (10,000 hooks applied at once) left
+/// a synced dispatcher with 30 MiB more RSS than its live heap. A no-op off glibc.
+/// Costs about a millisecond at 10,000 hooks; runs on a blocking thread.
+pub fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim takes no pointer and is thread-safe (it locks each arena).
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Bound of one `POST /v1/report` attempt with the unavailable list, on one URL.
 pub const UNAVAILABLE_REPORT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -251,6 +269,9 @@ pub async fn follow(
                 unavailable = Some(list);
                 let took = started.elapsed();
                 state.engine.metrics.sync_lag.observe(took.as_secs_f64());
+                if took >= TRIM_AFTER {
+                    tokio::task::spawn_blocking(release_freed_memory);
+                }
                 let streaming = taken.absorbed == Absorbed::Delta
                     && new_epoch == epoch
                     && new_version > version + 1;
