@@ -564,12 +564,61 @@ pub fn compile_regex(pattern: &str) -> Result<regex::Regex, String> {
         })
 }
 
-/// [`compile_regex`], shared with every other hook whose pattern is the same text
-/// ([`crate::interned`]): a `matcher` is compiled once per distinct pattern.
-pub fn shared_regex(pattern: &str) -> Result<Arc<regex::Regex>, String> {
-    static SHARED: LazyLock<crate::interned::Interned<regex::Regex>> =
-        LazyLock::new(Default::default);
-    SHARED.get_or_try_insert(pattern, compile_regex)
+/// A hook's `matcher`: a pattern [`compile_regex`] accepted, compiled again on its first
+/// use and kept from then on.
+///
+/// A compiled `regex::Regex` costs about 10 KiB even for `^name$` (its automata and
+/// match caches); its text costs tens of bytes. A dispatcher tests most matchers of a
+/// long hook list through the list's one `RegexSet` and never through the hook's own
+/// regex, so 10,000 hooks with distinct patterns would hold 100 MiB of regexes nobody
+/// runs (issue 15).
+#[derive(Debug)]
+pub struct LazyRegex {
+    pattern: String,
+    compiled: std::sync::OnceLock<regex::Regex>,
+}
+
+impl LazyRegex {
+    /// Validates `pattern` by compiling it ([`compile_regex`], the compiled form
+    /// dropped); the error is `compile_regex`'s.
+    pub fn new(pattern: &str) -> Result<LazyRegex, String> {
+        compile_regex(pattern)?;
+        Ok(LazyRegex {
+            pattern: pattern.to_string(),
+            compiled: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// The pattern's text.
+    pub fn as_str(&self) -> &str {
+        &self.pattern
+    }
+
+    /// The compiled regex, compiled now if this is its first use.
+    pub fn regex(&self) -> &regex::Regex {
+        self.compiled.get_or_init(|| {
+            // `new` compiled the same text with the same settings: it compiles again.
+            compile_regex(&self.pattern).expect("a validated pattern compiles")
+        })
+    }
+
+    /// Whether the pattern matches somewhere in `text` (unanchored, as `regex`).
+    pub fn is_match(&self, text: &str) -> bool {
+        self.regex().is_match(text)
+    }
+
+    /// Whether the regex has been compiled since validation.
+    pub fn is_compiled(&self) -> bool {
+        self.compiled.get().is_some()
+    }
+}
+
+/// A [`LazyRegex`], shared with every other hook whose pattern is the same text
+/// ([`crate::interned`]): a `matcher` is validated and compiled once per distinct
+/// pattern.
+pub fn shared_regex(pattern: &str) -> Result<Arc<LazyRegex>, String> {
+    static SHARED: LazyLock<crate::interned::Interned<LazyRegex>> = LazyLock::new(Default::default);
+    SHARED.get_or_try_insert(pattern, LazyRegex::new)
 }
 
 fn first_line(s: &str) -> String {
@@ -1262,5 +1311,21 @@ mod tests {
         let d = shared_regex("^shared-test$").unwrap();
         assert!(Arc::ptr_eq(&c, &d));
         assert!(shared_regex("(").is_err());
+    }
+
+    #[test]
+    fn a_matcher_is_compiled_on_its_first_use_only() {
+        let m = LazyRegex::new("^lazy-(a|b)$").unwrap();
+        assert_eq!(m.as_str(), "^lazy-(a|b)$");
+        assert!(!m.is_compiled(), "validation keeps no compiled form");
+        assert!(m.is_match("lazy-b"));
+        assert!(!m.is_match("lazy-c"));
+        assert!(m.is_compiled());
+        // The refusals are compile_regex's.
+        assert_eq!(
+            LazyRegex::new("a{1000}{1000}").unwrap_err(),
+            compile_regex("a{1000}{1000}").unwrap_err()
+        );
+        assert!(LazyRegex::new("(").is_err());
     }
 }

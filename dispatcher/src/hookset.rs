@@ -8,8 +8,13 @@
 //! state and the execution counters go with the reused hook; a new reset token (the
 //! `agenthooks.io/reset-breaker` annotation changed, CONTRACT §6.3) builds a new hook
 //! with a closed breaker, even on a dispatcher that never saw a snapshot without it.
+//!
+//! A change of a few hooks (a snapshot delta) need not build the whole set:
+//! [`HookSet::apply`] makes anew only the lists the changed hooks leave or join and
+//! shares every other list with the set it starts from, so one hook's edit costs the
+//! lists it is in, not the set.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use agenthooks_crds::agenthook::HookScope;
@@ -165,22 +170,27 @@ pub fn cut(text: &str, max: usize) -> String {
 
 /// The hooks of one event: global ones, and per tenant the tenant- and agent-scoped
 /// ones; each list in resolution order, so resolving merges two sorted lists and never
-/// looks at another tenant's hooks.
-#[derive(Debug, Default)]
+/// looks at another tenant's hooks. Lists are shared between the sets of successive
+/// versions while they do not change ([`HookSet::apply`]).
+#[derive(Debug, Default, Clone)]
 struct EventIndex {
-    global: HookList,
-    by_tenant: HashMap<String, HookList>,
+    global: Arc<HookList>,
+    by_tenant: HashMap<String, Arc<HookList>>,
 }
 
 impl EventIndex {
-    fn lists_mut(&mut self) -> impl Iterator<Item = &mut HookList> {
-        std::iter::once(&mut self.global).chain(self.by_tenant.values_mut())
-    }
     fn all(&self) -> impl Iterator<Item = &Arc<LoadedHook>> {
         self.global
             .hooks
             .iter()
             .chain(self.by_tenant.values().flat_map(|l| l.hooks.iter()))
+    }
+
+    fn list(&self, tenant: Option<&str>) -> Option<&Arc<HookList>> {
+        match tenant {
+            None => Some(&self.global),
+            Some(t) => self.by_tenant.get(t),
+        }
     }
 }
 
@@ -192,19 +202,130 @@ struct HookList {
     matchers: Option<matchers::MatcherIndex>,
 }
 
+impl HookList {
+    /// The list of `hooks`, sorted into resolution order, with its matcher index.
+    fn new(mut hooks: Vec<Arc<LoadedHook>>) -> HookList {
+        hooks.sort_by(|a, b| order(a, b));
+        let matchers = matchers::MatcherIndex::build(&hooks);
+        HookList { hooks, matchers }
+    }
+}
+
+/// Where a set keeps a hook: in one list of one event (the global list, or a tenant's),
+/// or among the hooks it could not load. Whoever changes a set with [`HookSet::apply`]
+/// names each hook it removes or replaces by its key and its slot, so that only the
+/// lists of those slots are looked at.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Slot {
+    /// In the list of `event`: the global one (`tenant: None`) or the tenant's.
+    Listed {
+        event: HookEvent,
+        tenant: Option<String>,
+    },
+    /// An [`UnavailableHook`].
+    Unavailable,
+}
+
+impl LoadedHook {
+    /// The slot of this hook in a set.
+    pub fn slot(&self) -> Slot {
+        Slot::Listed {
+            event: self.spec.event,
+            tenant: match self.spec.scope {
+                HookScope::Global => None,
+                HookScope::Tenant | HookScope::Agent => Some(self.compiled.tenant.clone()),
+            },
+        }
+    }
+}
+
+/// What [`HookSet::apply`] made: the new set, the hooks of the change that it could not
+/// load (kept as unavailable), and the slot of each hook of the change, in its order.
+#[derive(Debug)]
+pub struct Applied {
+    pub set: HookSet,
+    pub rejected: Vec<RejectedHook>,
+    pub slots: Vec<Slot>,
+}
+
 /// Hooks indexed by event and tenant, each list in resolution order.
 #[derive(Debug, Default)]
 pub struct HookSet {
-    by_event: [EventIndex; HookEvent::ALL.len()],
+    by_event: [Arc<EventIndex>; HookEvent::ALL.len()],
     /// (source, e.g. snapshot epoch/version or file path; version).
     pub version: u64,
     pub master_namespace: String,
     len: usize,
     /// Hooks of the input this dispatcher could not load, sorted by `namespace/name`.
-    unavailable: Vec<UnavailableHook>,
+    unavailable: Arc<Vec<UnavailableHook>>,
     /// The namespaces' tenants of the snapshot (empty in standalone mode): which tenant
     /// a Kubernetes caller may act for (CONTRACT §9.2).
-    pub tenants: agenthooks_crds::tenancy::TenantMap,
+    pub tenants: Arc<agenthooks_crds::tenancy::TenantMap>,
+}
+
+/// Whether `previous`, a hook of the set served before, is the same version of the hook
+/// `s` describes: same uid, generation, namespace tenant and reset token, same spec and
+/// name. Such a hook is reused with its compiled form, breaker state and counters.
+fn same_version(previous: &LoadedHook, s: &SnapshotHook) -> bool {
+    previous.uid == s.uid
+        && previous.generation == s.generation
+        && previous.namespace_tenant == s.namespace_tenant
+        && previous.reset_token == s.reset_token
+        && previous.spec == s.spec
+        && previous.namespace == s.namespace
+        && previous.name == s.name
+}
+
+/// Loads one hook: `previous` (the hook of the same `namespace/name` in the set served
+/// before, if any) when it is the same version ([`same_version`]), else validated and
+/// compiled with `edition`. A hook that does not validate comes back as the
+/// [`UnavailableHook`] and [`RejectedHook`] to keep and report.
+fn load(
+    s: SnapshotHook,
+    previous: Option<&Arc<LoadedHook>>,
+    master_namespace: &str,
+    edition: Edition,
+) -> Result<Arc<LoadedHook>, Box<(UnavailableHook, RejectedHook)>> {
+    if let Some(h) = previous.filter(|h| same_version(h, &s)) {
+        // Same version: its breakers stay, following what the operator says is open now
+        // (CONTRACT §6.5).
+        h.breaker.follow(&s.open_breakers);
+        return Ok(Arc::clone(h));
+    }
+    let ctx = ValidationContext {
+        namespace: &s.namespace,
+        namespace_tenant: &s.namespace_tenant,
+        master_namespace,
+        edition,
+        // A hooks file has no tenants; a snapshot holds only what the operator accepted
+        // under its own setting (CONTRACT §10.1).
+        command_hooks: CommandHookPolicy::AnyNamespace,
+    };
+    match validate(&s.spec, &ctx) {
+        Ok(compiled) => Ok(Arc::new(LoadedHook {
+            breaker: {
+                let b = crate::breaker::Breaker::default();
+                b.follow(&s.open_breakers);
+                b
+            },
+            key: format!("{}/{}", s.namespace, s.name),
+            counters: Arc::new(HookCounters::new(HookIdentity {
+                uid: s.uid.clone(),
+                namespace: s.namespace.clone(),
+                name: s.name.clone(),
+            })),
+            source: s,
+            compiled,
+        })),
+        Err(errors) => Err(Box::new((
+            UnavailableHook::new(&s, &errors),
+            RejectedHook {
+                namespace: s.namespace,
+                name: s.name,
+                errors,
+            },
+        ))),
+    }
 }
 
 impl HookSet {
@@ -240,80 +361,48 @@ impl HookSet {
                     .collect()
             })
             .unwrap_or_default();
-        let mut by_event: [EventIndex; HookEvent::ALL.len()] = Default::default();
+        type Lists = (Vec<Arc<LoadedHook>>, HashMap<String, Vec<Arc<LoadedHook>>>);
+        let mut lists: [Lists; HookEvent::ALL.len()] = Default::default();
         let mut rejected = Vec::new();
         let mut unavailable = Vec::new();
         let mut len = 0;
         for s in sources {
-            let key = (
-                s.uid.as_str(),
-                s.generation,
-                s.namespace_tenant.as_str(),
-                s.reset_token.as_deref(),
-            );
-            let hook = match reuse.get(&key) {
-                Some(h) if h.spec == s.spec && h.namespace == s.namespace && h.name == s.name => {
-                    // Same version: its breakers stay, following what the operator says
-                    // is open now (CONTRACT §6.5).
-                    h.breaker.follow(&s.open_breakers);
-                    Arc::clone(h)
-                }
-                _ => {
-                    let ctx = ValidationContext {
-                        namespace: &s.namespace,
-                        namespace_tenant: &s.namespace_tenant,
-                        master_namespace,
-                        edition,
-                        // A hooks file has no tenants; a snapshot holds only what the
-                        // operator accepted under its own setting (CONTRACT §10.1).
-                        command_hooks: CommandHookPolicy::AnyNamespace,
-                    };
-                    match validate(&s.spec, &ctx) {
-                        Ok(compiled) => Arc::new(LoadedHook {
-                            breaker: {
-                                let b = crate::breaker::Breaker::default();
-                                b.follow(&s.open_breakers);
-                                b
-                            },
-                            key: format!("{}/{}", s.namespace, s.name),
-                            counters: Arc::new(HookCounters::new(HookIdentity {
-                                uid: s.uid.clone(),
-                                namespace: s.namespace.clone(),
-                                name: s.name.clone(),
-                            })),
-                            source: s,
-                            compiled,
-                        }),
-                        Err(errors) => {
-                            unavailable.push(UnavailableHook::new(&s, &errors));
-                            rejected.push(RejectedHook {
-                                namespace: s.namespace,
-                                name: s.name,
-                                errors,
-                            });
-                            continue;
-                        }
-                    }
+            let previous = reuse
+                .get(&(
+                    s.uid.as_str(),
+                    s.generation,
+                    s.namespace_tenant.as_str(),
+                    s.reset_token.as_deref(),
+                ))
+                .copied();
+            let hook = match load(s, previous, master_namespace, edition) {
+                Ok(hook) => hook,
+                Err(bad) => {
+                    let (u, r) = *bad;
+                    unavailable.push(u);
+                    rejected.push(r);
+                    continue;
                 }
             };
             len += 1;
-            let index = &mut by_event[hook.spec.event as usize];
+            let (global, by_tenant) = &mut lists[hook.spec.event as usize];
             match hook.spec.scope {
-                HookScope::Global => index.global.hooks.push(hook),
-                HookScope::Tenant | HookScope::Agent => index
-                    .by_tenant
+                HookScope::Global => global.push(hook),
+                HookScope::Tenant | HookScope::Agent => by_tenant
                     .entry(hook.compiled.tenant.clone())
                     .or_default()
-                    .hooks
                     .push(hook),
             }
         }
-        for index in &mut by_event {
-            for list in index.lists_mut() {
-                list.hooks.sort_by(|a, b| order(a, b));
-                list.matchers = matchers::MatcherIndex::build(&list.hooks);
-            }
-        }
+        let by_event = lists.map(|(global, by_tenant)| {
+            Arc::new(EventIndex {
+                global: Arc::new(HookList::new(global)),
+                by_tenant: by_tenant
+                    .into_iter()
+                    .map(|(t, hooks)| (t, Arc::new(HookList::new(hooks))))
+                    .collect(),
+            })
+        });
         unavailable.sort_by(|a: &UnavailableHook, b| a.key.cmp(&b.key));
         (
             HookSet {
@@ -321,11 +410,152 @@ impl HookSet {
                 version,
                 master_namespace: master_namespace.to_string(),
                 len,
-                unavailable,
+                unavailable: Arc::new(unavailable),
                 tenants: Default::default(),
             },
             rejected,
         )
+    }
+
+    /// The set at `version` after a change: the hooks `removed` (each by its key and the
+    /// slot this set keeps it in, as [`LoadedHook::slot`] or [`Slot::Unavailable`] told)
+    /// are gone, and `upserts` are added (a hook replacing one of this set names it in
+    /// `removed`). The result is the set [`HookSet::build`] would make of this set's
+    /// hooks with the change, given this set as `previous` — the same hooks in the same
+    /// order, the same hooks reused — but only the lists of the slots the change touches
+    /// are made anew; every other list is shared with this set. Tenants and the master
+    /// namespace stay this set's.
+    ///
+    /// Each key of `removed` must be held by this set in that slot, and each hook of
+    /// `upserts` must be absent from it or named in `removed`: a key that is not there
+    /// is ignored, a duplicate would be served twice.
+    pub fn apply(
+        &self,
+        removed: &[(&str, &Slot)],
+        upserts: Vec<SnapshotHook>,
+        edition: Edition,
+        version: u64,
+    ) -> Applied {
+        // The lists the change touches: per (event, tenant) the keys leaving it.
+        let mut gone: HashMap<(HookEvent, Option<&str>), HashSet<&str>> = HashMap::new();
+        let mut gone_unavailable: HashSet<&str> = HashSet::new();
+        for (key, slot) in removed {
+            match slot {
+                Slot::Listed { event, tenant } => gone
+                    .entry((*event, tenant.as_deref()))
+                    .or_default()
+                    .insert(key),
+                Slot::Unavailable => gone_unavailable.insert(key),
+            };
+        }
+        // The hooks leaving, by key: an upsert of the same version reuses its hook.
+        let mut leaving: HashMap<&str, &Arc<LoadedHook>> = HashMap::new();
+        for ((event, tenant), keys) in &gone {
+            if let Some(list) = self.by_event[*event as usize].list(*tenant) {
+                leaving.extend(
+                    list.hooks
+                        .iter()
+                        .filter(|h| keys.contains(&h.key.as_str()))
+                        .map(|h| (h.key.as_str(), h)),
+                );
+            }
+        }
+        let mut added: HashMap<(HookEvent, Option<String>), Vec<Arc<LoadedHook>>> = HashMap::new();
+        let mut rejected = Vec::new();
+        let mut new_unavailable = Vec::new();
+        let mut slots = Vec::with_capacity(upserts.len());
+        let mut len = self.len;
+        for s in upserts {
+            let previous = leaving
+                .get(format!("{}/{}", s.namespace, s.name).as_str())
+                .copied();
+            match load(s, previous, &self.master_namespace, edition) {
+                Ok(hook) => {
+                    let slot = hook.slot();
+                    let Slot::Listed { event, tenant } = &slot else {
+                        unreachable!("a loaded hook is listed")
+                    };
+                    added
+                        .entry((*event, tenant.clone()))
+                        .or_default()
+                        .push(hook);
+                    slots.push(slot);
+                    len += 1;
+                }
+                Err(bad) => {
+                    let (u, r) = *bad;
+                    new_unavailable.push(u);
+                    rejected.push(r);
+                    slots.push(Slot::Unavailable);
+                }
+            }
+        }
+        len -= leaving.len();
+        // The touched lists, per event.
+        let mut touched: HashMap<HookEvent, HashSet<Option<&str>>> = HashMap::new();
+        for (event, tenant) in gone.keys() {
+            touched.entry(*event).or_default().insert(*tenant);
+        }
+        for (event, tenant) in added.keys() {
+            touched.entry(*event).or_default().insert(tenant.as_deref());
+        }
+        let mut by_event = self.by_event.clone();
+        for (event, tenants) in touched {
+            let index = Arc::make_mut(&mut by_event[event as usize]);
+            for tenant in tenants {
+                let old = self.by_event[event as usize].list(tenant);
+                let keys = gone.get(&(event, tenant));
+                let mut hooks: Vec<Arc<LoadedHook>> = old
+                    .map(|l| {
+                        l.hooks
+                            .iter()
+                            .filter(|h| keys.is_none_or(|k| !k.contains(&h.key.as_str())))
+                            .cloned()
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                if let Some(new) = added.get(&(event, tenant.map(str::to_string))) {
+                    hooks.extend(new.iter().cloned());
+                }
+                // The kept hooks are in order already: sorting finds one run and merges
+                // the added ones into it.
+                let list = Arc::new(HookList::new(hooks));
+                match tenant {
+                    None => index.global = list,
+                    Some(t) if list.hooks.is_empty() => {
+                        index.by_tenant.remove(t);
+                    }
+                    Some(t) => {
+                        index.by_tenant.insert(t.to_string(), list);
+                    }
+                }
+            }
+        }
+        let unavailable = if gone_unavailable.is_empty() && new_unavailable.is_empty() {
+            Arc::clone(&self.unavailable)
+        } else {
+            let mut u: Vec<UnavailableHook> = self
+                .unavailable
+                .iter()
+                .filter(|u| !gone_unavailable.contains(&u.key.as_str()))
+                .cloned()
+                .chain(new_unavailable)
+                .collect();
+            u.sort_by(|a, b| a.key.cmp(&b.key));
+            Arc::new(u)
+        };
+        Applied {
+            set: HookSet {
+                by_event,
+                version,
+                master_namespace: self.master_namespace.clone(),
+                len,
+                unavailable,
+                tenants: Arc::clone(&self.tenants),
+            },
+            rejected,
+            slots,
+        }
     }
 
     /// Builds a set from an operator snapshot.
@@ -341,8 +571,9 @@ impl HookSet {
             snapshot.version,
             previous,
         );
-        set.tenants =
-            agenthooks_crds::tenancy::TenantMap::from_entries(snapshot.tenants.iter().cloned());
+        set.tenants = Arc::new(agenthooks_crds::tenancy::TenantMap::from_entries(
+            snapshot.tenants.iter().cloned(),
+        ));
         (set, rejected)
     }
 
@@ -386,7 +617,7 @@ impl HookSet {
 
     /// Every hook, any event.
     pub fn iter(&self) -> impl Iterator<Item = &Arc<LoadedHook>> {
-        self.by_event.iter().flat_map(EventIndex::all)
+        self.by_event.iter().flat_map(|index| index.all())
     }
 
     /// Number of hooks served.
@@ -782,6 +1013,235 @@ pub(crate) mod tests {
             vec![("Authorization".to_string(), "Bearer t".to_string())]
         );
         assert!(open_headers(h, &SealKey::generate()).is_err());
+    }
+
+    /// [`HookSet::apply`] makes the set [`HookSet::build`] makes of the same hooks with the
+    /// set before as `previous`, on random sets and random sequences of changes (adds,
+    /// edits, resends of an unchanged hook, removals; hooks this edition cannot load;
+    /// lists long enough for a matcher index): the same hooks in the same order for every
+    /// event, tenant, agent and tool, the same hook objects reused, the same unavailable
+    /// list, and every list the change did not touch shared with the set before.
+    mod apply_equals_build {
+        use super::*;
+        use proptest::prelude::*;
+
+        const NAMESPACES: [&str; 3] = ["agenthooks-system", "tenant-acme", "tenant-globex"];
+        const EVENTS: [HookEvent; 2] = [HookEvent::PreToolUse, HookEvent::Stop];
+        const PATTERNS: [&str; 6] = ["", "exec", "^Bash$", "e.e", "Write|Edit", "(?i)bash"];
+        const TOOLS: [Option<&str>; 5] =
+            [None, Some("exec"), Some("Bash"), Some("Edit"), Some("eve")];
+
+        /// (event, scope, pattern, priority, age, command handler).
+        type Params = (usize, u8, usize, i32, u8, bool);
+
+        fn params() -> impl Strategy<Value = Params> {
+            (
+                0..EVENTS.len(),
+                0u8..3,
+                0..PATTERNS.len(),
+                -1i32..2,
+                0u8..4,
+                prop::bool::weighted(0.15),
+            )
+        }
+
+        /// Hook `n` (its namespace follows from `n`) as `params` say.
+        fn make(n: usize, incarnation: usize, generation: i64, p: Params) -> SnapshotHook {
+            let (event, scope, pattern, prio, age, command) = p;
+            let handler = if command {
+                "{type: command, command: {command: 'exit 0'}}"
+            } else {
+                "{type: http, http: {url: 'https://a.example'}}"
+            };
+            let mut yaml = format!(
+                "event: {}\nhandler: {handler}\npriority: {prio}\n",
+                EVENTS[event].as_str()
+            );
+            if !PATTERNS[pattern].is_empty() {
+                yaml.push_str(&format!("matcher: '{}'\n", PATTERNS[pattern]));
+            }
+            // A global hook outside the master namespace does not validate: unavailable.
+            match scope {
+                0 => yaml.push_str("scope: global\n"),
+                2 => yaml.push_str("scope: agent\nagentIds: [a1]\n"),
+                _ => {}
+            }
+            let mut s = source(
+                NAMESPACES[n % NAMESPACES.len()],
+                &format!("h{n}"),
+                &yaml,
+                &format!("2026-01-01T00:00:0{age}Z"),
+            );
+            s.uid = format!("uid-{n}-{incarnation}");
+            s.generation = generation;
+            s
+        }
+
+        /// Where `set` keeps each hook, by key.
+        fn slots(set: &HookSet) -> HashMap<String, Slot> {
+            set.iter()
+                .map(|h| (h.key.clone(), h.slot()))
+                .chain(
+                    set.unavailable()
+                        .iter()
+                        .map(|u| (u.key.clone(), Slot::Unavailable)),
+                )
+                .collect()
+        }
+
+        fn contains(set: &HookSet, hook: &Arc<LoadedHook>) -> bool {
+            set.iter().any(|h| Arc::ptr_eq(h, hook))
+        }
+
+        /// Both sets serve the same hooks, in the same order, reusing the same ones of
+        /// `before`.
+        fn same(applied: &HookSet, built: &HookSet, before: &HookSet) -> Result<(), TestCaseError> {
+            prop_assert_eq!(applied.len(), built.len());
+            prop_assert_eq!(applied.unavailable(), built.unavailable());
+            prop_assert_eq!(applied.version, built.version);
+            for event in EVENTS {
+                for tenant in ["acme", "globex", "initech"] {
+                    for agent in ["a1", "a2"] {
+                        for tool in TOOLS {
+                            let a: Vec<_> = applied.select(event, tenant, agent, tool).collect();
+                            let b: Vec<_> = built.select(event, tenant, agent, tool).collect();
+                            let keys = |v: &[&Arc<LoadedHook>]| {
+                                v.iter()
+                                    .map(|h| (h.key.clone(), h.generation))
+                                    .collect::<Vec<_>>()
+                            };
+                            prop_assert_eq!(
+                                keys(&a),
+                                keys(&b),
+                                "{:?} {} {} {:?}",
+                                event,
+                                tenant,
+                                agent,
+                                tool
+                            );
+                            for (x, y) in a.iter().zip(&b) {
+                                prop_assert!(
+                                    Arc::ptr_eq(x, y)
+                                        || (!contains(before, x) && !contains(before, y)),
+                                    "{} reused on one side only",
+                                    x.key
+                                );
+                            }
+                        }
+                    }
+                    let a: Vec<_> = applied
+                        .resolve(event, tenant, "a1")
+                        .map(|h| h.key.clone())
+                        .collect();
+                    let b: Vec<_> = built
+                        .resolve(event, tenant, "a1")
+                        .map(|h| h.key.clone())
+                        .collect();
+                    prop_assert_eq!(a, b);
+                }
+            }
+            Ok(())
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(48))]
+            #[test]
+            fn apply_makes_what_build_makes(
+                initial in prop::collection::vec((0usize..60, params()), 0..60),
+                steps in prop::collection::vec(
+                    prop::collection::vec((0usize..60, 0u8..4, params()), 1..8), 1..8),
+            ) {
+                let edition = Edition::Standard;
+                // What the set holds: hook number → (incarnation, source).
+                let mut held: HashMap<usize, (usize, SnapshotHook)> = HashMap::new();
+                for (n, p) in initial {
+                    held.entry(n).or_insert_with(|| (0, make(n, 0, 1, p)));
+                }
+                let (mut set, _) = HookSet::build(
+                    held.values().map(|(_, s)| s.clone()).collect(),
+                    "agenthooks-system", edition, 1, None,
+                );
+                for (i, ops) in steps.into_iter().enumerate() {
+                    let version = i as u64 + 2;
+                    let before_slots = slots(&set);
+                    let mut named = HashSet::new();
+                    let mut removed: Vec<(String, Slot)> = Vec::new();
+                    let mut upserts = Vec::new();
+                    for (n, action, p) in ops {
+                        if !named.insert(n) {
+                            continue; // a change names a hook once
+                        }
+                        let key = |s: &SnapshotHook| format!("{}/{}", s.namespace, s.name);
+                        match (held.get(&n).cloned(), action) {
+                            // Removed.
+                            (Some((_, old)), 0) => {
+                                let k = key(&old);
+                                removed.push((k.clone(), before_slots[&k].clone()));
+                                held.remove(&n);
+                            }
+                            // Sent again unchanged, its breaker news aside.
+                            (Some((inc, mut old)), 1) => {
+                                let k = key(&old);
+                                removed.push((k.clone(), before_slots[&k].clone()));
+                                old.open_breakers = vec![agenthooks_crds::snapshot::OpenBreaker {
+                                    tenant: "acme".into(), since_ms: 1, fail_closed: false,
+                                }];
+                                upserts.push(old.clone());
+                                held.insert(n, (inc, old));
+                            }
+                            // Edited: a new generation.
+                            (Some((inc, old)), _) => {
+                                let k = key(&old);
+                                removed.push((k.clone(), before_slots[&k].clone()));
+                                let new = make(n, inc, old.generation + 1, p);
+                                upserts.push(new.clone());
+                                held.insert(n, (inc, new));
+                            }
+                            // Added (again: a new uid).
+                            (None, _) => {
+                                let inc = n * 100 + i + 1;
+                                let new = make(n, inc, 1, p);
+                                upserts.push(new.clone());
+                                held.insert(n, (inc, new));
+                            }
+                        }
+                    }
+                    let removed_refs: Vec<(&str, &Slot)> =
+                        removed.iter().map(|(k, s)| (k.as_str(), s)).collect();
+                    let applied = set.apply(&removed_refs, upserts.clone(), edition, version);
+                    let (built, _) = HookSet::build(
+                        held.values().map(|(_, s)| s.clone()).collect(),
+                        "agenthooks-system", edition, version, Some(&set),
+                    );
+                    same(&applied.set, &built, &set)?;
+                    // The slots it tells are where the set keeps the hooks.
+                    let after = slots(&applied.set);
+                    prop_assert_eq!(applied.slots.len(), upserts.len());
+                    for (u, slot) in upserts.iter().zip(&applied.slots) {
+                        prop_assert_eq!(&after[&format!("{}/{}", u.namespace, u.name)], slot);
+                    }
+                    prop_assert_eq!(after, slots(&built));
+                    // Lists the change did not touch are the set's before.
+                    let touched: HashSet<Slot> = removed
+                        .iter()
+                        .map(|(_, s)| s.clone())
+                        .chain(applied.slots.iter().cloned())
+                        .collect();
+                    for (e, index) in set.by_event.iter().enumerate() {
+                        let new = &applied.set.by_event[e];
+                        let lists = std::iter::once((None, &index.global))
+                            .chain(index.by_tenant.iter().map(|(t, l)| (Some(t.clone()), l)));
+                        for (tenant, list) in lists {
+                            let slot = Slot::Listed { event: HookEvent::ALL[e], tenant: tenant.clone() };
+                            if !touched.contains(&slot) {
+                                prop_assert!(Arc::ptr_eq(list, new.list(tenant.as_deref()).unwrap()));
+                            }
+                        }
+                    }
+                    set = applied.set;
+                }
+            }
+        }
     }
 
     /// The indexed selection equals resolution followed by each hook's own matcher test,

@@ -183,7 +183,8 @@ impl AppState {
 
     /// Replaces the hook set served (atomically for readers). The outbox keeps the new
     /// hooks' counters first, so no run on them goes uncounted.
-    pub fn set_hooks(&self, set: HookSet) {
+    pub fn set_hooks(&self, set: impl Into<Arc<HookSet>>) {
+        let set: Arc<HookSet> = set.into();
         self.engine.outbox.register(&set);
         self.engine.metrics.snapshot_version.set(set.version as i64);
         self.engine.metrics.hooks_loaded.set(set.len() as i64);
@@ -191,7 +192,7 @@ impl AppState {
             .metrics
             .hooks_unavailable
             .set(set.unavailable().len() as i64);
-        *self.hooks.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(set));
+        *self.hooks.write().unwrap_or_else(|p| p.into_inner()) = Some(set);
     }
 }
 

@@ -3,11 +3,11 @@
 //! `GET <operator>/v1/snapshot?after=<version>&epoch=<epoch>&dispatcher=<id>&timeoutSeconds=30&deltas=true`:
 //! 200 with a complete snapshot or a delta from the version held when it differs from what
 //! this dispatcher holds, 304 when nothing changed within the wait, 503 while the
-//! operator is not (yet) leader. The hooks held are a [`SyncedSet`]: a delta changes the
-//! hooks it names only, and the set served is rebuilt from what is held with
-//! [`crate::hookset::HookSet::build`], reusing every unchanged compiled hook. Reading the
-//! body, applying it and building the set run on a blocking thread, off the workers that
-//! answer dispatches. A body that does not apply (unreadable, a delta for another
+//! operator is not (yet) leader. The hooks held are a [`SyncedSet`]: a complete snapshot
+//! builds the set served anew (reusing every unchanged compiled hook), a delta changes
+//! only the lists of the hooks it names ([`crate::hookset::HookSet::apply`]). Reading
+//! the body, applying it and building the set run on a blocking thread, off the workers
+//! that answer dispatches. A body that does not apply (unreadable, a delta for another
 //! version, a result whose count or digest is not the operator's) changes nothing: the
 //! dispatcher keeps serving its last set and asks for a complete snapshot at once
 //! (`full=true`). Deltas are asked for once a complete snapshot's digest matched the one
@@ -37,7 +37,7 @@ use tokio_util::sync::CancellationToken;
 use crate::hookset::HookSet;
 use crate::operator_urls::{Attempt, OperatorUrls, describe};
 use crate::server::AppState;
-use crate::synced::{Absorbed, SyncError, SyncedSet};
+use crate::synced::{Absorbed, SyncError, SyncedSet, Taken};
 
 /// Seconds the operator may hold a poll open.
 pub const POLL_WAIT_SECONDS: u64 = 30;
@@ -52,6 +52,24 @@ pub const BUILD_PACE: u32 = 2;
 
 /// Longest wait of [`BUILD_PACE`].
 pub const MAX_PACE_WAIT: Duration = Duration::from_millis(500);
+
+/// A take that ran at least this long (a complete snapshot, or a delta that remade long
+/// hook lists) is followed by [`release_freed_memory`]; a one-hook delta (tens of
+/// microseconds) is not.
+pub const TRIM_AFTER: Duration = Duration::from_millis(10);
+
+/// Hands the heap memory freed since (the set served before, a remade list's old
+/// matcher index and the temporaries of building) back to the system: glibc keeps freed
+/// memory in its arenas, and a stream of large takes (10,000 hooks applied at once) left
+/// a synced dispatcher with 30 MiB more RSS than its live heap. A no-op off glibc.
+/// Costs about a millisecond at 10,000 hooks; runs on a blocking thread.
+pub fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim takes no pointer and is thread-safe (it locks each arena).
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
 
 /// Bound of one `POST /v1/report` attempt with the unavailable list, on one URL.
 pub const UNAVAILABLE_REPORT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -77,28 +95,9 @@ enum Polled {
     Unchanged,
 }
 
-/// What taking one answer came to: the new set (built), or why nothing changed.
-struct Taken {
-    absorbed: Absorbed,
-    set: HookSet,
-    rejected: Vec<crate::hookset::RejectedHook>,
-}
-
-/// Takes `body` into `held` and builds the set to serve (on a blocking thread).
-fn take(
-    held: &Mutex<SyncedSet>,
-    body: &[u8],
-    edition: agenthooks_crds::Edition,
-    previous: Option<&HookSet>,
-) -> Result<Taken, SyncError> {
-    let mut held = held.lock().unwrap_or_else(|p| p.into_inner());
-    let absorbed = held.absorb(body)?;
-    let (set, rejected) = held.build(edition, previous);
-    Ok(Taken {
-        absorbed,
-        set,
-        rejected,
-    })
+/// Takes `body` into `held`, which builds the set to serve (on a blocking thread).
+fn take(held: &Mutex<SyncedSet>, body: &[u8]) -> Result<Taken, SyncError> {
+    held.lock().unwrap_or_else(|p| p.into_inner()).absorb(body)
 }
 
 /// Polls the operator at `urls` until `cancel` fires, swapping each new snapshot into
@@ -120,7 +119,7 @@ pub async fn follow(
         .connect_timeout(Duration::from_secs(2))
         .build()
         .expect("an HTTP client builds");
-    let held = Arc::new(Mutex::new(SyncedSet::new()));
+    let held = Arc::new(Mutex::new(SyncedSet::new(state.engine.edition)));
     let (mut epoch, mut version) = (String::new(), 0u64);
     // The last answer did not apply: ask for a complete snapshot.
     let mut want_full = false;
@@ -197,13 +196,8 @@ pub async fn follow(
         match outcome {
             Ok(Polled::Changed(body)) => {
                 let started = Instant::now();
-                let previous = state.hooks();
-                let edition = state.engine.edition;
                 let taking = Arc::clone(&held);
-                let taken = tokio::task::spawn_blocking(move || {
-                    take(&taking, &body, edition, previous.as_deref())
-                })
-                .await;
+                let taken = tokio::task::spawn_blocking(move || take(&taking, &body)).await;
                 let failure = match taken {
                     Ok(Ok(t)) => Ok(t),
                     Ok(Err(e)) => {
@@ -275,6 +269,9 @@ pub async fn follow(
                 unavailable = Some(list);
                 let took = started.elapsed();
                 state.engine.metrics.sync_lag.observe(took.as_secs_f64());
+                if took >= TRIM_AFTER {
+                    tokio::task::spawn_blocking(release_freed_memory);
+                }
                 let streaming = taken.absorbed == Absorbed::Delta
                     && new_epoch == epoch
                     && new_version > version + 1;

@@ -1,24 +1,28 @@
-//! The operator's hooks as this dispatcher holds them: every hook of the last snapshot in
-//! the snapshot's own form, keyed by `namespace/name`, so that a delta touching a few
-//! hooks changes those only ([`agenthooks_crds::snapshot`] describes both bodies).
+//! The operator's hooks as this dispatcher holds them: the set it serves, built from the
+//! last snapshot and the deltas since, and per hook (keyed by `namespace/name`) what a
+//! delta needs checked — its uid, the digest of its JSON as received, and where the set
+//! keeps it ([`agenthooks_crds::snapshot`] describes both bodies).
 //!
 //! Rules ([`SyncedSet::absorb`]):
-//! - A complete snapshot replaces everything held.
+//! - A complete snapshot replaces everything held: the set is built anew with
+//!   [`HookSet::build`], reusing every unchanged compiled hook of the set held before
+//!   (its regexes, CEL programs, breaker state and counters).
 //! - A delta applies only to the version it names as `base` of the epoch held; a removal
 //!   only to the hook of that `namespace/name` *and uid*; and only if the result has the
 //!   count and digest the delta names. Whatever fails, nothing held changes: the
 //!   dispatcher keeps serving its last set and asks for a complete snapshot. It never
-//!   serves a half-applied set.
+//!   serves a half-applied set. A delta that applies changes the set with
+//!   [`HookSet::apply`]: only the lists of the hooks it names are made anew.
 //! - A digest is taken over each hook's JSON exactly as received. A complete snapshot
 //!   whose digest does not match the one computed here is still taken (it is complete),
 //!   but deltas are not asked for anymore ([`SyncedSet::takes_deltas`]): they could not
 //!   be checked.
 //!
-//! [`SyncedSet::build`] turns what is held into a [`HookSet`] with
-//! [`HookSet::build`], which reuses every unchanged compiled hook of the set served before
-//! (its regexes, CEL programs, breaker state and counters).
+//! Each hook is held once: in the set served (its source and compiled form). What is
+//! held beside it per hook is its uid, digest and [`Slot`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use agenthooks_crds::Edition;
 use agenthooks_crds::snapshot::{RemovedHook, SnapshotHook, format_digest, hook_digest};
@@ -26,14 +30,15 @@ use agenthooks_crds::tenancy::{NamespaceTenant, TenantMap};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::hookset::{HookSet, RejectedHook};
+use crate::hookset::{HookSet, RejectedHook, Slot};
 
-/// One hook held: the snapshot's description of it, and the digest of its JSON as
-/// received.
+/// What is held of one hook beside the set: its uid, the digest of its JSON as received,
+/// and where the set keeps it.
 #[derive(Debug, Clone)]
 struct Held {
-    source: SnapshotHook,
+    uid: String,
     digest: u64,
+    slot: Slot,
 }
 
 /// What a 200 answer of the operator was.
@@ -151,31 +156,51 @@ fn key(namespace: &str, name: &str) -> String {
     format!("{namespace}/{name}")
 }
 
-/// Each hook of a body, parsed, with its key and the digest of its JSON as received.
-fn parse_hooks(raw: &[&RawValue], body: &'static str) -> Result<Vec<(String, Held)>, SyncError> {
+/// One hook of a body, parsed: its key, its source, and the digest of its JSON as
+/// received.
+struct Parsed {
+    key: String,
+    source: SnapshotHook,
+    digest: u64,
+}
+
+/// Each hook of a body, parsed.
+fn parse_hooks(raw: &[&RawValue], body: &'static str) -> Result<Vec<Parsed>, SyncError> {
     raw.iter()
         .map(|r| {
             let source: SnapshotHook = serde_json::from_str(r.get())
                 .map_err(|source| SyncError::Unreadable { body, source })?;
-            Ok((
-                key(&source.namespace, &source.name),
-                Held {
-                    digest: hook_digest(r.get().as_bytes()),
-                    source,
-                },
-            ))
+            Ok(Parsed {
+                key: key(&source.namespace, &source.name),
+                digest: hook_digest(r.get().as_bytes()),
+                source,
+            })
         })
         .collect()
 }
 
+/// What taking an answer made ([`SyncedSet::absorb`]).
+#[derive(Debug)]
+pub struct Taken {
+    /// Which body it was.
+    pub absorbed: Absorbed,
+    /// The set to serve now (also kept by the [`SyncedSet`]).
+    pub set: Arc<HookSet>,
+    /// The hooks of the answer this dispatcher could not load (the set keeps them as
+    /// unavailable): every one of a snapshot, the added or changed ones of a delta.
+    pub rejected: Vec<RejectedHook>,
+}
+
 /// The hooks held from the operator (module documentation).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug)]
 pub struct SyncedSet {
+    /// This dispatcher's edition: every set is built with it.
+    edition: Edition,
     epoch: String,
     version: u64,
-    master_namespace: String,
     hooks: HashMap<String, Held>,
-    tenants: Vec<NamespaceTenant>,
+    /// The set built from what is held; `None` before the first snapshot.
+    set: Option<Arc<HookSet>>,
     digest: u64,
     /// The last complete snapshot's digest matched ours (or it had none and no delta
     /// came since): deltas can be checked.
@@ -183,9 +208,17 @@ pub struct SyncedSet {
 }
 
 impl SyncedSet {
-    /// Nothing held (epoch empty, version 0).
-    pub fn new() -> SyncedSet {
-        SyncedSet::default()
+    /// Nothing held (epoch empty, version 0); sets will be built with `edition`.
+    pub fn new(edition: Edition) -> SyncedSet {
+        SyncedSet {
+            edition,
+            epoch: String::new(),
+            version: 0,
+            hooks: HashMap::new(),
+            set: None,
+            digest: 0,
+            digests_agree: false,
+        }
     }
 
     /// The epoch held (empty before the first snapshot).
@@ -198,7 +231,7 @@ impl SyncedSet {
         self.version
     }
 
-    /// Number of hooks held.
+    /// Number of hooks held (the unavailable ones included).
     pub fn len(&self) -> usize {
         self.hooks.len()
     }
@@ -219,25 +252,39 @@ impl SyncedSet {
         self.digests_agree
     }
 
+    /// The set built from what is held (`None` before the first snapshot).
+    pub fn set(&self) -> Option<&Arc<HookSet>> {
+        self.set.as_ref()
+    }
+
     /// Takes a 200 answer of the operator: a complete snapshot replaces what is held; a
     /// delta is applied if it applies to exactly what is held and leaves the set the
-    /// operator names (count and digest). On any error nothing held changed.
-    pub fn absorb(&mut self, body: &[u8]) -> Result<Absorbed, SyncError> {
+    /// operator names (count and digest). Returns the set to serve. On any error nothing
+    /// held changed.
+    pub fn absorb(&mut self, body: &[u8]) -> Result<Taken, SyncError> {
         let wire: Wire = serde_json::from_slice(body).map_err(|source| SyncError::Unreadable {
             body: "snapshot",
             source,
         })?;
-        match wire.base {
-            None => self.take_snapshot(wire).map(|()| Absorbed::Snapshot),
-            Some(base) => self.apply_delta(base, wire).map(|()| Absorbed::Delta),
-        }
+        let (absorbed, rejected) = match wire.base {
+            None => (Absorbed::Snapshot, self.take_snapshot(wire)?),
+            Some(base) => (Absorbed::Delta, self.apply_delta(base, wire)?),
+        };
+        Ok(Taken {
+            absorbed,
+            set: Arc::clone(self.set.as_ref().expect("a set was built")),
+            rejected,
+        })
     }
 
-    fn take_snapshot(&mut self, wire: Wire) -> Result<(), SyncError> {
+    fn take_snapshot(&mut self, wire: Wire) -> Result<Vec<RejectedHook>, SyncError> {
         let master_namespace = wire.master_namespace.ok_or(SyncError::NoMasterNamespace)?;
-        let hooks: HashMap<String, Held> =
-            parse_hooks(&wire.hooks, "snapshot")?.into_iter().collect();
-        let digest = hooks
+        // One hook per key (the last one sent, should a key come twice).
+        let parsed: HashMap<String, Parsed> = parse_hooks(&wire.hooks, "snapshot")?
+            .into_iter()
+            .map(|p| (p.key.clone(), p))
+            .collect();
+        let digest = parsed
             .values()
             .fold(0u64, |acc, h| acc.wrapping_add(h.digest));
         let digests_agree = match &wire.digest {
@@ -252,27 +299,61 @@ impl SyncedSet {
             }
             None => false,
         };
+        let mut held: HashMap<String, (String, u64)> = HashMap::with_capacity(parsed.len());
+        let mut sources = Vec::with_capacity(parsed.len());
+        for (k, p) in parsed {
+            held.insert(k, (p.source.uid.clone(), p.digest));
+            sources.push(p.source);
+        }
+        let (mut set, rejected) = HookSet::build(
+            sources,
+            &master_namespace,
+            self.edition,
+            wire.version,
+            self.set.as_deref(),
+        );
+        set.tenants = Arc::new(TenantMap::from_entries(wire.tenants.unwrap_or_default()));
+        let mut slots: HashMap<&str, Slot> = set
+            .iter()
+            .map(|h| (h.key.as_str(), h.slot()))
+            .chain(
+                set.unavailable()
+                    .iter()
+                    .map(|u| (u.key.as_str(), Slot::Unavailable)),
+            )
+            .collect();
+        let hooks = held
+            .into_iter()
+            .map(|(k, (uid, digest))| {
+                let slot = slots.remove(k.as_str()).expect("the set holds every hook");
+                (k, Held { uid, digest, slot })
+            })
+            .collect();
         *self = SyncedSet {
+            edition: self.edition,
             epoch: wire.epoch,
             version: wire.version,
-            master_namespace,
             hooks,
-            tenants: wire.tenants.unwrap_or_default(),
+            set: Some(Arc::new(set)),
             digest,
             digests_agree,
         };
-        Ok(())
+        Ok(rejected)
     }
 
-    fn apply_delta(&mut self, base: u64, wire: Wire) -> Result<(), SyncError> {
-        if wire.epoch != self.epoch || base != self.version || self.epoch.is_empty() {
+    fn apply_delta(&mut self, base: u64, wire: Wire) -> Result<Vec<RejectedHook>, SyncError> {
+        let Some(set) = self
+            .set
+            .as_ref()
+            .filter(|_| wire.epoch == self.epoch && base == self.version && !self.epoch.is_empty())
+        else {
             return Err(SyncError::WrongBase {
                 epoch: wire.epoch,
                 base,
                 held_epoch: self.epoch.clone(),
                 held_version: self.version,
             });
-        }
+        };
         let (Some(want_count), Some(want_digest)) = (wire.hook_count, wire.digest) else {
             return Err(SyncError::NoDigest);
         };
@@ -280,15 +361,22 @@ impl SyncedSet {
         // The result's count and digest, computed before anything changes.
         let mut count = self.hooks.len();
         let mut digest = self.digest;
-        let mut named = std::collections::HashSet::new();
-        for r in &wire.removed {
-            let k = key(&r.namespace, &r.name);
-            match self.hooks.get(&k) {
-                Some(h) if h.source.uid == r.uid && named.insert(k.clone()) => {
+        let mut named = HashSet::new();
+        // Every hook leaving the set (removed or replaced), with its slot.
+        let mut leaving: Vec<(&str, &Slot)> = Vec::new();
+        let removed_keys: Vec<String> = wire
+            .removed
+            .iter()
+            .map(|r| key(&r.namespace, &r.name))
+            .collect();
+        for (r, k) in wire.removed.iter().zip(&removed_keys) {
+            match self.hooks.get_key_value(k) {
+                Some((k, h)) if h.uid == r.uid && named.insert(k.as_str()) => {
                     count -= 1;
                     digest = digest.wrapping_sub(h.digest);
+                    leaving.push((k, &h.slot));
                 }
-                Some(h) if h.source.uid == r.uid => return Err(SyncError::Duplicate(k)),
+                Some((k, h)) if h.uid == r.uid => return Err(SyncError::Duplicate(k.clone())),
                 _ => {
                     return Err(SyncError::UnknownRemoval {
                         namespace: r.namespace.clone(),
@@ -298,15 +386,18 @@ impl SyncedSet {
                 }
             }
         }
-        for (k, h) in &upserts {
-            if !named.insert(k.clone()) {
-                return Err(SyncError::Duplicate(k.clone()));
+        for p in &upserts {
+            if !named.insert(p.key.as_str()) {
+                return Err(SyncError::Duplicate(p.key.clone()));
             }
-            match self.hooks.get(k) {
-                Some(old) => digest = digest.wrapping_sub(old.digest),
+            match self.hooks.get_key_value(&p.key) {
+                Some((k, old)) => {
+                    digest = digest.wrapping_sub(old.digest);
+                    leaving.push((k, &old.slot));
+                }
                 None => count += 1,
             }
-            digest = digest.wrapping_add(h.digest);
+            digest = digest.wrapping_add(p.digest);
         }
         if count != want_count || format_digest(digest) != want_digest {
             return Err(SyncError::Mismatch {
@@ -316,40 +407,24 @@ impl SyncedSet {
                 want_digest,
             });
         }
-        for r in &wire.removed {
-            self.hooks.remove(&key(&r.namespace, &r.name));
-        }
-        self.hooks.extend(upserts);
+        let (keys, sources): (Vec<(String, String, u64)>, Vec<SnapshotHook>) = upserts
+            .into_iter()
+            .map(|p| ((p.key, p.source.uid.clone(), p.digest), p.source))
+            .unzip();
+        let mut applied = set.apply(&leaving, sources, self.edition, wire.version);
         if let Some(t) = wire.tenants {
-            self.tenants = t;
+            applied.set.tenants = Arc::new(TenantMap::from_entries(t));
         }
+        for k in &removed_keys {
+            self.hooks.remove(k);
+        }
+        for ((k, uid, digest), slot) in keys.into_iter().zip(applied.slots) {
+            self.hooks.insert(k, Held { uid, digest, slot });
+        }
+        self.set = Some(Arc::new(applied.set));
         self.digest = digest;
         self.version = wire.version;
-        Ok(())
-    }
-
-    /// The hooks held, as [`HookSet::build`] takes them (in no particular order: the set
-    /// orders them).
-    pub fn sources(&self) -> Vec<SnapshotHook> {
-        self.hooks.values().map(|h| h.source.clone()).collect()
-    }
-
-    /// The set to serve: what is held, built by [`HookSet::build`] with this dispatcher's
-    /// `edition`, reusing the compiled hooks of `previous`, with the tenant map held.
-    pub fn build(
-        &self,
-        edition: Edition,
-        previous: Option<&HookSet>,
-    ) -> (HookSet, Vec<RejectedHook>) {
-        let (mut set, rejected) = HookSet::build(
-            self.sources(),
-            &self.master_namespace,
-            edition,
-            self.version,
-            previous,
-        );
-        set.tenants = TenantMap::from_entries(self.tenants.iter().cloned());
-        (set, rejected)
+        Ok(applied.rejected)
     }
 }
 

@@ -148,7 +148,7 @@ pub struct CompiledHook {
     /// The event waits for this hook ([`AgentHookSpec::waits`]).
     pub waits: bool,
     /// Compiled `matcher`, `None` when empty.
-    pub matcher: Option<std::sync::Arc<regex::Regex>>,
+    pub matcher: Option<std::sync::Arc<crate::expr::LazyRegex>>,
     /// Compiled `ifExpr`, `None` when empty.
     pub if_expr: Option<std::sync::Arc<IfExpr>>,
     /// `spec.toolKinds`, sorted and without repeats; empty matches every event.

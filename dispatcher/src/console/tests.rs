@@ -647,13 +647,15 @@ fn cluster_state(api: &FakeApiServer, namespaces: &[&str]) -> Arc<AppState> {
     )));
     state.set_console_kube(config);
     let (mut set, _) = HookSet::build(vec![], "agenthooks-system", Edition::Lite, 1, None);
-    set.tenants = agenthooks_crds::tenancy::TenantMap::from_entries(namespaces.iter().map(|ns| {
-        agenthooks_crds::tenancy::NamespaceTenant {
-            namespace: ns.to_string(),
-            tenant: ns.to_string(),
-            held_by: None,
-        }
-    }));
+    set.tenants = std::sync::Arc::new(agenthooks_crds::tenancy::TenantMap::from_entries(
+        namespaces
+            .iter()
+            .map(|ns| agenthooks_crds::tenancy::NamespaceTenant {
+                namespace: ns.to_string(),
+                tenant: ns.to_string(),
+                held_by: None,
+            }),
+    ));
     state.set_hooks(set);
     state
 }

@@ -2,8 +2,9 @@
 //! match a tool name, found without testing every hook.
 //!
 //! Hooks are grouped by their distinct matcher pattern (hooks with the same text share
-//! one compiled regex: `agenthooks_crds::expr::shared_regex`). A lookup tests each
-//! distinct pattern once — through one `RegexSet` pass when there are many — and returns
+//! one pattern, compiled on its first use: `agenthooks_crds::expr::shared_regex`). A
+//! lookup tests each distinct pattern once — through one `RegexSet` pass when there are
+//! many, and then no hook's own regex is ever compiled — and returns
 //! the positions of the hooks whose pattern matched, plus those without a matcher, in
 //! list order. The semantics are the per-hook test's: unanchored `is_match` on the tool
 //! name, and no tool matches no matcher.
@@ -11,7 +12,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use regex::{Regex, RegexSet, RegexSetBuilder};
+use agenthooks_crds::expr::LazyRegex;
+use regex::{RegexSet, RegexSetBuilder};
 
 use super::LoadedHook;
 
@@ -27,7 +29,7 @@ pub const SET_SIZE_LIMIT: usize = 32 << 20;
 #[derive(Debug)]
 pub struct MatcherIndex {
     /// Distinct patterns, in first-seen order.
-    patterns: Vec<Arc<Regex>>,
+    patterns: Vec<Arc<LazyRegex>>,
     /// `patterns` as one set, when there are many.
     set: Option<RegexSet>,
     /// For each pattern, the positions of its hooks, ascending.
@@ -42,7 +44,7 @@ impl MatcherIndex {
         if hooks.len() < INDEX_MIN_HOOKS {
             return None;
         }
-        let mut patterns: Vec<Arc<Regex>> = Vec::new();
+        let mut patterns: Vec<Arc<LazyRegex>> = Vec::new();
         let mut by_text: HashMap<&str, usize> = HashMap::new();
         let mut by_pattern: Vec<Vec<u32>> = Vec::new();
         let mut unfiltered = Vec::new();

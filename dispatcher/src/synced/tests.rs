@@ -90,18 +90,27 @@ fn sorted(mut hooks: Vec<SnapshotHook>) -> Vec<SnapshotHook> {
     hooks
 }
 
+/// The sources of the hooks the set serves, sorted by name.
+fn sources(s: &SyncedSet) -> Vec<SnapshotHook> {
+    sorted(s.set().unwrap().iter().map(|h| h.source.clone()).collect())
+}
+
 /// What is held: (epoch, version, count, digest).
 fn state(s: &SyncedSet) -> (String, u64, usize, u64) {
     (s.epoch().to_string(), s.version(), s.len(), s.digest())
 }
 
 fn held_at_1() -> SyncedSet {
-    let mut s = SyncedSet::new();
+    held_at_1_by(Edition::Lite)
+}
+
+fn held_at_1_by(edition: Edition) -> SyncedSet {
+    let mut s = SyncedSet::new(edition);
     let body = snapshot(
         1,
         vec![hook("a", "ua", 1, "^a$"), hook("b", "ub", 1, "^b$")],
     );
-    assert_eq!(s.absorb(&body).unwrap(), Absorbed::Snapshot);
+    assert_eq!(s.absorb(&body).unwrap().absorbed, Absorbed::Snapshot);
     assert!(s.takes_deltas(), "the digests agree");
     s
 }
@@ -117,20 +126,35 @@ fn a_delta_leaves_what_the_complete_snapshot_of_its_version_holds() {
         vec![removed("b", "ub")],
         &after,
     );
-    assert_eq!(s.absorb(&json(&d)).unwrap(), Absorbed::Delta);
+    let taken = s.absorb(&json(&d)).unwrap();
+    assert_eq!(taken.absorbed, Absorbed::Delta);
+    assert!(Arc::ptr_eq(&taken.set, s.set().unwrap()));
     assert_eq!(s.version(), 2);
-    assert_eq!(sorted(s.sources()), after);
-    let mut full = SyncedSet::new();
+    assert_eq!(sources(&s), after);
+    let mut full = SyncedSet::new(Edition::Lite);
     full.absorb(&snapshot(2, after)).unwrap();
     assert_eq!(s.digest(), full.digest());
+    assert_eq!(s.len(), 2);
+    let keys = |s: &SyncedSet| -> Vec<String> {
+        let set = s.set().unwrap();
+        set.resolve(agenthooks_crds::HookEvent::PreToolUse, "acme", "x")
+            .map(|h| format!("{}@{}", h.key, h.generation))
+            .collect()
+    };
+    assert_eq!(keys(&s), keys(&full));
+    assert_eq!(keys(&s), ["tenant-acme/a@2", "tenant-acme/c@1"]);
 
-    // The tenant map travels whole, when it changed.
-    let mut d = delta(2, 3, vec![], vec![], &sorted(s.sources()));
+    // The tenant map travels whole, when it changed; else it stays.
+    let d = delta(2, 3, vec![], vec![], &sources(&s));
+    s.absorb(&json(&d)).unwrap();
+    let set = s.set().unwrap();
+    assert_eq!(set.tenants.tenant_of("tenant-acme"), Ok(Some("acme")));
+    let mut d = delta(3, 4, vec![], vec![], &sources(&s));
     d.tenants = Some(tenants("acme-2"));
     s.absorb(&json(&d)).unwrap();
-    let (set, _) = s.build(Edition::Lite, None);
+    let set = s.set().unwrap();
     assert_eq!(set.tenants.tenant_of("tenant-acme"), Ok(Some("acme-2")));
-    assert_eq!(set.version, 3);
+    assert_eq!(set.version, 4);
 }
 
 #[test]
@@ -149,7 +173,7 @@ fn a_delta_for_another_version_or_epoch_changes_nothing() {
         assert_eq!(state(&s), before, "{epoch}/{base}");
     }
     // Nothing held yet: no delta applies.
-    let mut empty = SyncedSet::new();
+    let mut empty = SyncedSet::new(Edition::Lite);
     let d = delta(0, 1, vec![hook("a", "ua", 1, "^a$")], vec![], &after);
     assert!(matches!(
         empty.absorb(&json(&d)),
@@ -224,18 +248,19 @@ fn a_delta_that_does_not_leave_the_operators_set_changes_nothing() {
     assert_eq!(state(&s), before, "nothing of it was applied");
     // The right delta still applies afterwards.
     let d = delta(1, 2, vec![], vec![removed("b", "ub")], &after);
-    assert_eq!(s.absorb(&json(&d)).unwrap(), Absorbed::Delta);
+    assert_eq!(s.absorb(&json(&d)).unwrap().absorbed, Absorbed::Delta);
     assert_eq!(s.len(), 1);
+    assert_eq!(s.set().unwrap().len(), 1);
 }
 
 #[test]
 fn a_snapshot_whose_digest_is_not_ours_is_taken_but_no_delta_is_asked_for() {
-    let mut s = SyncedSet::new();
+    let mut s = SyncedSet::new(Edition::Lite);
     let hooks = vec![hook("a", "ua", 1, "^a$")];
     let mut v: serde_json::Value = serde_json::from_slice(&snapshot(4, hooks.clone())).unwrap();
     v["digest"] = "0000000000000000".into();
     assert_eq!(
-        s.absorb(&serde_json::to_vec(&v).unwrap()).unwrap(),
+        s.absorb(&serde_json::to_vec(&v).unwrap()).unwrap().absorbed,
         Absorbed::Snapshot
     );
     assert_eq!((s.version(), s.len()), (4, 1));
@@ -253,8 +278,7 @@ fn a_snapshot_whose_digest_is_not_ours_is_taken_but_no_delta_is_asked_for() {
 #[test]
 fn unchanged_hooks_keep_their_compiled_form_and_breakers_across_a_delta() {
     let mut s = held_at_1();
-    let (first, rejected) = s.build(Edition::Lite, None);
-    assert!(rejected.is_empty());
+    let first = Arc::clone(s.set().unwrap());
     assert_eq!(first.len(), 2);
     // b's breaker opens for tenant acme (the operator's trip); a is edited.
     let mut b = hook("b", "ub", 1, "^b$");
@@ -267,7 +291,7 @@ fn unchanged_hooks_keep_their_compiled_form_and_breakers_across_a_delta() {
     let after = vec![a2.clone(), b.clone()];
     s.absorb(&json(&delta(1, 2, vec![a2, b], vec![], &after)))
         .unwrap();
-    let (second, _) = s.build(Edition::Lite, Some(&first));
+    let second = Arc::clone(s.set().unwrap());
     let b_before = first.get("tenant-acme/b").unwrap();
     let b_after = second.get("tenant-acme/b").unwrap();
     assert!(
@@ -287,7 +311,7 @@ fn unchanged_hooks_keep_their_compiled_form_and_breakers_across_a_delta() {
 
 #[test]
 fn a_hook_this_edition_cannot_load_is_kept_unavailable() {
-    let mut s = held_at_1();
+    let mut s = held_at_1_by(Edition::Standard);
     let mut cmd = hook("cmd", "uc", 1, "^c$");
     cmd.spec = serde_norway::from_str(
         "event: pre_tool_use\nhandler: {type: command, command: {command: 'exit 0'}}",
@@ -298,9 +322,42 @@ fn a_hook_this_edition_cannot_load_is_kept_unavailable() {
         hook("b", "ub", 1, "^b$"),
         cmd.clone(),
     ];
-    s.absorb(&json(&delta(1, 2, vec![cmd], vec![], &after)))
+    let taken = s
+        .absorb(&json(&delta(1, 2, vec![cmd.clone()], vec![], &after)))
         .unwrap();
-    let (set, rejected) = s.build(Edition::Standard, None);
-    assert_eq!((set.len(), rejected.len()), (2, 1));
-    assert_eq!(set.unavailable()[0].key, "tenant-acme/cmd");
+    assert_eq!((taken.set.len(), taken.rejected.len()), (2, 1));
+    assert_eq!(taken.set.unavailable()[0].key, "tenant-acme/cmd");
+    assert_eq!(s.len(), 3, "held, and unavailable");
+
+    // An unchanged hook's delta (a's breaker news) does not report cmd again.
+    let taken = s
+        .absorb(&json(&delta(2, 3, vec![after[0].clone()], vec![], &after)))
+        .unwrap();
+    assert!(taken.rejected.is_empty());
+    assert_eq!(taken.set.unavailable().len(), 1);
+
+    // Fixed (an http hook now): loaded, no longer unavailable.
+    let fixed = hook("cmd", "uc", 2, "^c$");
+    let after = vec![after[0].clone(), after[1].clone(), fixed.clone()];
+    let taken = s
+        .absorb(&json(&delta(3, 4, vec![fixed], vec![], &after)))
+        .unwrap();
+    assert_eq!((taken.set.len(), taken.set.unavailable().len()), (3, 0));
+
+    // Broken again, then removed: gone from the unavailable list too.
+    let after_broken = vec![after[0].clone(), after[1].clone(), cmd.clone()];
+    s.absorb(&json(&delta(4, 5, vec![cmd], vec![], &after_broken)))
+        .unwrap();
+    assert_eq!(s.set().unwrap().unavailable().len(), 1);
+    let taken = s
+        .absorb(&json(&delta(
+            5,
+            6,
+            vec![],
+            vec![removed("cmd", "uc")],
+            &after_broken[..2],
+        )))
+        .unwrap();
+    assert_eq!((taken.set.len(), taken.set.unavailable().len()), (2, 0));
+    assert_eq!(s.len(), 2);
 }
