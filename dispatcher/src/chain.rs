@@ -34,6 +34,17 @@ pub enum Verdict {
     Ask,
 }
 
+impl Verdict {
+    /// The lowercase word of the response: `allow`, `block` or `ask`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Allow => "allow",
+            Verdict::Block => "block",
+            Verdict::Ask => "ask",
+        }
+    }
+}
+
 /// The response of `POST /v1/dispatch` (DESIGN "Dispatch API"; CONTRACT §4.4–4.6).
 #[derive(Debug, Clone, Serialize, PartialEq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -124,6 +135,18 @@ pub fn refuse_unavailable(engine: &Engine, set: &HookSet, event: &Event) -> Opti
 /// non-blocking event passed here is run the same way, which `check` uses to show
 /// every hook's outcome.
 pub async fn decide(engine: &Engine, set: &HookSet, event: Event) -> Decision {
+    decide_with(engine, &Live(engine), set, event).await
+}
+
+/// [`decide`] under `observer`: the hooks of `set` that `event` selects, through
+/// [`drive`]. Dispatch is `decide_with(engine, &Live(engine), ..)`; a policy test
+/// ([`crate::suite`]) gives [`crate::observer::Stubbed`].
+pub async fn decide_with<O: RunObserver>(
+    engine: &Engine,
+    observer: &O,
+    set: &HookSet,
+    event: Event,
+) -> Decision {
     // A hook this dispatcher could not load blocks what it could apply to (CONTRACT §10.4),
     // after the depth rule (the driver's first).
     if rules::depth(&event) == Depth::Within
@@ -138,7 +161,7 @@ pub async fn decide(engine: &Engine, set: &HookSet, event: Event) -> Decision {
     let hooks = set.select(event.event, &event.tenant_id, &agent, tool.as_deref());
     drive(
         engine,
-        &Live(engine),
+        observer,
         hooks,
         event,
         Filters::Apply(Matcher::Applied),
