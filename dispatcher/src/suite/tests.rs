@@ -138,7 +138,7 @@ fn bad_files_name_the_field_and_the_rule() {
             "cases[0].stubs[0]: an error stub has no additionalContext or updatedInput",
         ),
         (
-            &format!("cases:\n- name: a\n  eventFile: nope.json\n  expect: {{decision: allow}}\n"),
+            "cases:\n- name: a\n  eventFile: nope.json\n  expect: {decision: allow}\n",
             "cases[0].eventFile: ",
         ),
     ];
