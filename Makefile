@@ -26,7 +26,8 @@ run:
 deps:
 	@bash scripts/install-deps.sh
 
-## test: every test: unit, end-to-end on a real kube-apiserver + etcd, then the chart tier on a
+## test: every test: unit (with the policy test suite of config/samples/tests, run by
+## dispatcher/tests/policy_tests.rs), end-to-end on a real kube-apiserver + etcd, then the chart tier on a
 ## real node (root; the node's binaries built once and cached by version; its images pack
 ## the debug build that the tests already made, so a test run compiles nothing twice:
 ## `make test-node` packs a release build)

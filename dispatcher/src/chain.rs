@@ -34,6 +34,17 @@ pub enum Verdict {
     Ask,
 }
 
+impl Verdict {
+    /// The lowercase word of the response: `allow`, `block` or `ask`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Allow => "allow",
+            Verdict::Block => "block",
+            Verdict::Ask => "ask",
+        }
+    }
+}
+
 /// The response of `POST /v1/dispatch` (DESIGN "Dispatch API"; CONTRACT §4.4–4.6).
 #[derive(Debug, Clone, Serialize, PartialEq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -148,7 +159,10 @@ pub fn waits_for(set: &HookSet, event: &Event) -> bool {
                 .any(|h| h.compiled.waits))
 }
 
-async fn decide_with<O: RunObserver>(
+/// [`decide`] under `observer`: the hooks of `set` that `event` selects, through
+/// [`drive`]. Dispatch is `decide_with(engine, &Live(engine), ..)`; `check` gives
+/// [`InPlace`], a policy test ([`crate::suite`]) [`crate::observer::Stubbed`].
+pub async fn decide_with<O: RunObserver>(
     engine: &Engine,
     observer: &O,
     set: &HookSet,

@@ -10,6 +10,8 @@
 //!   audit); dispatch and dry runs differ only there.
 //! - [`runner`]: one hook run: filters, then its handler, under its timeout.
 //! - [`dry_run`]: one hook on a sample event, leaving nothing behind (`POST /v1/test`).
+//! - [`suite`]: policy test suites: AgentHookTest files, stubs, table and JUnit reports
+//!   (`agenthooks-dispatcher test`).
 //! - [`handlers`]: command, http and prompt handlers, SSRF guard (CONTRACT §5).
 //! - [`sandbox`]: where command hooks run: the per-run supervisor, the command runner (CONTRACT §10.1).
 //! - [`identity`]: who is calling and which tenant it may act for (CONTRACT §9).
@@ -49,6 +51,7 @@ pub mod sandbox;
 pub mod server;
 pub mod shim;
 pub mod stops;
+pub mod suite;
 pub mod sync;
 pub mod synced;
 pub mod telemetry;

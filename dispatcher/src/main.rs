@@ -4,8 +4,10 @@
 //! `command-runner` (CONTRACT §10.1), or stand in as an agent runtime's hook command
 //! (`hook`, [`agenthooks_dispatcher::shim`]).
 //!
-//! Exit codes of `check`: 0 allow, 2 block, 1 error (bad hooks, bad event). Of
-//! `budget-load`: 0 once it ran (refusals and settle errors are in its JSON line), 1
+//! Exit codes of `check`: 0 allow, 2 block, 3 ask, 1 error (bad hooks, bad event). Of
+//! `test` (policy test suites, docs/policy-tests.md): 0 every case passed, 1 a case
+//! failed or errored, 2 bad input (a test file, its hooks or its events; nothing ran).
+//! Of `budget-load`: 0 once it ran (refusals and settle errors are in its JSON line), 1
 //! when it could not run (bad flags).
 
 use std::net::SocketAddr;
@@ -62,6 +64,11 @@ enum Command {
     /// Prints the decision for one event as JSON (with --dialect: a runtime's payload, and
     /// the answer that runtime would get); exit 0 allow, 2 block, 3 ask, 1 error.
     Check(CheckArgs),
+    /// Runs policy test suites (AgentHookTest files; docs/policy-tests.md): each case's
+    /// event through the dispatch chain on the file's hooks, with http and prompt handlers
+    /// answered by the file's stubs, against its expected decision. Prints a table; exit
+    /// 0 when every case passes, 1 when one fails or errors, 2 on bad input (nothing runs).
+    Test(TestArgs),
     /// Runs N reserve -> hold -> settle cycles against the operator's budget endpoints
     /// (the same code handlers use) and prints one JSON line: {"granted", "refused",
     /// "refusedReasons", "settledTokens", "errors"}. For load and e2e tests.
@@ -87,6 +94,110 @@ enum Command {
     /// serves); `--write` writes it to docs/openapi.json under the current directory (the
     /// workspace root) instead.
     Openapi(OpenapiArgs),
+}
+
+#[derive(Args)]
+struct TestArgs {
+    /// Test files, or directories searched recursively for them (names ending in
+    /// _test.yaml, -test.yaml, _test.yml or -test.yml).
+    #[arg(required = true, value_name = "PATH")]
+    paths: Vec<PathBuf>,
+    /// Also write the results as JUnit XML to FILE (one testsuite per test file).
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
+    /// Let http and prompt hooks with no stub run for real (the network; prompt hooks
+    /// need --providers-file). Without it such a hook, once a case reaches it, makes the
+    /// case an error that names it.
+    #[arg(long)]
+    allow_network: bool,
+    #[command(flatten)]
+    common: Common,
+}
+
+/// Exit code of `test` for bad input: a test file, its hooks or its events.
+const EXIT_TEST_BAD_INPUT: u8 = 2;
+
+/// `agenthooks-dispatcher test`: loads and checks every file first (any error: exit 2,
+/// nothing runs), then runs their cases in order and reports.
+async fn policy_test(args: TestArgs) -> ExitCode {
+    use agenthooks_dispatcher::suite::{self, report};
+    let files = match suite::test_files(&args.paths) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_TEST_BAD_INPUT);
+        }
+    };
+    let mut suites = Vec::with_capacity(files.len());
+    let mut bad = false;
+    for f in &files {
+        match suite::load(f, &args.common.master_namespace, args.common.edition) {
+            Ok(s) => {
+                if let Some(w) = s.loaded.unlabelled_warning() {
+                    eprintln!("warning: {}: {w}", f.display());
+                }
+                suites.push(s);
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                bad = true;
+            }
+        }
+    }
+    if bad {
+        return ExitCode::from(EXIT_TEST_BAD_INPUT);
+    }
+    let mut results = Vec::with_capacity(suites.len());
+    for mut s in suites {
+        let engine = match test_engine(&args.common, &mut s) {
+            Ok(e) => e,
+            Err(e) => {
+                eprintln!("error: {}: {e:#}", s.path.display());
+                return ExitCode::from(EXIT_TEST_BAD_INPUT);
+            }
+        };
+        let mut cases = Vec::with_capacity(s.cases.len());
+        for case in &s.cases {
+            cases.push(suite::run_case(&engine, &s, case, args.allow_network).await);
+        }
+        results.push(report::FileResults {
+            path: s.path.display().to_string(),
+            name: s.name.clone(),
+            cases,
+        });
+    }
+    print!("{}", report::table(&results));
+    if let Some(path) = &args.junit
+        && let Err(e) = std::fs::write(path, report::junit(&results))
+    {
+        eprintln!("error: --junit {}: {e}", path.display());
+        return ExitCode::FAILURE;
+    }
+    let counts = report::Counts::of(results.iter().flat_map(|f| &f.cases));
+    if counts.all_passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// The engine of one test file, as `check` builds it: its seal key, the flags' edition,
+/// http allow-list and providers file, and the file's budgets (fresh: used 0).
+fn test_engine(
+    common: &Common,
+    suite: &mut agenthooks_dispatcher::suite::Suite,
+) -> anyhow::Result<Engine> {
+    let mut engine = Engine::new(
+        HttpCaller::new(common.http_allow_cidr.clone()),
+        common.edition,
+        suite.seal_key.clone(),
+    );
+    engine.prompt = prompt_evaluator(common)?;
+    engine.budgets = Budgets::local(
+        LocalLedger::new(std::mem::take(&mut suite.loaded.budgets))?,
+        None,
+    );
+    Ok(engine)
 }
 
 #[derive(Args)]
@@ -593,9 +704,15 @@ fn main() -> ExitCode {
         }
         other => other,
     };
+    // A test run's stdout is its table: only warnings go to stderr unless RUST_LOG says.
+    let default_filter = match &command {
+        Some(Command::Test(_)) => "warn",
+        _ => "info",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| default_filter.into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -621,6 +738,7 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
+        Some(Command::Test(args)) => runtime.block_on(policy_test(args)),
         Some(Command::Check(args)) => match runtime.block_on(check(args)) {
             Ok(Verdict::Allow) => ExitCode::from(0),
             Ok(Verdict::Block) => ExitCode::from(2),

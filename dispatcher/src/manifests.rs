@@ -2,7 +2,8 @@
 //!
 //! Reads the same YAML `kubectl apply` takes: a file, a multi-document file, or a
 //! directory of `*.yaml`/`*.yml`/`*.json` files (sorted by name). Documents of kind
-//! `AgentHook` become hooks; `Namespace` documents give namespaces their tenant label;
+//! `AgentHook` become hooks, and so do the items of a `List` (a cluster's export,
+//! `kubectl get agenthooks -A -o yaml`); `Namespace` documents give namespaces their tenant label;
 //! `Secret` documents (`data` or `stringData`) feed `valueFrom.secretKeyRef` headers when
 //! they carry the opt-in label `agenthooks.io/hook-secret: "true"`, as in a cluster
 //! (CONTRACT §9.6; the same rule, [`agenthooks_crds::rules::hook_secret`], so a hooks
@@ -56,6 +57,12 @@ impl Loaded {
     }
 }
 
+/// `a, b, c` for the paths of a [`LoadError::Empty`].
+fn shown(paths: &[PathBuf]) -> String {
+    let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    shown.join(", ")
+}
+
 struct PendingBudget {
     path: PathBuf,
     doc: usize,
@@ -83,8 +90,8 @@ pub enum LoadError {
         doc: usize,
         message: String,
     },
-    #[error("{path}: no AgentHook found")]
-    Empty { path: PathBuf },
+    #[error("{}: no AgentHook found", shown(paths))]
+    Empty { paths: Vec<PathBuf> },
 }
 
 #[derive(Deserialize)]
@@ -167,13 +174,23 @@ pub fn load_all(
     edition: Edition,
     key: &SealKey,
 ) -> Result<Loaded, LoadError> {
-    let files = list_files(path)?;
-    let mut budgets: Vec<PendingBudget> = Vec::new();
-    let mut hooks: Vec<PendingHook> = Vec::new();
-    let mut namespaces: HashMap<String, BTreeMap<String, String>> = HashMap::new();
-    // (namespace, name) → (labels, values)
-    type SecretValues = (Option<BTreeMap<String, String>>, BTreeMap<String, Vec<u8>>);
-    let mut secrets: HashMap<(String, String), SecretValues> = HashMap::new();
+    load_paths(&[path], master_namespace, edition, key)
+}
+
+/// [`load_all`] on several paths (files or directories) taken as one hooks folder: a
+/// hook may be defined once in all of them, and a `Namespace` or `Secret` document in
+/// one applies to hooks in the others.
+pub fn load_paths(
+    paths: &[&Path],
+    master_namespace: &str,
+    edition: Edition,
+    key: &SealKey,
+) -> Result<Loaded, LoadError> {
+    let mut files = Vec::new();
+    for path in paths {
+        files.extend(list_files(path)?);
+    }
+    let mut gathered = Gathered::default();
     for file in &files {
         let text = std::fs::read_to_string(file).map_err(|error| LoadError::Io {
             path: file.clone(),
@@ -181,130 +198,23 @@ pub fn load_all(
         })?;
         for (i, doc) in serde_norway::Deserializer::from_str(&text).enumerate() {
             let n = i + 1;
-            let derr = |message: String| LoadError::Document {
+            let value = serde_norway::Value::deserialize(doc).map_err(|e| LoadError::Document {
                 path: file.clone(),
                 doc: n,
-                message,
-            };
-            let value = serde_norway::Value::deserialize(doc)
-                .map_err(|e| derr(format!("not YAML: {e}")))?;
-            if value.is_null() {
-                continue;
-            }
-            let head: Header =
-                from_value(value.clone()).map_err(|e| derr(format!("bad header: {e}")))?;
-            match head.kind.as_str() {
-                "AgentHook" | "TenantHookBudget" => {
-                    let want = format!("{GROUP}/{VERSION}");
-                    if head.api_version != want {
-                        return Err(derr(format!(
-                            "apiVersion: {:?} is not {want}",
-                            head.api_version
-                        )));
-                    }
-                    if head.metadata.name.is_empty() {
-                        return Err(derr("metadata.name: required".into()));
-                    }
-                    if !agenthooks_crds::names::is_dns_subdomain(&head.metadata.name) {
-                        return Err(derr(format!(
-                            "metadata.name: {:?} is not a Kubernetes object name (lowercase letters, digits, '-' and '.', at most 253)",
-                            head.metadata.name
-                        )));
-                    }
-                    if let Some(ns) = &head.metadata.namespace
-                        && !agenthooks_crds::names::is_dns_label(ns)
-                    {
-                        return Err(derr(format!(
-                            "metadata.namespace: {ns:?} is not a namespace name (lowercase letters, digits and '-', at most 63)"
-                        )));
-                    }
-                    if head.kind == "TenantHookBudget" {
-                        if let Some(spec) = value.get("spec").and_then(|s| s.as_mapping()) {
-                            for k in spec.keys() {
-                                let k = k.as_str().unwrap_or("?");
-                                if !BUDGET_SPEC_FIELDS.contains(&k) {
-                                    return Err(derr(format!(
-                                        "spec.{k}: unknown field, expected one of {BUDGET_SPEC_FIELDS:?}"
-                                    )));
-                                }
-                            }
-                        }
-                        let bd: BudgetDoc = from_value(value).map_err(derr)?;
-                        if bd.spec.monthly_tokens < 0 {
-                            return Err(derr(format!(
-                                "spec.monthlyTokens: must be 0 or more, not {}",
-                                bd.spec.monthly_tokens
-                            )));
-                        }
-                        budgets.push(PendingBudget {
-                            path: file.clone(),
-                            doc: n,
-                            namespace: head
-                                .metadata
-                                .namespace
-                                .clone()
-                                .unwrap_or_else(|| "default".into()),
-                            name: head.metadata.name,
-                            spec: bd.spec,
-                        });
-                        continue;
-                    }
-                    let hd: HookDoc = from_value(value).map_err(derr)?;
-                    let namespace = head
-                        .metadata
-                        .namespace
-                        .clone()
-                        .unwrap_or_else(|| "default".into());
-                    if hooks
-                        .iter()
-                        .any(|h| h.namespace == namespace && h.meta.name == head.metadata.name)
-                    {
-                        return Err(derr(format!(
-                            "AgentHook {namespace}/{} is defined twice",
-                            head.metadata.name
-                        )));
-                    }
-                    hooks.push(PendingHook {
-                        path: file.clone(),
-                        doc: n,
-                        meta: head.metadata,
-                        namespace,
-                        spec: hd.spec,
-                    });
-                }
-                "Namespace" => {
-                    namespaces.insert(
-                        head.metadata.name.clone(),
-                        head.metadata.labels.unwrap_or_default(),
-                    );
-                }
-                "Secret" => {
-                    let sd: SecretDoc = from_value(value).map_err(derr)?;
-                    let mut values: BTreeMap<String, Vec<u8>> = BTreeMap::new();
-                    for (k, v) in sd.data {
-                        let compact: String = v.split_whitespace().collect();
-                        let raw = BASE64
-                            .decode(compact)
-                            .map_err(|_| derr(format!("data.{k}: not base64")))?;
-                        values.insert(k, raw);
-                    }
-                    for (k, v) in sd.string_data {
-                        values.insert(k, v.into_bytes());
-                    }
-                    let ns = head.metadata.namespace.unwrap_or_else(|| "default".into());
-                    secrets.insert((ns, head.metadata.name), (head.metadata.labels, values));
-                }
-                other => {
-                    return Err(derr(format!(
-                        "kind: {other:?} is not AgentHook, Namespace, Secret or TenantHookBudget"
-                    )));
-                }
-            }
+                message: format!("not YAML: {e}"),
+            })?;
+            gathered.take(file, n, "", value)?;
         }
     }
+    let Gathered {
+        budgets,
+        hooks,
+        namespaces,
+        secrets,
+    } = gathered;
     if hooks.is_empty() {
         return Err(LoadError::Empty {
-            path: path.to_path_buf(),
+            paths: paths.iter().map(|p| p.to_path_buf()).collect(),
         });
     }
     let unlabelled: std::collections::BTreeSet<String> = hooks
@@ -415,6 +325,160 @@ pub fn load_all(
         budgets,
         unlabelled_namespaces: unlabelled.into_iter().collect(),
     })
+}
+
+/// (namespace, name) of a Secret document → (labels, values).
+type SecretValues = (Option<BTreeMap<String, String>>, BTreeMap<String, Vec<u8>>);
+
+/// The documents of the hooks files, by kind, before the hooks are compiled.
+#[derive(Default)]
+struct Gathered {
+    budgets: Vec<PendingBudget>,
+    hooks: Vec<PendingHook>,
+    namespaces: HashMap<String, BTreeMap<String, String>>,
+    secrets: HashMap<(String, String), SecretValues>,
+}
+
+impl Gathered {
+    /// Takes document `n` of `file` (`at`: where in it, `""` for the document itself,
+    /// `"items[3]: "` for an item of a `List`, as `kubectl get agenthooks -A -o yaml`
+    /// writes). Errors name the file, the document and the field.
+    fn take(
+        &mut self,
+        file: &Path,
+        n: usize,
+        at: &str,
+        value: serde_norway::Value,
+    ) -> Result<(), LoadError> {
+        let derr = |message: String| LoadError::Document {
+            path: file.to_path_buf(),
+            doc: n,
+            message: format!("{at}{message}"),
+        };
+        if value.is_null() {
+            return Ok(());
+        }
+        let head: Header =
+            from_value(value.clone()).map_err(|e| derr(format!("bad header: {e}")))?;
+        match head.kind.as_str() {
+            "List" => {
+                let Some(items) = value.get("items").and_then(|i| i.as_sequence()) else {
+                    return Err(derr("items: a List needs a list of items".into()));
+                };
+                for (j, item) in items.iter().enumerate() {
+                    self.take(file, n, &format!("{at}items[{j}]: "), item.clone())?;
+                }
+            }
+            "AgentHook" | "TenantHookBudget" => {
+                let want = format!("{GROUP}/{VERSION}");
+                if head.api_version != want {
+                    return Err(derr(format!(
+                        "apiVersion: {:?} is not {want}",
+                        head.api_version
+                    )));
+                }
+                if head.metadata.name.is_empty() {
+                    return Err(derr("metadata.name: required".into()));
+                }
+                if !agenthooks_crds::names::is_dns_subdomain(&head.metadata.name) {
+                    return Err(derr(format!(
+                        "metadata.name: {:?} is not a Kubernetes object name (lowercase letters, digits, '-' and '.', at most 253)",
+                        head.metadata.name
+                    )));
+                }
+                if let Some(ns) = &head.metadata.namespace
+                    && !agenthooks_crds::names::is_dns_label(ns)
+                {
+                    return Err(derr(format!(
+                        "metadata.namespace: {ns:?} is not a namespace name (lowercase letters, digits and '-', at most 63)"
+                    )));
+                }
+                if head.kind == "TenantHookBudget" {
+                    if let Some(spec) = value.get("spec").and_then(|s| s.as_mapping()) {
+                        for k in spec.keys() {
+                            let k = k.as_str().unwrap_or("?");
+                            if !BUDGET_SPEC_FIELDS.contains(&k) {
+                                return Err(derr(format!(
+                                    "spec.{k}: unknown field, expected one of {BUDGET_SPEC_FIELDS:?}"
+                                )));
+                            }
+                        }
+                    }
+                    let bd: BudgetDoc = from_value(value).map_err(derr)?;
+                    if bd.spec.monthly_tokens < 0 {
+                        return Err(derr(format!(
+                            "spec.monthlyTokens: must be 0 or more, not {}",
+                            bd.spec.monthly_tokens
+                        )));
+                    }
+                    self.budgets.push(PendingBudget {
+                        path: file.to_path_buf(),
+                        doc: n,
+                        namespace: head
+                            .metadata
+                            .namespace
+                            .clone()
+                            .unwrap_or_else(|| "default".into()),
+                        name: head.metadata.name,
+                        spec: bd.spec,
+                    });
+                    return Ok(());
+                }
+                let hd: HookDoc = from_value(value).map_err(derr)?;
+                let namespace = head
+                    .metadata
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| "default".into());
+                if self
+                    .hooks
+                    .iter()
+                    .any(|h| h.namespace == namespace && h.meta.name == head.metadata.name)
+                {
+                    return Err(derr(format!(
+                        "AgentHook {namespace}/{} is defined twice",
+                        head.metadata.name
+                    )));
+                }
+                self.hooks.push(PendingHook {
+                    path: file.to_path_buf(),
+                    doc: n,
+                    meta: head.metadata,
+                    namespace,
+                    spec: hd.spec,
+                });
+            }
+            "Namespace" => {
+                self.namespaces.insert(
+                    head.metadata.name.clone(),
+                    head.metadata.labels.unwrap_or_default(),
+                );
+            }
+            "Secret" => {
+                let sd: SecretDoc = from_value(value).map_err(derr)?;
+                let mut values: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+                for (k, v) in sd.data {
+                    let compact: String = v.split_whitespace().collect();
+                    let raw = BASE64
+                        .decode(compact)
+                        .map_err(|_| derr(format!("data.{k}: not base64")))?;
+                    values.insert(k, raw);
+                }
+                for (k, v) in sd.string_data {
+                    values.insert(k, v.into_bytes());
+                }
+                let ns = head.metadata.namespace.unwrap_or_else(|| "default".into());
+                self.secrets
+                    .insert((ns, head.metadata.name), (head.metadata.labels, values));
+            }
+            other => {
+                return Err(derr(format!(
+                    "kind: {other:?} is not AgentHook, Namespace, Secret, TenantHookBudget or List"
+                )));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Gives each budget its tenant and refuses mismatches and duplicates.

@@ -9,8 +9,11 @@
 //! - [`Dry`]: `POST /v1/test`. The handler always runs (an open breaker is only reported),
 //!   prompt hooks run in the evaluator's dry-run mode (no budget, cache or per-turn count),
 //!   and nothing is recorded.
+//! - [`Stubbed`]: a policy test (`agenthooks-dispatcher test`, [`crate::suite`]). As
+//!   [`Dry`], except that a stubbed hook's handler does not run — its stub answers — and
+//!   an http or prompt hook without a stub does not reach the network unless allowed.
 //!
-//! Both are static types: the driver is monomorphized for each, so the seam costs dispatch
+//! All are static types: the driver is monomorphized for each, so the seam costs dispatch
 //! nothing.
 
 use std::sync::Arc;
@@ -42,6 +45,10 @@ pub trait RunObserver {
         event: &Event,
         filter_ok: bool,
     ) -> (Option<Admission>, Self::Run);
+
+    /// An answer for `hook`'s handler, given instead of running it (a test's stub), or
+    /// `None` to run the handler. Asked only once the run was admitted.
+    fn stub(&self, hook: &LoadedHook, event: &Event) -> Option<HandlerResult>;
 
     /// The run ended with `result` after `elapsed`.
     #[allow(clippy::too_many_arguments)]
@@ -139,6 +146,11 @@ impl RunObserver for Live<'_> {
         let admission =
             filter_ok.then(|| hook.breaker.admit(&event.tenant_id, unix_ms_now() as i64));
         (admission, span)
+    }
+
+    #[inline]
+    fn stub(&self, _: &LoadedHook, _: &Event) -> Option<HandlerResult> {
+        None
     }
 
     fn finish(
@@ -249,6 +261,10 @@ impl RunObserver for InPlace<'_> {
     type Run = HookSpan;
     const DRY: bool = false;
 
+    fn stub(&self, _: &LoadedHook, _: &Event) -> Option<HandlerResult> {
+        None
+    }
+
     fn start(
         &self,
         hook: &LoadedHook,
@@ -343,6 +359,9 @@ impl RunObserver for Dry {
     fn start(&self, _: &LoadedHook, _: &Event, filter_ok: bool) -> (Option<Admission>, ()) {
         (filter_ok.then_some(Admission::Run), ())
     }
+    fn stub(&self, _: &LoadedHook, _: &Event) -> Option<HandlerResult> {
+        None
+    }
     fn finish(
         &self,
         _: (),
@@ -361,5 +380,88 @@ impl RunObserver for Dry {
     /// A dry run shows every hook's answer: a dryrun hook runs in place.
     fn shadow(&self, _: &Arc<LoadedHook>, _: &Event, _: &Bytes) -> bool {
         false
+    }
+}
+
+/// A policy test case (`agenthooks-dispatcher test`, [`crate::suite`]): records nothing,
+/// like [`Dry`]; a hook with a stub (keyed by `namespace/name`) is answered by it without
+/// its handler running; a command hook without one runs for real (it is local); an http
+/// or prompt hook without one runs for real only when `network` is true, and otherwise
+/// is answered `error` (kind `bad_spec`) and listed in [`Stubbed::unstubbed`], so the
+/// case can be reported as an error naming it — a suite never depends on the network by
+/// accident. A `dryrun` hook is skipped (dispatch runs it off the decision's path and it
+/// never changes the answer), so it needs no stub.
+#[derive(Debug, Default)]
+pub struct Stubbed {
+    stubs: std::collections::HashMap<String, HandlerResult>,
+    network: bool,
+    unstubbed: std::sync::Mutex<Vec<String>>,
+}
+
+impl Stubbed {
+    /// An observer answering `stubs` (hook `namespace/name` → its handler's answer).
+    pub fn new(stubs: std::collections::HashMap<String, HandlerResult>, network: bool) -> Self {
+        Stubbed {
+            stubs,
+            network,
+            unstubbed: Default::default(),
+        }
+    }
+
+    /// The http and prompt hooks that were reached with no stub and not run
+    /// (`namespace/name (handler)`), in the order they were reached.
+    pub fn unstubbed(&self) -> Vec<String> {
+        self.unstubbed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+impl RunObserver for Stubbed {
+    type Run = ();
+    const DRY: bool = true;
+
+    fn start(&self, _: &LoadedHook, _: &Event, filter_ok: bool) -> (Option<Admission>, ()) {
+        (filter_ok.then_some(Admission::Run), ())
+    }
+    fn stub(&self, hook: &LoadedHook, _: &Event) -> Option<HandlerResult> {
+        if let Some(answer) = self.stubs.get(&hook.key) {
+            return Some(answer.clone());
+        }
+        let handler = hook.spec.handler.type_;
+        if self.network || handler == agenthooks_crds::agenthook::HandlerType::Command {
+            return None;
+        }
+        self.unstubbed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(format!("{} ({})", hook.key, handler.as_str()));
+        Some(HandlerResult::error(
+            crate::decision::outcome::ErrorKind::BadSpec,
+            format!(
+                "no stub for this {} hook, and the test runs without --allow-network",
+                handler.as_str()
+            ),
+        ))
+    }
+    fn finish(
+        &self,
+        _: (),
+        _: &Arc<LoadedHook>,
+        _: &Event,
+        _: &Bytes,
+        _: Option<Admission>,
+        _: &HandlerResult,
+        _: Duration,
+    ) {
+    }
+    fn not_run(&self, _: &Arc<LoadedHook>, _: &Event, _: &Bytes, _: &str) {}
+    fn mutation_denied(&self, _: &LoadedHook, _: &Event) {}
+    fn depth_exceeded(&self, _: &Event) {}
+    fn decided(&self, _: &Event, _: Duration) {}
+    /// Skipped, as dispatch skips it on the decision's path: it never changes the answer.
+    fn shadow(&self, _: &Arc<LoadedHook>, _: &Event, _: &Bytes) -> bool {
+        true
     }
 }

@@ -254,8 +254,9 @@ pub(crate) async fn guarded(
 /// Runs a hook whose filters were evaluated (`filter` is `Err` for a CEL error, which is
 /// the hook's outcome without running it) with `slot` (its timeout, and whether the chain
 /// budget cut it short) under `observer`, which admits the run (the
-/// breaker, CONTRACT §6) and records what it left behind. Dispatch and the dry run both
-/// come here ([`crate::observer`]).
+/// breaker, CONTRACT §6), may answer for the handler (a test's stub,
+/// [`RunObserver::stub`]) and records what the run left behind. Dispatch, the dry run and
+/// policy tests all come here ([`crate::observer`]).
 pub async fn run_matched<O: RunObserver>(
     engine: &Engine,
     observer: &O,
@@ -271,8 +272,11 @@ pub async fn run_matched<O: RunObserver>(
     let result = match (filter, admission) {
         (Err(e), _) => HandlerResult::error(ErrorKind::CelEval, e),
         (Ok(()), Some(Admission::Refuse { .. })) => HandlerResult::circuit_open(),
-        (Ok(()), _) if O::DRY => run_handler_dry(engine, hook, event, event_json, timeout).await,
-        (Ok(()), _) => run_handler(engine, hook, event, event_json, timeout).await,
+        (Ok(()), _) => match observer.stub(hook, event) {
+            Some(answer) => answer,
+            None if O::DRY => run_handler_dry(engine, hook, event, event_json, timeout).await,
+            None => run_handler(engine, hook, event, event_json, timeout).await,
+        },
     };
     // An `ask` of a hook with `spec.approval` becomes (or finds) an approval: the run is
     // what it stands at (issue 16 point 2; `crate::approvals`).

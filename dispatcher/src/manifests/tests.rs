@@ -508,3 +508,108 @@ fn bad_budgets_refuse_the_load_naming_file_document_and_field() {
         );
     }
 }
+
+/// `kubectl get agenthooks -A -o yaml`: a `List` whose items carry the server's fields
+/// (status, managedFields, uid, generation, creationTimestamp).
+const EXPORT: &str = "apiVersion: v1
+kind: List
+metadata: {resourceVersion: \"\"}
+items:
+- apiVersion: agenthooks.io/v1alpha1
+  kind: AgentHook
+  metadata:
+    name: exported
+    namespace: tenant-acme
+    uid: 0b7c9d7e-1111-4222-8333-444455556666
+    generation: 4
+    resourceVersion: \"812\"
+    creationTimestamp: \"2025-01-02T03:04:05Z\"
+    managedFields: [{manager: kubectl, operation: Apply}]
+  spec:
+    event: pre_tool_use
+    handler: {type: http, http: {url: 'https://policy.example.com/hook'}}
+  status:
+    observedGeneration: 4
+    conditions: [{type: Ready, status: \"True\"}]
+";
+
+#[test]
+fn a_cluster_export_list_loads_its_items_with_their_uid_and_generation() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "export.yaml", EXPORT);
+    let set = load_lite(&p).unwrap();
+    assert_eq!(set.len(), 1);
+    let h = set.get("tenant-acme/exported").unwrap();
+    assert_eq!(
+        (h.uid.as_str(), h.generation),
+        ("0b7c9d7e-1111-4222-8333-444455556666", 4)
+    );
+    // An item's error names the document and the item.
+    let bad = EXPORT.replace("event: pre_tool_use", "event: pre_tool");
+    let p = write(dir.path(), "bad.yaml", &bad);
+    let e = load_lite(&p).unwrap_err().to_string();
+    assert!(
+        e.contains("bad.yaml: document 1: items[0]: spec.event: unknown variant"),
+        "{e}"
+    );
+    let p = write(dir.path(), "no-items.yaml", "apiVersion: v1\nkind: List\n");
+    assert_eq!(
+        load_lite(&p).unwrap_err().to_string(),
+        format!(
+            "{}: document 1: items: a List needs a list of items",
+            p.display()
+        )
+    );
+}
+
+#[test]
+fn several_paths_load_as_one_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let ns = write(
+        dir.path(),
+        "ns.yaml",
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: tenant-acme, labels: {agenthooks.io/tenant: acme}}\n",
+    );
+    let a = write(dir.path(), "a.yaml", &HOOK.replace("NAME", "a"));
+    let export = write(dir.path(), "export.yaml", EXPORT);
+    let loaded = load_paths(
+        &[&a, &export, &ns],
+        "agenthooks-system",
+        Edition::Lite,
+        &SealKey::generate(),
+    )
+    .unwrap();
+    assert_eq!(loaded.hooks.len(), 2);
+    // The Namespace document of another path gives both hooks their tenant.
+    assert_eq!(
+        loaded
+            .hooks
+            .get("tenant-acme/exported")
+            .unwrap()
+            .compiled
+            .tenant,
+        "acme"
+    );
+    assert!(loaded.unlabelled_namespaces.is_empty());
+    // A hook in two paths is defined twice.
+    let e = load_paths(
+        &[&a, &a],
+        "agenthooks-system",
+        Edition::Lite,
+        &SealKey::generate(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("defined twice"), "{e}");
+    let empty = write(dir.path(), "empty.yaml", "# nothing\n");
+    assert_eq!(
+        load_paths(
+            &[&empty, &ns],
+            "agenthooks-system",
+            Edition::Lite,
+            &SealKey::generate()
+        )
+        .unwrap_err()
+        .to_string(),
+        format!("{}, {}: no AgentHook found", empty.display(), ns.display())
+    );
+}
