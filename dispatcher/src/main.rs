@@ -987,7 +987,11 @@ async fn check(args: CheckArgs) -> anyhow::Result<Verdict> {
     engine.budgets = Budgets::local(LocalLedger::new(loaded.budgets)?, None);
     // Every hook in place, so each one's outcome is shown; a hook the event does not wait
     // for (a non-blocking event's, without `blocking: true`) never changes the answer.
-    let decision = decide_in_place(&engine, &set, event).await;
+    // As `/v1/dispatch` answers: `ask` only to an event that accepts it.
+    let accepts_ask = native.is_some() || event.accepts_ask();
+    let decision = decide_in_place(&engine, &set, event)
+        .await
+        .for_caller(accepts_ask);
     match &native {
         Some(call) => {
             let answer = agenthooks_dispatcher::dialect::answer(call, &decision);

@@ -580,7 +580,7 @@ fn docs_show_the_argocd_cm_and_applications_that_land_the_chart_before_the_hooks
             .iter()
             .filter(|k| **k == "CustomResourceDefinition")
             .count(),
-        2,
+        3,
         "the chart's CRDs come with it: {kinds:?}"
     );
 }

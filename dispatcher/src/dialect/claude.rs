@@ -108,7 +108,11 @@ pub(super) fn answer(r: &Reply<'_>, flavour: Flavour) -> Value {
     let mut specific = Map::new();
     // A tool call a hook wants a person to decide: Claude Code's (and Copilot's) `ask`, or
     // `defer` for a headless run. Codex refuses `ask` as unsupported: refused here.
-    if r.asks() && r.event == HookEvent::PreToolUse && flavour != Flavour::Codex {
+    if r.asks()
+        && r.event == HookEvent::PreToolUse
+        && (flavour == Flavour::ClaudeCode
+            || (flavour == Flavour::Copilot && r.rewrite().is_none()))
+    {
         let how = if r.defer && flavour == Flavour::ClaudeCode {
             "defer"
         } else {

@@ -14,7 +14,10 @@
 use agenthooks_crds::HookEvent;
 use serde_json::{Value, json};
 
-use super::{Payload, Read, Reply, claude, no_opinion, refusal_text, unapplied_rewrite};
+use super::{
+    Payload, Read, Reply, claude, no_opinion, refusal_text, unapplied_output_rewrite,
+    unapplied_rewrite,
+};
 use crate::event::{Event, EventError};
 
 /// Whether the event is one of the camelCase hooks (its first letter is lowercase).
@@ -60,7 +63,12 @@ pub(super) fn read(native_event: &str, p: &Payload<'_>) -> Result<Read, EventErr
 pub(super) fn answer(r: &Reply<'_>) -> Value {
     let deny =
         |text: String| json!({"permissionDecision": "deny", "permissionDecisionReason": text});
-    if r.asks() && r.event == HookEvent::PreToolUse {
+    if r.output_rewrite().is_some() {
+        return deny(unapplied_output_rewrite("GitHub Copilot", r.native_event));
+    }
+    // An ask carrying a master hook's rewrite: Copilot takes no rewrite beside an ask, and
+    // an approved call must not run as the model wrote it.
+    if r.asks() && r.event == HookEvent::PreToolUse && r.rewrite().is_none() {
         return json!({"permissionDecision": "ask", "permissionDecisionReason": refusal_text(r.decision)});
     }
     if r.blocked() {

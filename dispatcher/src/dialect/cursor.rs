@@ -15,7 +15,9 @@ use agenthooks_crds::HookEvent;
 use agenthooks_crds::tool::ToolHints;
 use serde_json::{Value, json};
 
-use super::{Payload, Read, Reply, no_opinion, refusal_text, unapplied_rewrite};
+use super::{
+    Payload, Read, Reply, no_opinion, refusal_text, unapplied_output_rewrite, unapplied_rewrite,
+};
 use crate::event::{Event, EventError};
 
 /// Our event, and the tool name Cursor's per-tool events stand for.
@@ -101,7 +103,18 @@ pub(super) fn answer(r: &Reply<'_>) -> Value {
             json!({"permission": "deny", "user_message": text, "agent_message": text})
         }
     };
-    if r.asks() && !prompt {
+    if r.output_rewrite().is_some() {
+        return refuse(unapplied_output_rewrite("Cursor", r.native_event));
+    }
+    // Cursor asks only where its hook answers take `permission: "ask"`, and never beside a
+    // master hook's rewrite (an approved call must not run as the model wrote it).
+    if r.asks()
+        && r.rewrite().is_none()
+        && matches!(
+            r.native_event,
+            "preToolUse" | "beforeShellExecution" | "beforeMCPExecution"
+        )
+    {
         let text = refusal_text(r.decision);
         return json!({"permission": "ask", "user_message": text, "agent_message": text});
     }

@@ -13,7 +13,9 @@ use agenthooks_crds::HookEvent;
 use agenthooks_crds::tool::ToolHints;
 use serde_json::{Value, json};
 
-use super::{Payload, Read, Reply, no_opinion, refusal_text, unapplied_rewrite};
+use super::{
+    Payload, Read, Reply, no_opinion, refusal_text, unapplied_output_rewrite, unapplied_rewrite,
+};
 use crate::event::{Event, EventError};
 
 fn kind(native_event: &str) -> Option<HookEvent> {
@@ -37,6 +39,9 @@ pub(super) fn read(native_event: &str, p: &Payload<'_>) -> Result<Read, EventErr
         HookEvent::PreToolUse | HookEvent::PostToolUse => {
             ev.tool_name = p.str("tool_name")?;
             ev.tool_input = p.object("tool_input")?;
+            if kind == HookEvent::PostToolUse {
+                ev.tool_output = p.get("tool_response").filter(|v| !v.is_null()).cloned();
+            }
             if let Some(Value::Object(mcp)) = p.get("mcp_context") {
                 let field = |k: &str| mcp.get(k).and_then(Value::as_str).map(str::to_string);
                 ev.tool_hints = ToolHints {
@@ -55,6 +60,10 @@ pub(super) fn read(native_event: &str, p: &Payload<'_>) -> Result<Read, EventErr
 }
 
 pub(super) fn answer(r: &Reply<'_>) -> Value {
+    if r.output_rewrite().is_some() {
+        let text = unapplied_output_rewrite("Gemini CLI", r.native_event);
+        return json!({"decision": "deny", "reason": text});
+    }
     if r.blocked() {
         return json!({"decision": "deny", "reason": refusal_text(r.decision)});
     }

@@ -389,6 +389,14 @@ pub fn refusal_text(decision: &Decision) -> String {
     }
 }
 
+/// The refusal of an output rewrite the runtime cannot apply: the output is withheld
+/// rather than shown as it was.
+fn unapplied_output_rewrite(runtime: &str, native_event: &str) -> String {
+    format!(
+        "agenthooks: a master hook rewrote this tool's output and {runtime} cannot apply that at {native_event}; withheld rather than shown as it was"
+    )
+}
+
 /// The refusal of a rewrite the runtime cannot apply at this event.
 fn unapplied_rewrite(runtime: &str, native_event: &str) -> String {
     format!(
@@ -419,6 +427,10 @@ impl Reply<'_> {
     /// A hook wants a person to decide, and nothing blocked.
     fn asks(&self) -> bool {
         self.decision.decision == Verdict::Ask
+    }
+    /// A master hook rewrote the tool's output (`post_tool_use`).
+    fn output_rewrite(&self) -> Option<&Value> {
+        self.decision.updated_tool_output.as_ref()
     }
     fn context(&self) -> Option<&str> {
         self.decision.additional_context.as_deref()

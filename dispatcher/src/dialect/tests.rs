@@ -1003,3 +1003,82 @@ fn an_ask_is_the_runtimes_ask_where_it_has_one_and_a_refusal_elsewhere() {
         other => panic!("{other:?}"),
     }
 }
+
+/// The tester's cases (issue 16): an ask carrying a master rewrite is never an ask that
+/// would run the call as the model wrote it once approved, and an output rewrite the
+/// runtime cannot apply withholds the output.
+#[test]
+fn an_ask_with_a_rewrite_and_an_output_rewrite_fail_closed_where_unsupported() {
+    use Dialect::*;
+    let mut ask = Decision::allow("e1");
+    ask.decision = Verdict::Ask;
+    ask.reason = Some("a person decides".into());
+    ask.updated_input = Some(json!({"command": "safe-rewrite"}));
+    let tool = json!({"session_id": "s", "tool_name": "Bash", "tool_input": {"command": "orig"}});
+    let copilot_tool =
+        json!({"sessionId": "s", "toolName": "bash", "toolArgs": {"command": "orig"}});
+    for (dialect, native_event, payload) in [
+        (Copilot, "PreToolUse", tool.clone()),
+        (Copilot, "preToolUse", copilot_tool.clone()),
+        (Cursor, "preToolUse", tool.clone()),
+        (
+            Cursor,
+            "beforeShellExecution",
+            json!({"conversation_id": "c", "command": "orig"}),
+        ),
+    ] {
+        let a = answer(&call(dialect, native_event, payload), &ask);
+        let text = a.to_string();
+        assert!(
+            text.contains("deny") && !text.contains("\"ask\""),
+            "{dialect} {native_event}: {a}"
+        );
+    }
+    // Claude Code takes the rewrite beside its ask.
+    let a = answer(&call(ClaudeCode, "PreToolUse", tool.clone()), &ask);
+    assert_eq!(a["hookSpecificOutput"]["permissionDecision"], "ask");
+    assert_eq!(
+        a["hookSpecificOutput"]["updatedInput"]["command"],
+        "safe-rewrite"
+    );
+    // Cursor asks only where its answers take an ask.
+    let mut plain_ask = ask.clone();
+    plain_ask.updated_input = None;
+    let a = answer(
+        &call(
+            Cursor,
+            "beforeReadFile",
+            json!({"conversation_id": "c", "file_path": "/etc/x"}),
+        ),
+        &plain_ask,
+    );
+    assert_ne!(a["permission"], "ask", "{a}");
+
+    let mut redacted = Decision::allow("e2");
+    redacted.updated_tool_output = Some(json!("[redacted]"));
+    let post = json!({"session_id": "s", "tool_name": "Bash", "tool_input": {"command": "env"},
+                      "tool_response": {"stdout": "SECRET=1"}});
+    for (dialect, native_event, payload) in [
+        (
+            GeminiCli,
+            "AfterTool",
+            json!({"session_id": "s", "tool_name": "run_shell_command", "tool_input": {"command": "env"}, "tool_response": "SECRET=1"}),
+        ),
+        (Cursor, "postToolUse", post.clone()),
+        (
+            Copilot,
+            "postToolUse",
+            json!({"sessionId": "s", "toolName": "bash", "toolArgs": {"command": "env"}}),
+        ),
+        (Codex, "PostToolUse", post.clone()),
+    ] {
+        let a = answer(&call(dialect, native_event, payload), &redacted);
+        let text = a.to_string();
+        assert!(
+            text.contains("deny") || text.contains("\"block\""),
+            "{dialect} {native_event}: the output is withheld: {a}"
+        );
+    }
+    let a = answer(&call(ClaudeCode, "PostToolUse", post), &redacted);
+    assert_eq!(a["hookSpecificOutput"]["updatedToolOutput"], "[redacted]");
+}

@@ -215,8 +215,9 @@ fn interpret(
     result
 }
 
-/// Exit 0: allow, unless stdout is a JSON object with `"continue": false` (block) or
-/// `"decision": "ask"` (a person should decide; reason `reason`).
+/// Exit 0: allow, unless stdout is a JSON object with `"continue": false` or `"decision":
+/// "block"` (block; reason `reason`, else stderr), or `"decision": "ask"` (a person should
+/// decide). Any other `decision` is an error (`bad_decision`), as for an http hook.
 fn on_success(stdout: &[u8], stderr: &str) -> HandlerResult {
     let Ok(Value::Object(obj)) = serde_json::from_slice::<Value>(stdout) else {
         return HandlerResult::allow();
@@ -238,13 +239,31 @@ fn on_success(stdout: &[u8], stderr: &str) -> HandlerResult {
             .unwrap_or("blocked by command hook (\"continue\": false)");
         return HandlerResult::block(reason);
     }
-    let mut result = if obj.get("decision").and_then(Value::as_str) == Some("ask") {
-        HandlerResult::ask(
+    // `decision` as an http hook's: `block` blocks, `ask` asks, `allow` (or none) allows,
+    // and anything else is an error — never an allow by accident.
+    let mut result = match obj.get("decision") {
+        None | Some(Value::Null) => HandlerResult::allow(),
+        Some(Value::String(d)) if d == "allow" => HandlerResult::allow(),
+        Some(Value::String(d)) if d == "block" => {
+            return HandlerResult::block(
+                text("reason")
+                    .or(Some(stderr.trim().to_owned()).filter(|s| !s.is_empty()))
+                    .unwrap_or_else(|| "blocked by command hook (decision: block)".into()),
+            );
+        }
+        Some(Value::String(d)) if d == "ask" => HandlerResult::ask(
             text("reason")
                 .unwrap_or_else(|| "the command hook asks for a person's decision".into()),
-        )
-    } else {
-        HandlerResult::allow()
+        ),
+        Some(other) => {
+            return HandlerResult::error(
+                ErrorKind::BadDecision,
+                format!(
+                    "decision must be \"allow\", \"block\" or \"ask\", got {}",
+                    cut(other.to_string())
+                ),
+            );
+        }
     };
     result.additional_context = obj
         .get("additionalContext")
@@ -450,6 +469,46 @@ mod tests {
         assert_eq!(r.reason, None);
         assert_eq!(r.error_kind, None);
         assert_eq!(r.metadata.stdout_len, Some(0));
+    }
+
+    /// Exit 0 with a JSON `decision` is read as an http hook's answer: a word it does not
+    /// know is an error, never an allow (the tester's case: `"decision": "block"` allowed).
+    #[test]
+    fn exit_zero_decisions_are_read_and_unknown_ones_fail_closed() {
+        for (stdout, stderr, outcome, reason) in [
+            (
+                r#"{"decision": "block", "reason": "no"}"#,
+                "",
+                Outcome::Block,
+                Some("no"),
+            ),
+            (
+                r#"{"decision": "block"}"#,
+                "from stderr",
+                Outcome::Block,
+                Some("from stderr"),
+            ),
+            (
+                r#"{"decision": "ask", "reason": "a person"}"#,
+                "",
+                Outcome::Ask,
+                Some("a person"),
+            ),
+            (r#"{"decision": "allow"}"#, "", Outcome::Allow, None),
+            (r#"{"decision": null}"#, "", Outcome::Allow, None),
+            (r#"{"decision": "deny"}"#, "", Outcome::Error, None),
+            (r#"{"decision": "Block"}"#, "", Outcome::Error, None),
+            (r#"{"decision": 1}"#, "", Outcome::Error, None),
+        ] {
+            let r = on_success(stdout.as_bytes(), stderr);
+            assert_eq!(r.outcome, outcome, "{stdout}");
+            if reason.is_some() {
+                assert_eq!(r.reason.as_deref(), reason, "{stdout}");
+            }
+            if outcome == Outcome::Error {
+                assert_eq!(r.error_kind, Some(ErrorKind::BadDecision), "{stdout}");
+            }
+        }
     }
 
     #[tokio::test]
