@@ -25,6 +25,11 @@
 //!    and how far before the kill the oldest of them was answered (the README's crash-loss
 //!    window), over `KILL_ROUNDS` rounds.
 //!
+//! Env: `AGENTHOOKS_BENCH_SECS` (per mode and load, default 10);
+//! `AGENTHOOKS_BENCH_AUDIT_DB_PARAMS`, a query string appended to the audit database URL of
+//! the dispatchers and the capacity phase, e.g. `options[synchronous_commit]=off` to measure
+//! the README's asynchronous-commit option.
+//!
 //! Run: `make bench`, or `cargo build --release --bins && cargo bench -p agenthooks-e2e --bench audit`.
 //! Without `--bench` (e.g. `cargo test --all-targets`) it does nothing.
 
@@ -265,7 +270,10 @@ async fn main() {
             .await
             .unwrap(),
     );
-    let url = pg.url();
+    let url = match std::env::var("AGENTHOOKS_BENCH_AUDIT_DB_PARAMS") {
+        Ok(params) if !params.is_empty() => format!("{}?{params}", pg.url()),
+        _ => pg.url(),
+    };
     let (hook_url, _) = hook_server(json!({"decision": "allow"}));
     let hooks = dir.path().join("hooks.yaml");
     std::fs::write(

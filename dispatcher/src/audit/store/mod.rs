@@ -691,7 +691,8 @@ where
 }
 
 /// Appends the history query to `qb`: `SELECT ... FROM hook_executions WHERE <filters>
-/// (`hook_namespace = ` [`ExecutionQuery::scope`], `hook_name`, `decision`, `since`)
+/// (`hook_namespace = ` [`ExecutionQuery::scope`], `hook_name`, `decision` (a literal),
+/// `since`)
 /// AND id < <cursor> ORDER BY id DESC LIMIT <limit + 1>` (the extra row tells whether a
 /// next page exists). `since` is the backend's encoding of `q.since`.
 fn push_list_sql<'a, DB, T>(
@@ -719,9 +720,14 @@ fn push_list_sql<'a, DB, T>(
         glue = " AND ";
     }
     if let Some(decision) = q.decision {
+        // A literal, not a bound parameter: PostgreSQL indexes only the rare decisions
+        // (`WHERE decision <> 'allow'`, migration 0004), and a generic plan, which cannot
+        // see a parameter's value, could not prove that index usable. The four words come
+        // from `Outcome::as_str`, never from the request.
         qb.push(glue)
-            .push("decision = ")
-            .push_bind(decision.as_str());
+            .push("decision = '")
+            .push(decision.as_str())
+            .push("'");
         glue = " AND ";
     }
     if let Some(since) = since {
@@ -902,6 +908,27 @@ mod tests {
             assert_eq!(e.field, "namespace", "{bad:?}");
             assert!(e.message.starts_with("expected a namespace name"), "{e}");
         }
+    }
+
+    #[test]
+    fn the_list_sql_names_the_decision_as_a_literal_and_binds_the_rest() {
+        let q = ExecutionQuery {
+            hook: Some(HookRef::parse("team-a/x").unwrap()),
+            decision: Some(Outcome::Timeout),
+            cursor: Some(Cursor::after_row(42).unwrap()),
+            limit: 10,
+            ..ExecutionQuery::default()
+        };
+        let mut qb = sqlx::QueryBuilder::<sqlx::Postgres>::new("");
+        push_list_sql(&mut qb, &q, Some(Utc::now()));
+        assert_eq!(
+            qb.sql(),
+            format!(
+                "SELECT {SELECT_COLUMNS} FROM hook_executions WHERE hook_namespace = $1 AND \
+                 hook_name = $2 AND decision = 'timeout' AND created_at >= $3 AND id < $4 \
+                 ORDER BY id DESC LIMIT $5"
+            )
+        );
     }
 
     #[test]
