@@ -47,10 +47,14 @@ pub trait RunObserver {
     ) -> (Option<Admission>, Self::Run);
 
     /// An answer for `hook`'s handler, given instead of running it (a test's stub), or
-    /// `None` to run the handler. Asked only once the run was admitted.
-    fn stub(&self, hook: &LoadedHook, event: &Event) -> Option<HandlerResult>;
+    /// `None` to run the handler. Asked only once the run was admitted. By default `None`.
+    fn stub(&self, hook: &LoadedHook, event: &Event) -> Option<HandlerResult> {
+        let _ = (hook, event);
+        None
+    }
 
-    /// The run ended with `result` after `elapsed`.
+    /// The run ended with `result` after `elapsed`. The effects below are the live
+    /// observer's; by default (an observer that records nothing) each does nothing.
     #[allow(clippy::too_many_arguments)]
     fn finish(
         &self,
@@ -61,20 +65,30 @@ pub trait RunObserver {
         admission: Option<Admission>,
         result: &HandlerResult,
         elapsed: Duration,
-    );
+    ) {
+        let _ = (run, hook, event, event_json, admission, result, elapsed);
+    }
 
     /// The chain budget was spent before `hook` could run (the response lists it as a
     /// `timeout`).
-    fn not_run(&self, hook: &Arc<LoadedHook>, event: &Event, event_json: &Bytes, reason: &str);
+    fn not_run(&self, hook: &Arc<LoadedHook>, event: &Event, event_json: &Bytes, reason: &str) {
+        let _ = (hook, event, event_json, reason);
+    }
 
     /// An `updatedInput` of `hook`, outside the master namespace, was dropped.
-    fn mutation_denied(&self, hook: &LoadedHook, event: &Event);
+    fn mutation_denied(&self, hook: &LoadedHook, event: &Event) {
+        let _ = (hook, event);
+    }
 
     /// `event` is deeper than [`MAX_LOOP_DEPTH`]: no hook runs.
-    fn depth_exceeded(&self, event: &Event);
+    fn depth_exceeded(&self, event: &Event) {
+        let _ = event;
+    }
 
     /// A blocking decision took `elapsed`.
-    fn decided(&self, event: &Event, elapsed: Duration);
+    fn decided(&self, event: &Event, elapsed: Duration) {
+        let _ = (event, elapsed);
+    }
 
     /// A `dryrun` hook matched `event`: true when the observer runs it off the decision's
     /// critical path (the driver goes on without it), false to have the driver run it in
@@ -146,11 +160,6 @@ impl RunObserver for Live<'_> {
         let admission =
             filter_ok.then(|| hook.breaker.admit(&event.tenant_id, unix_ms_now() as i64));
         (admission, span)
-    }
-
-    #[inline]
-    fn stub(&self, _: &LoadedHook, _: &Event) -> Option<HandlerResult> {
-        None
     }
 
     fn finish(
@@ -261,10 +270,6 @@ impl RunObserver for InPlace<'_> {
     type Run = HookSpan;
     const DRY: bool = false;
 
-    fn stub(&self, _: &LoadedHook, _: &Event) -> Option<HandlerResult> {
-        None
-    }
-
     fn start(
         &self,
         hook: &LoadedHook,
@@ -359,24 +364,6 @@ impl RunObserver for Dry {
     fn start(&self, _: &LoadedHook, _: &Event, filter_ok: bool) -> (Option<Admission>, ()) {
         (filter_ok.then_some(Admission::Run), ())
     }
-    fn stub(&self, _: &LoadedHook, _: &Event) -> Option<HandlerResult> {
-        None
-    }
-    fn finish(
-        &self,
-        _: (),
-        _: &Arc<LoadedHook>,
-        _: &Event,
-        _: &Bytes,
-        _: Option<Admission>,
-        _: &HandlerResult,
-        _: Duration,
-    ) {
-    }
-    fn not_run(&self, _: &Arc<LoadedHook>, _: &Event, _: &Bytes, _: &str) {}
-    fn mutation_denied(&self, _: &LoadedHook, _: &Event) {}
-    fn depth_exceeded(&self, _: &Event) {}
-    fn decided(&self, _: &Event, _: Duration) {}
     /// A dry run shows every hook's answer: a dryrun hook runs in place.
     fn shadow(&self, _: &Arc<LoadedHook>, _: &Event, _: &Bytes) -> bool {
         false
@@ -445,21 +432,6 @@ impl RunObserver for Stubbed {
             ),
         ))
     }
-    fn finish(
-        &self,
-        _: (),
-        _: &Arc<LoadedHook>,
-        _: &Event,
-        _: &Bytes,
-        _: Option<Admission>,
-        _: &HandlerResult,
-        _: Duration,
-    ) {
-    }
-    fn not_run(&self, _: &Arc<LoadedHook>, _: &Event, _: &Bytes, _: &str) {}
-    fn mutation_denied(&self, _: &LoadedHook, _: &Event) {}
-    fn depth_exceeded(&self, _: &Event) {}
-    fn decided(&self, _: &Event, _: Duration) {}
     /// Skipped, as dispatch skips it on the decision's path: it never changes the answer.
     fn shadow(&self, _: &Arc<LoadedHook>, _: &Event, _: &Bytes) -> bool {
         true

@@ -536,11 +536,10 @@ async fn run(
 ) -> Result<crate::chain::Decision, Response> {
     use agenthooks_crds::HookEvent;
     let mut waits = crate::chain::waits_for(&set, &event);
-    // Stop control (issue 16): a new prompt starts the session's count again; a stop
-    // past the bound is let through, its hooks run in the background.
-    if event.event == HookEvent::UserPromptSubmit {
-        state.stops.prompted(&event.tenant_id, &event.session_id);
-    }
+    // Stop control (issue 16): a new prompt that goes through starts the session's count
+    // again (below); a stop past the bound is let through, its hooks run in the background.
+    let prompt = (event.event == HookEvent::UserPromptSubmit)
+        .then(|| (event.tenant_id.clone(), event.session_id.clone()));
     let stop = matches!(event.event, HookEvent::Stop | HookEvent::SubagentStop);
     if stop {
         let count = state
@@ -589,6 +588,11 @@ async fn run(
         && decision.decision == crate::chain::Verdict::Block
     {
         state.stops.refused(&tenant, &session, kind);
+    }
+    if let Some((tenant, session)) = prompt
+        && decision.decision == crate::chain::Verdict::Allow
+    {
+        state.stops.prompted(&tenant, &session);
     }
     Ok(decision)
 }

@@ -161,3 +161,28 @@ async fn tool_output_control_and_a_bounded_stop_loop() {
         json!({"decision": "block", "reason": "agenthooks: run the tests first (\"stop_count\":0) (hook team-a/tests-must-pass)"})
     );
 }
+
+/// A prompt that is refused does not start the session's stop count again (the tester's
+/// case): only one that goes through does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_prompt_that_goes_through_resets_the_stop_count() {
+    let files = Files::new(HOOKS);
+    let d = start(&files, &["--stop-block-limit", "1"]).await;
+    let (_, body) = d.post("/v1/dispatch", &stop("s9"), None).await;
+    assert_eq!(body["decision"], "block");
+    let (_, body) = d.post("/v1/dispatch", &stop("s9"), None).await;
+    assert_eq!(body["decision"], "allow", "the bound (1)");
+    // Refused for depth: the count stays.
+    let refused = json!({"event": "user_prompt_submit", "tenant_id": "team-a", "session_id": "s9",
+                         "agent_id": "a1", "depth": 9, "tool_input": {"prompt": "x"}});
+    let (_, body) = d.post("/v1/dispatch", &refused, None).await;
+    assert_eq!(body["decision"], "block", "{body}");
+    let (_, body) = d.post("/v1/dispatch", &stop("s9"), None).await;
+    assert_eq!(body["decision"], "allow", "still past the bound");
+    let prompt = json!({"event": "user_prompt_submit", "tenant_id": "team-a", "session_id": "s9",
+                        "agent_id": "a1", "tool_input": {"prompt": "go on"}});
+    let (_, body) = d.post("/v1/dispatch", &prompt, None).await;
+    assert_eq!(body["decision"], "allow");
+    let (_, body) = d.post("/v1/dispatch", &stop("s9"), None).await;
+    assert_eq!(body["decision"], "block", "a new turn");
+}

@@ -236,7 +236,16 @@ pub fn parse(
 ) -> Result<NativeCall, EventError> {
     let defer = match options.ask.as_deref() {
         None | Some("ask") => false,
-        Some("defer") => true,
+        Some("defer") if dialect == Dialect::ClaudeCode => true,
+        Some("defer") => {
+            return Err(EventError::invalid(
+                "ask",
+                format!(
+                    "defer is Claude Code's (its headless runs); {} has no defer",
+                    dialect.runtime()
+                ),
+            ));
+        }
         Some(other) => {
             return Err(EventError::invalid(
                 "ask",

@@ -930,13 +930,7 @@ fn an_ask_is_the_runtimes_ask_where_it_has_one_and_a_refusal_elsewhere() {
             Some("defer"),
             cc_ask("defer"),
         ),
-        (
-            Copilot,
-            "PreToolUse",
-            tool.clone(),
-            Some("defer"),
-            cc_ask("ask"),
-        ),
+        (Copilot, "PreToolUse", tool.clone(), None, cc_ask("ask")),
         (
             Copilot,
             "preToolUse",
@@ -999,6 +993,16 @@ fn an_ask_is_the_runtimes_ask_where_it_has_one_and_a_refusal_elsewhere() {
         ..CallOptions::default()
     };
     match parse(Dialect::ClaudeCode, tool.to_string().as_bytes(), &bad) {
+        Err(EventError::Invalid { field, .. }) => assert_eq!(field, "ask"),
+        other => panic!("{other:?}"),
+    }
+    // defer is Claude Code's alone: elsewhere it would be ignored silently.
+    let defer = CallOptions {
+        event: Some("preToolUse".into()),
+        ask: Some("defer".into()),
+        ..CallOptions::default()
+    };
+    match parse(Dialect::Cursor, tool.to_string().as_bytes(), &defer) {
         Err(EventError::Invalid { field, .. }) => assert_eq!(field, "ask"),
         other => panic!("{other:?}"),
     }
