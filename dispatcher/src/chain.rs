@@ -8,7 +8,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agenthooks_crds::agenthook::EnforcementAction;
 use bytes::Bytes;
 use serde::Serialize;
 use serde_json::Value;
@@ -228,6 +227,8 @@ pub async fn drive<'h, O: RunObserver>(
     let mut scope = LazyScope::default();
     let mut contexts: Vec<String> = Vec::new();
     let mut asked: Option<(String, String)> = None;
+    // The event as hooks run off the decision's path see it: made once per version.
+    let mut shadow_event: Option<Arc<Event>> = None;
     for hook in hooks {
         // Filters first: a hook that does not match costs no clock read and no I/O.
         let filter = match filters {
@@ -242,14 +243,23 @@ pub async fn drive<'h, O: RunObserver>(
         let json = event_json.get_or_insert_with(|| {
             Bytes::from(serde_json::to_vec(&event).expect("an event serializes"))
         });
+        let rule = HookRule {
+            key: &hook.key,
+            master: hook.compiled.master,
+            on_timeout: hook.compiled.on_timeout,
+            enforcement: hook.compiled.enforcement_action,
+            on_error: hook.compiled.on_error,
+            waits: hook.compiled.waits,
+        };
         // A dryrun hook, or one the event does not wait for (a non-blocking event's hook
         // without `blocking: true`), never changes the answer: where the observer can, it
-        // runs off the decision's critical path, on the event as this hook would have seen it.
-        if (hook.compiled.enforcement_action == EnforcementAction::Dryrun || !hook.compiled.waits)
-            && filter.is_ok()
-            && observer.shadow(hook, &event, json)
-        {
-            continue;
+        // runs off the decision's critical path, on the event as this hook would have seen
+        // it (one shared copy per version of the event).
+        if !rule.decides() && filter.is_ok() {
+            let shared = shadow_event.get_or_insert_with(|| Arc::new(event.clone()));
+            if observer.shadow(hook, shared, json) {
+                continue;
+            }
         }
         let left = deadline.saturating_duration_since(Instant::now());
         let (timeout, cut_by_budget) = match rules::slot(left, own) {
@@ -259,12 +269,7 @@ pub async fn drive<'h, O: RunObserver>(
             } => (timeout, cut_by_budget),
             // A dryrun hook never changes the answer, not even by finding no budget left;
             // nor does a hook the event does not wait for.
-            Slot::Spent
-                if hook.compiled.enforcement_action == EnforcementAction::Dryrun
-                    || !hook.compiled.waits =>
-            {
-                continue;
-            }
+            Slot::Spent if !rule.decides() => continue,
             Slot::Spent => {
                 decision.decision = Verdict::Block;
                 decision.reason = Some(CHAIN_BUDGET_EXCEEDED.into());
@@ -300,14 +305,6 @@ pub async fn drive<'h, O: RunObserver>(
         ))
         .await;
         let result = run.result.take().expect("run_matched fills result");
-        let rule = HookRule {
-            key: &hook.key,
-            master: hook.compiled.master,
-            on_timeout: hook.compiled.on_timeout,
-            enforcement: hook.compiled.enforcement_action,
-            on_error: hook.compiled.on_error,
-            waits: hook.compiled.waits,
-        };
         let ran = Ran {
             outcome: result.outcome,
             reason: result.reason.as_deref(),
@@ -355,12 +352,14 @@ pub async fn drive<'h, O: RunObserver>(
                     event.refresh_tool();
                     decision.updated_input = Some(event.tool_input.clone());
                     event_json = None;
+                    shadow_event = None;
                     scope.reset();
                 }
                 if let Some(new_output) = output_rewrite {
                     decision.updated_tool_output = Some(new_output.clone());
                     event.tool_output = Some(new_output);
                     event_json = None;
+                    shadow_event = None;
                 }
             }
         }

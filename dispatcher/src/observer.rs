@@ -93,7 +93,7 @@ pub trait RunObserver {
     /// A `dryrun` hook matched `event`: true when the observer runs it off the decision's
     /// critical path (the driver goes on without it), false to have the driver run it in
     /// place (its answer is recorded and changes nothing either way).
-    fn shadow(&self, hook: &Arc<LoadedHook>, event: &Event, event_json: &Bytes) -> bool;
+    fn shadow(&self, hook: &Arc<LoadedHook>, event: &Arc<Event>, event_json: &Bytes) -> bool;
 
     /// `hook` has `spec.approval` and its run answered `ask` (`result`): the run's outcome
     /// once the approval is asked for or read ([`crate::approvals::apply`]). By default the
@@ -245,9 +245,9 @@ impl RunObserver for Live<'_> {
         self.0.metrics.record_decision(event.event, elapsed);
     }
 
-    fn shadow(&self, hook: &Arc<LoadedHook>, event: &Event, event_json: &Bytes) -> bool {
+    fn shadow(&self, hook: &Arc<LoadedHook>, event: &Arc<Event>, event_json: &Bytes) -> bool {
         // Shed when the background slots are full: a dryrun run is never worth a stall.
-        crate::runner::spawn_background(self.0, hook, &Arc::new(event.clone()), event_json);
+        crate::runner::spawn_background(self.0, hook, event, event_json);
         true
     }
 
@@ -302,7 +302,7 @@ impl RunObserver for InPlace<'_> {
     fn decided(&self, event: &Event, elapsed: Duration) {
         Live(self.0).decided(event, elapsed)
     }
-    fn shadow(&self, _: &Arc<LoadedHook>, _: &Event, _: &Bytes) -> bool {
+    fn shadow(&self, _: &Arc<LoadedHook>, _: &Arc<Event>, _: &Bytes) -> bool {
         false
     }
     fn approval<'a>(
@@ -365,7 +365,7 @@ impl RunObserver for Dry {
         (filter_ok.then_some(Admission::Run), ())
     }
     /// A dry run shows every hook's answer: a dryrun hook runs in place.
-    fn shadow(&self, _: &Arc<LoadedHook>, _: &Event, _: &Bytes) -> bool {
+    fn shadow(&self, _: &Arc<LoadedHook>, _: &Arc<Event>, _: &Bytes) -> bool {
         false
     }
 }
@@ -433,7 +433,7 @@ impl RunObserver for Stubbed {
         ))
     }
     /// Skipped, as dispatch skips it on the decision's path: it never changes the answer.
-    fn shadow(&self, _: &Arc<LoadedHook>, _: &Event, _: &Bytes) -> bool {
+    fn shadow(&self, _: &Arc<LoadedHook>, _: &Arc<Event>, _: &Bytes) -> bool {
         true
     }
 }

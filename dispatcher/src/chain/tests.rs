@@ -793,7 +793,7 @@ async fn a_warn_hook_warns_and_never_blocks_or_rewrites() {
     assert!(
         d.hooks
             .iter()
-            .all(|h| h.enforcement_action == EnforcementAction::Warn)
+            .all(|h| h.enforcement_action == agenthooks_crds::agenthook::EnforcementAction::Warn)
     );
     let body = serde_json::to_value(&d).unwrap();
     assert_eq!(body["hooks"][0]["enforcementAction"], "warn");

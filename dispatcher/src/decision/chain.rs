@@ -102,6 +102,13 @@ pub struct HookRule<'a> {
 }
 
 impl<'a> HookRule<'a> {
+    /// Whether this hook's answer can change the decision: the event waits for it and it
+    /// is not `dryrun`. The others run off the decision's path where they can, and
+    /// [`step`] takes nothing from them.
+    pub fn decides(&self) -> bool {
+        self.waits && self.enforcement != EnforcementAction::Dryrun
+    }
+
     /// An enforcing hook that blocks on error, with `onTimeout` as given (tests, tables).
     pub const fn enforcing(key: &'a str, master: bool, on_timeout: OnTimeout) -> Self {
         HookRule {
@@ -187,7 +194,7 @@ impl Step {
 /// `updatedToolOutput` (`post_tool_use`) follows `updatedInput`'s rules: taken only from
 /// the master namespace, within the caps, never from a `warn` hook.
 pub fn step(rule: &HookRule<'_>, ran: Ran<'_>, event: &Event) -> Step {
-    if rule.enforcement == EnforcementAction::Dryrun || !rule.waits {
+    if !rule.decides() {
         return Step::NOTHING;
     }
     let block = |reason: Option<&str>| Step::Block {
