@@ -609,15 +609,18 @@ impl RuntimeRun {
         let trusted_hooks = self.configure();
         let mut cmd = Command::new(self.runtime.binary());
         match self.runtime {
-            Runtime::ClaudeCode => cmd.args([
-                "-p",
-                prompt,
-                "--output-format",
-                "stream-json",
-                "--verbose",
-                "--model",
-                "claude-sonnet-4-5",
-            ]),
+            Runtime::ClaudeCode => cmd
+                .args([
+                    "-p",
+                    prompt,
+                    "--output-format",
+                    "stream-json",
+                    "--verbose",
+                    "--model",
+                    "claude-sonnet-4-5",
+                ])
+                .arg("--debug-file")
+                .arg(self.root.join("debug.log")),
             Runtime::Codex => cmd.args([
                 "exec",
                 "--json",

@@ -730,6 +730,14 @@ fn codex_blocks_three_sub_agents_deep() {
 const ASK_REASON: &str = "deploys need a person";
 /// What the redacting hook puts in place of the tool's output.
 const REDACTED: &str = "[redacted by agenthooks]";
+/// A redaction as a team would write it: the event's `tool_output` with every `sk-live-`
+/// key in its `stdout` replaced, in the output's own shape (node: the runtimes' own
+/// interpreter, present wherever the tier runs).
+const REDACT_WITH_NODE: &str = r#"node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{const o=JSON.parse(s).tool_output;o.stdout=o.stdout.replace(/sk-live-\w+/g,"[redacted by agenthooks]");process.stdout.write(JSON.stringify({updatedToolOutput:o}))})'"#;
+/// What the tool output hooks hide.
+const SECRET: &str = "sk-live-51HxQ2";
+/// The reason of the hook withholding `withhold-probe` output.
+const WITHHOLD_REASON: &str = "secrets in output";
 /// The reason the stop hook gives for "keep working".
 const KEEP_GOING: &str = "KEEP-GOING-9c1d: run the tests before you stop";
 
@@ -758,6 +766,19 @@ fn issue16_dispatcher() -> &'static StandaloneDispatcher {
                 "redact-secrets",
                 json!({"event": "post_tool_use", "scope": "global", "blocking": true,
                        "toolKinds": ["shell"], "ifExpr": r#"tool.command.contains("secret-probe")"#,
+                       "handler": {"type": "command", "command": {"command": REDACT_WITH_NODE}}}),
+            ),
+            global(
+                "withhold-secrets",
+                json!({"event": "post_tool_use", "scope": "global", "blocking": true,
+                       "toolKinds": ["shell"], "ifExpr": r#"tool.command.contains("withhold-probe")"#,
+                       "handler": {"type": "command", "command": {"command": format!(
+                           "cat >/dev/null; echo '{WITHHOLD_REASON}' >&2; exit 2")}}}),
+            ),
+            global(
+                "redact-wrong-shape",
+                json!({"event": "post_tool_use", "scope": "global", "blocking": true,
+                       "toolKinds": ["shell"], "ifExpr": r#"tool.command.contains("shape-probe")"#,
                        "handler": {"type": "command", "command": {"command": format!(
                            "cat >/dev/null; printf '%s' '{}'",
                            json!({"updatedToolOutput": REDACTED}))}}}),
@@ -851,4 +872,50 @@ fn claude_code_stop_loop_is_bounded() {
         ROWS_WITHIN,
     );
     assert_eq!(rows.len(), 4, "{rows:?}");
+}
+
+/// Tool-output control with the real Claude Code (its Bash output is `{stdout, stderr,
+/// interrupted, …}`, and it shows the original when a replacement does not fit that
+/// shape): a `blocking: true` post-tool-use hook's `updatedToolOutput` in the output's
+/// shape reaches the model redacted; a hook's `block` withholds the output in that shape;
+/// a replacement in another shape (a bare string) is refused by the chain and withheld,
+/// rather than dropped by the runtime and the secret shown.
+#[test]
+fn claude_code_redacts_and_withholds_tool_output() {
+    let rt = Runtime::ClaudeCode;
+    let d = issue16_dispatcher();
+    for (probe, expect) in [
+        ("secret-probe", format!("secret-probe {REDACTED}")),
+        ("withhold-probe", format!("[withheld by agenthooks] agenthooks: {WITHHOLD_REASON} (hook agenthooks-system/withhold-secrets)")),
+        ("shape-probe", "[withheld by agenthooks] agenthooks: updatedToolOutput refused: $ must stay an object like the tool's output, not a string (hook agenthooks-system/redact-wrong-shape)".to_string()),
+    ] {
+        let standin = StandIn::start(Script::new(vec![
+            rt.shell_call(&format!("echo {probe} {SECRET}")),
+            Turn::text("Finished."),
+            Turn::text("Finished."),
+        ]));
+        let run = RuntimeRun::new(rt, &standin, d.http_wiring()).allow(&["echo"]);
+        let out = run.run(PROMPT);
+        timing(rt, probe, &out);
+        assert_eq!(out.exit_code, Some(0), "{}", out.describe());
+        let requests = standin.model_requests();
+        // The request after the call carries its result (the stop hook's refusals add
+        // more requests, each carrying the same history).
+        let shown = requests.get(1).map(|r| r.tool_results()).unwrap_or_default();
+        assert_eq!(shown.len(), 1, "{probe}: {shown:?}\n{}", out.describe());
+        assert!(
+            shown[0].starts_with(&expect),
+            "{probe}: the model saw {:?}, expected {expect:?}\n{}",
+            shown[0],
+            out.describe()
+        );
+        assert!(
+            requests
+                .iter()
+                .flat_map(|r| r.tool_results())
+                .all(|t| !t.contains(SECRET)),
+            "{probe}: the secret reached the model in a tool result\n{}",
+            out.describe()
+        );
+    }
 }

@@ -275,6 +275,13 @@ pub fn step(rule: &HookRule<'_>, ran: Ran<'_>, event: &Event) -> Step {
         Some(_) if warn || event.event != agenthooks_crds::HookEvent::PostToolUse => (None, false),
         Some(_) if !rule.master => (None, true),
         Some(new_output) => {
+            // In another shape the runtime would drop it and show the original.
+            if let Err(e) = super::output_shape::check(event.tool_output.as_ref(), &new_output) {
+                return Step::Block {
+                    reason: format!("updatedToolOutput refused: {e}"),
+                    budget_spent: false,
+                };
+            }
             let mut candidate = event.clone();
             candidate.tool_output = Some(new_output);
             if let Err(e) = candidate.check() {

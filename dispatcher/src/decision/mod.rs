@@ -7,6 +7,8 @@
 //!
 //! - [`chain`]: depth, the chain budget, stop/continue, contexts and rewrites.
 //! - [`outcome`]: the vocabulary: `Outcome`, `ErrorKind`, `HandlerResult`.
+//! - [`output_shape`]: an output rewrite keeps the shape of what the tool returned.
 
 pub mod chain;
 pub mod outcome;
+pub mod output_shape;

@@ -160,17 +160,27 @@ pub(super) fn answer(r: &Reply<'_>, flavour: Flavour) -> Value {
 }
 
 /// Tool-output control (issue 16): a `block` withholds the output — Claude Code gets it
-/// replaced (`updatedToolOutput`) and the reason as `decision: "block"`; the others only
-/// the reason — and an `updatedToolOutput` is Claude Code's own field. A rewrite the
-/// runtime cannot apply withholds the output rather than let the model see it unchanged.
+/// replaced (`updatedToolOutput`, in the output's own shape: [`super::withheld`]; where
+/// the shape has no place for a text, `continue: false` ends the turn before the model
+/// reads it) and the reason as `decision: "block"`; the others only the reason — and an
+/// `updatedToolOutput` is Claude Code's own field. A rewrite the runtime cannot apply
+/// withholds the output rather than let the model see it unchanged.
 fn post_tool_use(r: &Reply<'_>, flavour: Flavour) -> Value {
     let withheld = |text: String| {
         let mut v = json!({"decision": "block", "reason": text});
         if flavour == Flavour::ClaudeCode {
-            v["hookSpecificOutput"] = json!({
-                "hookEventName": r.native_event,
-                "updatedToolOutput": format!("[withheld by agenthooks] {text}"),
-            });
+            match r.withholding {
+                Some(w) => {
+                    v["hookSpecificOutput"] = json!({
+                        "hookEventName": r.native_event,
+                        "updatedToolOutput": w.with_text(&format!("[withheld by agenthooks] {text}")),
+                    });
+                }
+                None => {
+                    v["continue"] = false.into();
+                    v["stopReason"] = text.into();
+                }
+            }
         }
         v
     };

@@ -37,6 +37,7 @@ pub mod depth;
 mod gemini;
 #[cfg(test)]
 mod tests;
+pub mod withheld;
 
 use serde_json::{Map, Value};
 
@@ -222,6 +223,9 @@ pub struct NativeCall {
     pub camel_case: bool,
     /// An `ask` is answered Claude Code's `defer` rather than `ask` (`?ask=defer`).
     pub defer: bool,
+    /// Claude Code's `PostToolUse`: how to withhold the tool's output in its own shape
+    /// (`None`: it has no place for a text, or another event or runtime).
+    pub withholding: Option<withheld::Withholding>,
 }
 
 /// The answer to the runtime: a JSON body for a 200.
@@ -351,6 +355,12 @@ pub fn parse(
         }
         None => None,
     };
+    let withholding = event
+        .as_ref()
+        .filter(|e| {
+            dialect == Dialect::ClaudeCode && e.event == agenthooks_crds::HookEvent::PostToolUse
+        })
+        .and_then(|e| withheld::Withholding::of(e.tool_output.as_ref()));
     Ok(NativeCall {
         dialect,
         kind: event.as_ref().map(|e| e.event),
@@ -359,6 +369,7 @@ pub fn parse(
         event,
         runtime_agent: read.runtime_agent,
         defer,
+        withholding,
     })
 }
 
@@ -372,6 +383,7 @@ pub fn answer(call: &NativeCall, decision: &Decision) -> NativeAnswer {
         native_event: &call.native_event,
         decision,
         defer: call.defer,
+        withholding: call.withholding.as_ref(),
     };
     match call.dialect {
         Dialect::ClaudeCode => claude::answer(&reply, claude::Flavour::ClaudeCode),
@@ -425,6 +437,8 @@ struct Reply<'a> {
     decision: &'a Decision,
     /// `?ask=defer`: Claude Code's `defer` for an `ask`.
     defer: bool,
+    /// Claude Code's `PostToolUse`: the output's shape to withhold it in.
+    withholding: Option<&'a withheld::Withholding>,
 }
 
 impl Reply<'_> {

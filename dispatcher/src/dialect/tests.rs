@@ -1086,3 +1086,40 @@ fn an_ask_with_a_rewrite_and_an_output_rewrite_fail_closed_where_unsupported() {
     let a = answer(&call(ClaudeCode, "PostToolUse", post), &redacted);
     assert_eq!(a["hookSpecificOutput"]["updatedToolOutput"], "[redacted]");
 }
+
+/// A withheld output reaches Claude Code in the tool's own shape (its schema refuses
+/// anything else and shows the original); a shape with no place for a text ends the turn
+/// (`continue: false`) before the model reads it.
+#[test]
+fn claude_code_withholds_an_output_in_its_shape() {
+    let blocked = decision(Verdict::Block);
+    let post = |response: Value| {
+        call(
+            Dialect::ClaudeCode,
+            "PostToolUse",
+            json!({"session_id": "s", "tool_name": "Bash", "tool_input": {"command": "env"},
+                   "tool_response": response}),
+        )
+    };
+    let a = answer(
+        &post(json!({"stdout": "SECRET=1", "stderr": "", "interrupted": false})),
+        &blocked,
+    );
+    let text = "[withheld by agenthooks] agenthooks: destructive command refused by policy (hook tenant-acme/block-rm-rf)";
+    assert_eq!(
+        a,
+        json!({"decision": "block",
+               "reason": "agenthooks: destructive command refused by policy (hook tenant-acme/block-rm-rf)",
+               "hookSpecificOutput": {"hookEventName": "PostToolUse", "updatedToolOutput":
+                   {"stdout": text, "stderr": "", "interrupted": false}}})
+    );
+    let a = answer(&post(json!("SECRET=1")), &blocked);
+    assert_eq!(a["hookSpecificOutput"]["updatedToolOutput"], text);
+    let a = answer(&post(json!({"count": 3})), &blocked);
+    assert_eq!(a["continue"], false, "{a}");
+    assert_eq!(
+        a["stopReason"],
+        "agenthooks: destructive command refused by policy (hook tenant-acme/block-rm-rf)"
+    );
+    assert!(a.get("hookSpecificOutput").is_none(), "{a}");
+}

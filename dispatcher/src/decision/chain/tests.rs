@@ -597,6 +597,22 @@ fn tool_output_rewrites_and_hooks_not_waited_for() {
         rewrite(MASTER, huge),
         Step::Block { reason, .. } if reason.starts_with("updatedToolOutput refused: ")
     ));
+    // In another shape than the tool's output it is refused (the runtime would drop it
+    // and show the original), naming where.
+    assert_eq!(
+        rewrite(MASTER, json!("[redacted]")),
+        Step::Block {
+            reason: "updatedToolOutput refused: $ must stay an object like the tool's output, not a string".into(),
+            budget_spent: false,
+        }
+    );
+    assert_eq!(
+        rewrite(MASTER, json!({"stdout": 1})),
+        Step::Block {
+            reason: "updatedToolOutput refused: $.stdout must stay a string like the tool's output, not a number".into(),
+            budget_spent: false,
+        }
+    );
     // Only post_tool_use takes it.
     let pre = event(json!({}));
     assert_eq!(
