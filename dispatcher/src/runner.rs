@@ -279,9 +279,21 @@ pub async fn run_matched<O: RunObserver>(
         },
     };
     // An `ask` of a hook with `spec.approval` becomes (or finds) an approval: the run is
-    // what it stands at (issue 16 point 2; `crate::approvals`).
+    // what it stands at (issue 16 point 2; `crate::approvals`). Asking counts within the
+    // hook's slot, so the chain budget holds: no answer by its end is unavailable.
     let result = if result.outcome == Outcome::Ask && hook.spec.approval.is_some() {
-        observer.approval(hook, event, result).await
+        let left = timeout.saturating_sub(started.elapsed());
+        let ask = result.clone();
+        match tokio::time::timeout(left, observer.approval(hook, event, result)).await {
+            Ok(r) => r,
+            Err(_) => crate::approvals::apply(
+                ask,
+                Err(format!(
+                    "no answer within the hook's timeout ({} ms)",
+                    timeout.as_millis()
+                )),
+            ),
+        }
     } else {
         result
     };

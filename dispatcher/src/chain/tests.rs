@@ -898,3 +898,35 @@ async fn on_error_allow_lets_an_outage_pass_and_nothing_else() {
     let d = decide(&engine(), &cel, event(json!({}))).await;
     assert_eq!(d.decision, Verdict::Block);
 }
+
+/// Asking for an approval counts within the hook's slot (so within the chain budget): an
+/// operator that never answers makes the call unavailable by the hook's timeout, a
+/// refusal, not a wait of the approval call's own 5 s.
+#[tokio::test]
+async fn an_approval_is_asked_within_the_hooks_timeout() {
+    // An operator that takes the connection and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", silent.local_addr().unwrap());
+    let mut e = engine();
+    e.approvals = Some(Arc::new(crate::approvals::ApprovalClient::new(
+        Arc::new(crate::operator_urls::OperatorUrls::parse(&[url.as_str()]).unwrap()),
+        "dispatcher-0".into(),
+    )));
+    let s = set(vec![cmd(
+        "tenant-acme",
+        "asks",
+        10,
+        r#"echo '{"decision": "ask", "reason": "a person decides"}'"#,
+        "timeoutMs: 400\napproval: {ttlSeconds: 60}",
+    )]);
+    let started = std::time::Instant::now();
+    let d = decide(&e, &s, event(json!({}))).await;
+    let took = started.elapsed();
+    assert_eq!(d.decision, Verdict::Block);
+    assert_eq!(
+        d.reason.as_deref(),
+        Some("ApprovalUnavailable: no answer within the hook's timeout (400 ms)")
+    );
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    drop(silent);
+}
