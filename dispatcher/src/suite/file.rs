@@ -338,6 +338,14 @@ pub fn load(path: &Path, master_namespace: &str, edition: Edition) -> Result<Sui
                 format!("POST /v1/dispatch would refuse it: {e}"),
             )
         })?;
+        // Every real event has a tenant (the caller's): without one no tenant's hook
+        // runs, and a case would pass that proves nothing of them.
+        if event.tenant_id.is_empty() {
+            return Err(ferr(
+                &format!("{at}.event.tenant_id"),
+                "required: every call has a tenant (the caller's); without one no tenant's hook runs and the case would prove nothing of them".into(),
+            ));
+        }
         let mut case_stubs = file_stubs.clone();
         case_stubs.extend(stubs(
             &c.stubs,

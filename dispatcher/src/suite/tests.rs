@@ -120,6 +120,10 @@ fn bad_files_name_the_field_and_the_rule() {
             "cases[0].event: POST /v1/dispatch would refuse it: depth: must not be negative",
         ),
         (
+            "cases:\n- name: a\n  event: {event: pre_tool_use, tool_name: exec}\n  expect: {decision: allow}\n",
+            "cases[0].event.tenant_id: required: every call has a tenant (the caller's); without one no tenant's hook runs and the case would prove nothing of them",
+        ),
+        (
             &format!(
                 "stubs: [{{hook: tenant-acme/nope, decision: allow}}]\ncases:\n- name: a\n  event: {WRITE}\n  expect: {{decision: allow}}\n"
             ),
