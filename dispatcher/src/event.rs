@@ -79,6 +79,13 @@ pub struct Event {
     )]
     #[schemars(with = "Option<Value>")]
     pub tool_output: Option<Value>,
+    /// Why `tool_output` was dropped (over [`MAX_TOOL_INPUT_BYTES`] or
+    /// [`MAX_TOOL_INPUT_DEPTH`]) instead of refusing the event: the tool already ran, and
+    /// a hook that waits for its output must not pass it unread (the chain withholds it,
+    /// [`crate::decision::chain::step`]). Not part of the wire format.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub tool_output_unread: Option<String>,
     /// `stop`/`subagent_stop`: how many times this session's stop was refused already since
     /// its last prompt (issue 16). Set by the dispatcher for handlers; a caller's value is
     /// read and thrown away.
@@ -297,6 +304,7 @@ impl Event {
             Ok(ev) => ev,
             Err(first) => return Err(parse_error(body, first)),
         };
+        ev.set_aside_oversized_output();
         ev.check()?;
         if ev.event_id.is_empty() {
             ev.event_id = uuid::Uuid::new_v4().to_string();
@@ -317,6 +325,7 @@ impl Event {
             tool_name: None,
             tool_input: empty_object(),
             tool_output: None,
+            tool_output_unread: None,
             stop_count: None,
             raw_input: None,
             depth: 0,
@@ -337,9 +346,23 @@ impl Event {
     /// The checks of [`Event::parse`] ([`Event::check`]) and the tool facts, for an event
     /// built field by field.
     pub fn finish(mut self) -> Result<Event, EventError> {
+        self.set_aside_oversized_output();
         self.check()?;
         self.refresh_tool();
         Ok(self)
+    }
+
+    /// A `tool_output` over the caps is dropped and the reason kept
+    /// ([`Event::tool_output_unread`]): the call already happened, so the event is still
+    /// decided (a `tool_input` over the caps refuses the event instead).
+    fn set_aside_oversized_output(&mut self) {
+        if let Some(output) = &self.tool_output {
+            let mut size = 0usize;
+            if let Err(e) = check_caps("tool_output", output, &mut Vec::new(), &mut size) {
+                self.tool_output = None;
+                self.tool_output_unread = Some(e.to_string());
+            }
+        }
     }
 
     /// Derives [`Event::tool`] from the tool name, `tool_input` and the hints: after

@@ -117,7 +117,39 @@ async fn tool_output_control_and_a_bounded_stop_loop() {
     assert_eq!(
         body,
         json!({"decision": "block", "reason": text, "hookSpecificOutput": {
-            "hookEventName": "PostToolUse", "updatedToolOutput": format!("[withheld by agenthooks] {text}")}})
+            "hookEventName": "PostToolUse",
+            "updatedToolOutput": {"stdout": format!("[withheld by agenthooks] {text}")}}})
+    );
+
+    // An output over the caps reaches no hook: where a hook must judge it, it is withheld
+    // (in Claude Code's shape too); where none must, the event is answered as always.
+    let huge = "x".repeat(300 * 1024);
+    let mut big = post("Bash", "env");
+    big["tool_output"] = json!({"stdout": huge});
+    let (code, body) = d.post("/v1/dispatch", &big, None).await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["decision"], "block", "{body}");
+    assert_eq!(
+        body["reason"],
+        "tool_output unread (tool_output: is larger than 262144 bytes): withheld, as agenthooks-system/redact-secrets must read it"
+    );
+    let mut unjudged = post("Grep", "x");
+    unjudged["tool_output"] = json!({"stdout": huge});
+    let (_, body) = d.post("/v1/dispatch", &unjudged, None).await;
+    assert_eq!(body["decision"], "allow", "{body}");
+    let mut cc_big = cc("Bash", "env");
+    cc_big["tool_response"] = json!({"stdout": huge, "stderr": "", "interrupted": false});
+    let (_, body) = d
+        .post("/v1/hooks/claude-code?tenant_id=team-a", &cc_big, None)
+        .await;
+    let withheld = &body["hookSpecificOutput"]["updatedToolOutput"];
+    assert_eq!(withheld["stderr"], "", "{body}");
+    assert_eq!(withheld["interrupted"], false, "{body}");
+    assert!(
+        withheld["stdout"].as_str().is_some_and(
+            |s| s.starts_with("[withheld by agenthooks] agenthooks: tool_output unread")
+        ),
+        "{body}"
     );
 
     // Stop control: refused 3 times (the hook sees 0, 1, 2 — never the caller's 99), then

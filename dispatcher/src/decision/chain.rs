@@ -192,7 +192,10 @@ impl Step {
 /// event does not wait for (a non-blocking event's hook without `blocking: true`).
 ///
 /// `updatedToolOutput` (`post_tool_use`) follows `updatedInput`'s rules: taken only from
-/// the master namespace, within the caps, never from a `warn` hook.
+/// the master namespace, within the caps, never from a `warn` hook; and it keeps the shape
+/// of `tool_output` ([`super::output_shape`]). A `tool_output` over the caps reaches no
+/// hook ([`Event::tool_output_unread`]): an enforcing hook that waits for the event
+/// withholds it, whatever it answered.
 pub fn step(rule: &HookRule<'_>, ran: Ran<'_>, event: &Event) -> Step {
     if !rule.decides() {
         return Step::NOTHING;
@@ -204,6 +207,19 @@ pub fn step(rule: &HookRule<'_>, ran: Ran<'_>, event: &Event) -> Step {
         budget_spent: false,
     };
     let warn = rule.enforcement == EnforcementAction::Warn;
+    // An output over the caps reached no hook: one that must judge it cannot, so the
+    // output is withheld rather than let through unread.
+    if let Some(why) = &event.tool_output_unread
+        && !warn
+    {
+        return Step::Block {
+            reason: format!(
+                "tool_output unread ({why}): withheld, as {} must read it",
+                rule.key
+            ),
+            budget_spent: false,
+        };
+    }
     let mut ask = None;
     match ran.outcome {
         Outcome::Block | Outcome::Ask if warn => {

@@ -341,6 +341,15 @@ pub fn parse(
             format!("missing: a {native_event} event names its tool"),
         ));
     }
+    // Claude Code's PostToolUse: the output's shape, read before the caps may set an
+    // oversized output aside ([`Event::finish`]), so it is withheld in that shape too.
+    let withholding = read
+        .event
+        .as_ref()
+        .filter(|e| {
+            dialect == Dialect::ClaudeCode && e.event == agenthooks_crds::HookEvent::PostToolUse
+        })
+        .and_then(|e| withheld::Withholding::of(e.tool_output.as_ref()));
     let event = match read.event {
         Some(mut ev) => {
             // The runtime's payload, kept whole and moved, not copied.
@@ -355,12 +364,6 @@ pub fn parse(
         }
         None => None,
     };
-    let withholding = event
-        .as_ref()
-        .filter(|e| {
-            dialect == Dialect::ClaudeCode && e.event == agenthooks_crds::HookEvent::PostToolUse
-        })
-        .and_then(|e| withheld::Withholding::of(e.tool_output.as_ref()));
     Ok(NativeCall {
         dialect,
         kind: event.as_ref().map(|e| e.event),

@@ -640,3 +640,36 @@ fn tool_output_rewrites_and_hooks_not_waited_for() {
         assert_eq!(step(&background, ran(o), &post), Step::NOTHING, "{o:?}");
     }
 }
+
+/// A `tool_output` over the caps reaches no hook: an enforcing hook that waits for the
+/// event withholds it whatever it answered; a `warn` or background hook changes nothing.
+#[test]
+fn an_unread_output_is_withheld_by_a_hook_that_must_read_it() {
+    let huge = "x".repeat(crate::event::MAX_TOOL_INPUT_BYTES + 1);
+    let post = event(json!({"event": "post_tool_use", "tool_output": {"stdout": huge}}));
+    assert_eq!(post.tool_output, None);
+    assert_eq!(
+        post.tool_output_unread.as_deref(),
+        Some("tool_output: is larger than 262144 bytes")
+    );
+    assert_eq!(
+        step(&MASTER, ran(Outcome::Allow), &post),
+        Step::Block {
+            reason: format!(
+                "tool_output unread (tool_output: is larger than 262144 bytes): withheld, as {} must read it",
+                MASTER.key
+            ),
+            budget_spent: false,
+        }
+    );
+    let warn = rule(EnforcementAction::Warn, OnError::Block);
+    assert!(matches!(
+        step(&warn, ran(Outcome::Allow), &post),
+        Step::Continue { .. }
+    ));
+    let background = HookRule {
+        waits: false,
+        ..MASTER
+    };
+    assert_eq!(step(&background, ran(Outcome::Allow), &post), Step::NOTHING);
+}
