@@ -209,6 +209,20 @@ pub fn approval_id(r: &ApprovalRequest) -> String {
     format!("ap-{hex}")
 }
 
+impl HookApprovalSpec {
+    /// `spec.request.expiresAt` in Unix seconds; 0 (long past) when it is not RFC 3339.
+    pub fn expires_unix(&self) -> i64 {
+        chrono::DateTime::parse_from_rfc3339(&self.request.expires_at)
+            .map(|t| t.timestamp())
+            .unwrap_or(0)
+    }
+
+    /// Where it stands at `now_unix` ([`state_of`] at [`Self::expires_unix`]).
+    pub fn state_at(&self, now_unix: i64) -> ApprovalState {
+        state_of(self, self.expires_unix(), now_unix)
+    }
+}
+
 /// Where a stored approval stands at `now_unix` (seconds): its decision within the TTL,
 /// else `Expired` (an answer past the TTL no longer holds either).
 pub fn state_of(spec: &HookApprovalSpec, expires_unix: i64, now_unix: i64) -> ApprovalState {
@@ -290,6 +304,15 @@ mod tests {
             assert_eq!(state_of(&spec(d), 100, 99), want);
             assert_eq!(state_of(&spec(d), 100, 100), Expired, "{d:?} past the TTL");
         }
+        let mut dated = spec(None);
+        dated.request.expires_at = "1970-01-01T00:01:40Z".into();
+        assert_eq!(dated.expires_unix(), 100);
+        assert_eq!(
+            (dated.state_at(99), dated.state_at(100)),
+            (Pending, Expired)
+        );
+        dated.request.expires_at = "tomorrow".into();
+        assert_eq!((dated.expires_unix(), dated.state_at(0)), (0, Expired));
         assert_eq!(ApprovalPolicy::default().ttl_seconds(), 3_600);
         assert_eq!(
             ApprovalPolicy {

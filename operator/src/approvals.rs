@@ -19,7 +19,7 @@ use std::sync::Arc;
 use agenthooks_crds::AgentHook;
 use agenthooks_crds::approval::{
     ApprovalAnswer, ApprovalRequest, ApprovalRequestSpec, ApprovalState, HookApproval,
-    HookApprovalSpec, approval_id, state_of,
+    HookApprovalSpec, approval_id,
 };
 use axum::Router;
 use axum::body::Bytes;
@@ -239,10 +239,7 @@ async fn answer(
                 Err(e) => return Err(api_unavailable("creating the approval", e)),
             }
         };
-        let expires = DateTime::parse_from_rfc3339(&existing.spec.request.expires_at)
-            .map(|t| t.timestamp())
-            .unwrap_or(0);
-        let state = state_of(&existing.spec, expires, now.timestamp());
+        let state = existing.spec.state_at(now.timestamp());
         if state == ApprovalState::Expired {
             // The next call asks anew: this one is gone (only this object: uid precondition).
             let dp = DeleteParams {
