@@ -86,7 +86,8 @@ impl KubeConsole {
         kube::Client::try_from(config).map_err(|e| KubeError::Unavailable(e.to_string()))
     }
 
-    fn session_client(&self, s: &Session) -> Result<kube::Client, KubeError> {
+    /// A client that sends the session's token ([`KubeError::Unauthorized`] without one).
+    pub(super) fn session_client(&self, s: &Session) -> Result<kube::Client, KubeError> {
         self.client(s.token.as_deref().ok_or(KubeError::Unauthorized)?)
     }
 
@@ -140,29 +141,17 @@ impl KubeConsole {
         let namespaces: Vec<String> = tenants.entries().into_iter().map(|e| e.namespace).collect();
         let client = self.session_client(s)?;
         let mut notes = Vec::new();
-        let hooks: Vec<AgentHook> = match Api::<AgentHook>::all(client.clone())
-            .list(&ListParams::default())
-            .await
-        {
-            Ok(list) => list.items,
-            Err(e) => match classify(e) {
-                KubeError::Refused { status: 403, .. } => {
-                    notes.push("You may not list AgentHooks cluster-wide: showing the namespaces you may list.".to_owned());
-                    list_each(&client, &namespaces).await?
-                }
-                other => return Err(other),
-            },
-        };
-        let budgets: Vec<TenantHookBudget> = match Api::<TenantHookBudget>::all(client.clone())
-            .list(&ListParams::default())
-            .await
-        {
-            Ok(list) => list.items,
-            Err(e) => match classify(e) {
-                KubeError::Refused { status: 403, .. } => list_each(&client, &namespaces).await?,
-                other => return Err(other),
-            },
-        };
+        let hooks: Listed<AgentHook> = list_visible(&client, &namespaces).await?;
+        if hooks.per_namespace {
+            notes.push(
+                "You may not list AgentHooks cluster-wide: showing the namespaces you may list."
+                    .to_owned(),
+            );
+        }
+        let hooks = hooks.items;
+        let budgets = list_visible::<TenantHookBudget>(&client, &namespaces)
+            .await?
+            .items;
         let mut hooks: Vec<HookSummary> = hooks
             .iter()
             .map(|h| HookSummary::of_object(h, tenants))
@@ -291,6 +280,45 @@ impl KubeConsole {
 /// Namespaces listed at once when a person may not list cluster-wide.
 const NAMESPACES_AT_ONCE: usize = 16;
 
+/// The objects of one kind a person may list ([`list_visible`]).
+pub struct Listed<K> {
+    pub items: Vec<K>,
+    /// The person may not list them cluster-wide: these are of the namespaces they may
+    /// list, asked one by one ([`list_each`]).
+    pub per_namespace: bool,
+}
+
+/// Every `K` the person of `client` may list: cluster-wide when RBAC allows it, else (403)
+/// namespace by namespace over `namespaces` ([`list_each`]). Any other refusal fails it.
+pub(super) async fn list_visible<K>(
+    client: &kube::Client,
+    namespaces: &[String],
+) -> Result<Listed<K>, KubeError>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    match Api::<K>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(list) => Ok(Listed {
+            items: list.items,
+            per_namespace: false,
+        }),
+        Err(e) => match classify(e) {
+            KubeError::Refused { status: 403, .. } => Ok(Listed {
+                items: list_each(client, namespaces).await?,
+                per_namespace: true,
+            }),
+            other => Err(other),
+        },
+    }
+}
+
 /// Every `K` of `namespaces` the person may list, [`NAMESPACES_AT_ONCE`] namespaces at a
 /// time (a tenant's list page asks once per namespace the dispatcher knows): a namespace
 /// refused (403) or gone (404) is skipped, and never named; any other answer fails it all.
@@ -392,7 +420,7 @@ fn apply_refusal(e: kube::Error, ns: &str) -> KubeError {
 
 /// A kube error as the console reports it: 401 ends the session; other API answers are
 /// refusals with the field they name ([`field_of_status`]).
-fn classify(e: kube::Error) -> KubeError {
+pub(super) fn classify(e: kube::Error) -> KubeError {
     match e {
         kube::Error::Api(status) if status.code == 401 => KubeError::Unauthorized,
         kube::Error::Api(status) => KubeError::Refused {
