@@ -26,14 +26,14 @@ use crate::server::Principal;
 type C = State<Arc<Console>>;
 
 /// Query pairs of a request, in order.
-fn pairs(q: Option<&str>) -> Vec<(String, String)> {
+pub(super) fn pairs(q: Option<&str>) -> Vec<(String, String)> {
     url::form_urlencoded::parse(q.unwrap_or("").as_bytes())
         .into_owned()
         .collect()
 }
 
 /// The one value of `key` in `pairs`, `""` when absent.
-fn value<'a>(pairs: &'a [(String, String)], key: &str) -> &'a str {
+pub(super) fn value<'a>(pairs: &'a [(String, String)], key: &str) -> &'a str {
     pairs
         .iter()
         .find(|(k, _)| k == key)
@@ -41,7 +41,7 @@ fn value<'a>(pairs: &'a [(String, String)], key: &str) -> &'a str {
 }
 
 /// Refuses query parameters other than `allowed`, naming the first.
-fn only(pairs: &[(String, String)], allowed: &[&str]) -> Result<(), (String, String)> {
+pub(super) fn only(pairs: &[(String, String)], allowed: &[&str]) -> Result<(), (String, String)> {
     for (k, _) in pairs {
         if !allowed.contains(&k.as_str()) {
             return Err((
@@ -64,7 +64,7 @@ fn only(pairs: &[(String, String)], allowed: &[&str]) -> Result<(), (String, Str
 }
 
 /// An error page: the alert names `field`.
-fn error_page(
+pub(super) fn error_page(
     session: Option<&Session>,
     status: StatusCode,
     title: &str,
@@ -1188,6 +1188,7 @@ pub async fn not_found(State(c): C, headers: HeaderMap, uri: Uri) -> Response {
     )
 }
 
-fn enc(s: &str) -> String {
+/// `s` form-urlencoded, for a path segment or a query value.
+pub(super) fn enc(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }

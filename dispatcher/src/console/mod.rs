@@ -16,12 +16,15 @@
 //!   (server-side apply, field manager `agenthooks-console`), with the person's own token:
 //!   they see and change exactly what their RBAC allows ([`kube`]). History and dry runs go
 //!   through the API routes as that person ([`api`]), authorized by RBAC as any caller.
+//!   HookApprovals are listed, read and answered as the person too ([`approvals`]);
+//!   standalone there are none.
 //!
 //! Sessions live on the server ([`session`]); forms carry a CSRF token and POSTs must come
 //! from this origin. A session ends on sign-out, after an hour idle, after 12 hours, when
 //! its token expires, or when the API server refuses the token (back to sign-in).
 
 pub mod api;
+pub mod approvals;
 pub mod assets;
 pub mod catalog;
 pub mod chart;
@@ -86,6 +89,11 @@ pub fn router(app: Arc<AppState>, api: Router) -> Router {
         )
         .route("/hooks/{namespace}/{name}/history", get(handlers::history))
         .route("/executions/{id}", get(handlers::execution))
+        .route("/approvals", get(approvals::list))
+        .route(
+            "/approvals/{namespace}/{id}",
+            get(approvals::detail).post(approvals::decide),
+        )
         .route("/assets/{file}", get(assets::serve))
         .fallback(handlers::not_found)
         .layer(axum::middleware::map_response(security_headers))

@@ -40,6 +40,12 @@ pub fn overview(h: &HookSummary, buckets: &[Bucket], last: Option<&Value>) -> Ma
                 dt { "ifExpr" } dd { code { (text(spec.map(|s| s.if_expr.clone()))) } }
                 dt { "Timeout" } dd { (spec.map(|s| format!("{} ms", s.effective_timeout_ms())).unwrap_or_else(|| "—".into())) }
                 dt { "On timeout" } dd { (spec.map(|s| s.effective_on_timeout().as_str()).unwrap_or("—")) }
+                @if let Some(policy) = spec.and_then(|s| s.approval.as_ref()) {
+                    dt { "Approval" } dd data-testid="approval" {
+                        "An ask waits for a person (answerable for " (policy.ttl_seconds()) " s): "
+                        a href={"/ui/approvals?state=pending&namespace=" (h.namespace) "&hook=" (h.key())} { "its pending approvals" }
+                    }
+                }
                 dt { "Accepted" } dd { (badge(&h.accepted)) " " (h.accepted.message) }
                 dt { "Ready" } dd { (badge(&h.ready)) " " (h.ready.message) }
                 dt { "Breaker" } dd data-testid="breaker" {

@@ -26,6 +26,7 @@ pub fn page(title: &str, session: Option<&Session>, main: Markup) -> Markup {
                         nav aria-label="Main" {
                             a href="/ui/hooks" { "Hooks" }
                             a href="/ui/hooks/new" { "New hook" }
+                            a href="/ui/approvals" { "Approvals" }
                         }
                         span.who { "Signed in as " span data-testid="whoami" { (s.name) } }
                         form.sign-out method="post" action="/ui/sign-out" {
