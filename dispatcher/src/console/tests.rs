@@ -16,6 +16,8 @@ use crate::hookset::HookSet;
 use crate::runner::Engine;
 use crate::server::{AppState, admin, router};
 
+mod approvals;
+
 const ADMIN: &str = "console-admin-token-0123456789";
 
 fn hook(ns: &str, name: &str, spec: &str) -> SnapshotHook {
@@ -634,8 +636,13 @@ async fn fake_api_server(accepted: &[&str], only: Option<&'static str>) -> FakeA
 /// A dispatcher with `--kubernetes-callers` whose API server is `api`, following a
 /// snapshot that knows `namespaces` (each its own tenant).
 fn cluster_state(api: &FakeApiServer, namespaces: &[&str]) -> Arc<AppState> {
+    cluster_state_at(&api.url, namespaces)
+}
+
+/// [`cluster_state`] with the API server at `url`.
+fn cluster_state_at(url: &str, namespaces: &[&str]) -> Arc<AppState> {
     crate::operator_urls::install_crypto_provider();
-    let config = kube::Config::new(api.url.parse().unwrap());
+    let config = kube::Config::new(url.parse().unwrap());
     let client = kube::Client::try_from(config.clone()).unwrap();
     let state = AppState::new(Engine::new(
         HttpCaller::new(vec![]),
