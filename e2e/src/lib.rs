@@ -50,6 +50,7 @@
 //! that is fine for the default current-thread runtime; use `spawn_blocking` if you need the
 //! runtime to make progress meanwhile.
 
+pub mod approvals;
 pub mod argocd;
 pub mod console;
 pub mod node;

@@ -9,8 +9,9 @@
 
 use std::time::Duration;
 
+use agenthooks_e2e::approvals::{self, patch_as, pending_id};
 use agenthooks_e2e::stack::{Fleet, tails};
-use agenthooks_e2e::{repo_root, wait_for};
+use agenthooks_e2e::wait_for;
 use serde_json::{Value, json};
 
 fn hook(ns: &str, name: &str, tool: &str, ttl: i64) -> String {
@@ -32,38 +33,14 @@ fn event(tenant: &str, tool: &str, input: Value) -> Value {
            "tool_name": tool, "tool_input": input})
 }
 
-/// `kubectl --as user patch hookapproval` with `patch` → (success, stderr).
-fn patch_as(f: &Fleet, user: &str, id: &str, patch: &Value) -> (bool, String) {
-    let out = f.cp.kubectl(&[
-        "--as",
-        user,
-        "-n",
-        &f.tenant_ns,
-        "patch",
-        "hookapproval",
-        id,
-        "--type",
-        "merge",
-        "-p",
-        &patch.to_string(),
-    ]);
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+/// [`patch_as`] in the fleet's tenant namespace.
+fn patch(f: &Fleet, user: &str, id: &str, patch: &Value) -> (bool, String) {
+    patch_as(f.cp, &f.tenant_ns, user, id, patch)
 }
 
-/// Retries `patch_as` until its stderr holds `needle` (the policy compiles after it is
-/// created; until then every decision is refused for that alone).
+/// [`approvals::refused_with`] in the fleet's tenant namespace.
 fn refused_with(f: &Fleet, user: &str, id: &str, patch: &Value, needle: &str) {
-    let mut last = String::new();
-    let ok = wait_for(Duration::from_secs(30), || {
-        let (ok, err) = patch_as(f, user, id, patch);
-        assert!(!ok, "{user} patched {id} with {patch}");
-        last = err;
-        last.contains(needle)
-    });
-    assert!(ok, "{user}: never refused with {needle:?}: {last}");
+    approvals::refused_with(f.cp, &f.tenant_ns, user, id, patch, needle);
 }
 
 fn decision(f: &Fleet, tool: &str, input: Value) -> Value {
@@ -72,21 +49,11 @@ fn decision(f: &Fleet, tool: &str, input: Value) -> Value {
     body
 }
 
-fn pending_id(body: &Value) -> String {
-    let reason = body["reason"].as_str().unwrap_or_default();
-    assert_eq!(body["decision"], "block", "{body}");
-    let id = reason
-        .strip_prefix("ApprovalPending ")
-        .unwrap_or_else(|| panic!("not pending: {body}"));
-    id.to_owned()
-}
-
 #[test]
 fn approvals_are_answered_by_rbac_in_ones_own_name_and_expire() {
     let f = Fleet::start("appr", 1, &[]);
     let procs = [&f.operator.proc, &f.dispatchers[0].proc];
-    let dir = repo_root().join("config/approvals");
-    f.cp.kubectl_ok(&["apply", "--server-side", "-k", dir.to_str().unwrap()]);
+    approvals::install_policy(f.cp);
     let ns = f.tenant_ns.clone();
     f.cp.apply_yaml(&hook(&ns, "approve-deploys", "Deploy", 600));
     f.cp.apply_yaml(&hook(&ns, "short-lived", "Short", 3));
@@ -129,7 +96,7 @@ fn approvals_are_answered_by_rbac_in_ones_own_name_and_expire() {
 
     let approve = |by: &str| json!({"spec": {"decision": "Approve", "decidedBy": by}});
     // bob has no RBAC on approvals at all.
-    let (ok, err) = patch_as(&f, "bob", &id, &approve("bob"));
+    let (ok, err) = patch(&f, "bob", &id, &approve("bob"));
     assert!(!ok && err.contains("forbidden"), "{err}");
     // carol may patch, not approve.
     refused_with(&f, "carol", &id, &approve("carol"), "may not approve calls");
@@ -141,7 +108,7 @@ fn approvals_are_answered_by_rbac_in_ones_own_name_and_expire() {
         &approve("bob"),
         "must be your own user name",
     );
-    let (ok, err) = patch_as(&f, "alice", &id, &approve("alice"));
+    let (ok, err) = patch(&f, "alice", &id, &approve("alice"));
     assert!(ok, "{err}");
 
     // The same call now goes through, without asking again.
@@ -152,7 +119,7 @@ fn approvals_are_answered_by_rbac_in_ones_own_name_and_expire() {
         format!("approved by alice ({id})")
     );
     // A decision never changes.
-    let (ok, err) = patch_as(
+    let (ok, err) = patch(
         &f,
         "alice",
         &id,
@@ -166,7 +133,7 @@ fn approvals_are_answered_by_rbac_in_ones_own_name_and_expire() {
         json!({"env": "prod", "force": true}),
     ));
     assert_ne!(other, id);
-    let (ok, err) = patch_as(
+    let (ok, err) = patch(
         &f,
         "alice",
         &other,
