@@ -12,6 +12,7 @@ import {
   checkFrame,
   checkPage,
   clickAndWait,
+  dispatch,
   env,
   executions,
   launch,
@@ -44,6 +45,15 @@ const EXPIRING_SA = env('CONSOLE_EXPIRING_SA');
 const SIGNING_KEY = process.env.CONSOLE_SIGNING_KEY ?? '';
 const KUBECTL = env('CONSOLE_KUBECTL');
 const KUBECONFIG = env('CONSOLE_KUBECONFIG');
+// A pending HookApproval (`ns/id`) of APPROVAL_HOOK in TENANT_NS, made by APPROVAL_EVENT
+// (sent with CONSOLE_CALLER_TOKEN); TENANT_TOKEN's person may approve it, the
+// non-approver may read and patch it but not approve.
+const APPROVAL = env('CONSOLE_APPROVAL');
+const APPROVAL_HOOK = env('CONSOLE_APPROVAL_HOOK');
+const APPROVAL_EVENT = JSON.parse(env('CONSOLE_APPROVAL_EVENT'));
+const APPROVAL_REASON = env('CONSOLE_APPROVAL_REASON');
+const NON_APPROVER_TOKEN = env('CONSOLE_NON_APPROVER_TOKEN');
+const NON_APPROVER_USER = env('CONSOLE_NON_APPROVER_USER');
 
 let browser;
 before(async () => {
@@ -448,6 +458,108 @@ test('the tenant person: their namespace only; none of namespace B, not even its
     {},
     TENANT_TOKEN,
   ));
+
+test('approvals: refused for a person without approve (it stays Pending), approved in the browser by an approver', async () => {
+  const [ns, id] = APPROVAL.split('/');
+  const held = () => kubectl('get', 'hookapprovals.agenthooks.io', id, '-n', ns).spec;
+  assert.equal(held().decision, undefined, 'pending before the browser');
+  const text = async (locator) => (await locator.textContent()).replace(/\s+/g, ' ').trim();
+
+  // The non-approver: sees it in the list, opens it, clicks Approve, and is refused by
+  // the API server's admission policy in its own words.
+  await withSignedIn(
+    browser,
+    async (page) => {
+      let response = await visit(page, '/ui/approvals');
+      assert.equal(response.status(), 200);
+      await checkFrame(page);
+      assert.equal((await page.getByTestId('whoami').textContent()).trim(), NON_APPROVER_USER);
+      const row = page.locator(`tr[data-approval="${APPROVAL}"]`);
+      assert.equal(await row.count(), 1, 'the pending approval is listed (Pending is the default filter)');
+      const cell = (col) => text(row.locator(`[data-col="${col}"]`));
+      assert.equal(await cell('hook'), APPROVAL_HOOK);
+      assert.equal(await cell('namespace'), ns);
+      assert.equal(await cell('tenant'), TENANT);
+      assert.equal(await cell('session'), APPROVAL_EVENT.session_id);
+      assert.equal(await cell('tool'), APPROVAL_EVENT.tool_name);
+      assert.equal(await cell('reason'), APPROVAL_REASON);
+      assert.equal(await cell('state'), 'Pending');
+      assert.equal(await cell('decided-by'), '—');
+      assert.equal(await cell('expires'), held().request.expiresAt);
+      assert.equal(
+        await text(page.getByTestId('denied')),
+        'You may not list HookApprovals cluster-wide: showing the namespaces you may list.',
+      );
+      await checkPage(page, 'cluster-approvals');
+
+      response = await clickAndWait(page, row.getByRole('link', { name: id }));
+      assert.equal(response.status(), 200);
+      assert.equal(pathOf(page), `/ui/approvals/${APPROVAL}`);
+      const request = held().request;
+      for (const [field, want] of [['hook', request.hook], ['tenant', request.tenant], ['sessionId', request.sessionId],
+        ['toolName', request.toolName], ['inputHash', request.inputHash], ['reason', request.reason],
+        ['hookGeneration', String(request.hookGeneration)], ['expiresAt', request.expiresAt]]) {
+        assert.equal(await text(page.locator(`dl[data-testid="request"] dd[data-field="${field}"]`)), want, field);
+      }
+      assert.equal(await text(page.getByTestId('answer-as')), NON_APPROVER_USER);
+      await page.getByLabel('Note for the agent (optional)').fill('from the non-approver');
+      response = await clickAndWait(page, page.getByRole('button', { name: 'Approve' }));
+      assert.equal(response.status(), 403);
+      const refusal = page.locator('p[role="alert"][data-testid="decide-error"]');
+      assert.equal(await refusal.count(), 1);
+      const said = await text(refusal);
+      assert.ok(said.includes(`spec.decision: ${NON_APPROVER_USER} may not approve calls in ${ns}`), said);
+      assert.equal(await text(page.getByTestId('state')), 'Pending');
+      assert.equal(await page.getByLabel('Note for the agent (optional)').inputValue(), 'from the non-approver');
+      assert.equal(await page.getByRole('button', { name: 'Approve' }).count(), 1, 'still answerable');
+      await checkPage(page, 'cluster-approval-refused');
+      const spec = held();
+      assert.deepEqual([spec.decision, spec.decidedBy, spec.note], [undefined, undefined, undefined], 'still pending');
+    },
+    {},
+    NON_APPROVER_TOKEN,
+  );
+
+  // The approver: from the hook's overview to its pending approvals, then Approve.
+  await withSignedIn(
+    browser,
+    async (page) => {
+      let response = await visit(page, `/ui/hooks/${APPROVAL_HOOK}`);
+      assert.equal(response.status(), 200);
+      response = await clickAndWait(page, page.getByTestId('approval').getByRole('link', { name: 'its pending approvals' }));
+      assert.equal(response.status(), 200);
+      const rows = await page.locator('tr[data-approval]').evaluateAll((trs) => trs.map((tr) => tr.dataset.approval));
+      assert.deepEqual(rows, [APPROVAL], "the hook's pending approvals");
+      response = await clickAndWait(page, page.locator(`tr[data-approval="${APPROVAL}"]`).getByRole('link', { name: id }));
+      assert.equal(response.status(), 200);
+      await checkPage(page, 'cluster-approval-pending');
+      await page.getByLabel('Note for the agent (optional)').fill('approved in the console');
+      response = await clickAndWait(page, page.getByRole('button', { name: 'Approve' }));
+      assert.equal(response.status(), 200);
+      assert.equal(pathOf(page), `/ui/approvals/${APPROVAL}`);
+      assert.equal(await text(page.getByTestId('state')), 'Approved');
+      assert.equal(await text(page.getByTestId('decided-by')), TENANT_USER);
+      assert.equal(await text(page.getByTestId('note')), 'approved in the console');
+      assert.equal(await page.locator('form[data-testid="decide"]').count(), 0, 'no buttons once decided');
+      await checkPage(page, 'cluster-approval-approved');
+      const spec = held();
+      assert.deepEqual([spec.decision, spec.decidedBy, spec.note], ['Approve', TENANT_USER, 'approved in the console']);
+
+      // The list: no longer pending; approved, by them.
+      await visit(page, '/ui/approvals');
+      assert.equal(await page.locator(`tr[data-approval="${APPROVAL}"]`).count(), 0, 'not pending any more');
+      await visit(page, '/ui/approvals?state=approved');
+      const row = page.locator(`tr[data-approval="${APPROVAL}"]`);
+      assert.equal(await text(row.locator('[data-col="decided-by"]')), TENANT_USER);
+      assert.equal(await text(row.locator('[data-col="state"]')), 'Approved');
+      // The same call now goes through.
+      const answer = await dispatch(APPROVAL_EVENT);
+      assert.equal(answer.decision, 'allow', JSON.stringify(answer));
+    },
+    {},
+    TENANT_TOKEN,
+  );
+});
 
 test('a revoked token: once its ServiceAccount is deleted, the next page is sign-in', () =>
   withPage(browser, async (page) => {

@@ -151,6 +151,7 @@ export async function checkFrame(page) {
   assert.equal(await page.locator('form[action="/ui/sign-out"]').count(), 1);
   assert.equal(await page.locator('a[href="/ui/hooks"]').count() > 0, true, 'nav link Hooks');
   assert.equal(await page.locator('a[href="/ui/hooks/new"]').count() > 0, true, 'nav link New hook');
+  assert.equal(await page.locator('nav a[href="/ui/approvals"]').count(), 1, 'nav link Approvals');
   assert.equal(await page.locator('main#main').count(), 1);
   assert.equal(await page.locator('h1').count() > 0, true);
   assert.equal(await page.locator('a[href="#main"]').count(), 1, 'skip link');

@@ -13,13 +13,17 @@
 //!   tenant, `agenthooks.io/tenant`), and a namespace B with hooks, a budget and audit rows
 //!   the tenant person must never see;
 //! - a person (history reader in A) whose ServiceAccount is deleted while signed in, and
-//!   one whose token expires while signed in.
+//!   one whose token expires while signed in;
+//! - approvals (`config/approvals/`): the tenant person is bound to `agenthooks-approver`
+//!   in A, and a person who may read and patch A's HookApprovals but not `approve` them.
 //!
 //! The hooks: in the master namespace a command hook that blocks with a reason on stderr,
 //! one that rewrites `tool_input`, one that allows every shell call (the history), an http
 //! hook on `post_tool_use`, and an http hook whose endpoint answers 500, whose breaker is
 //! opened for tenant A by five faults before the browser starts; an http hook and a budget
-//! in A and in B; a hook Secret in A.
+//! in A and in B; a hook Secret in A; in A an http hook with `spec.approval` whose endpoint
+//! answers `ask`, called once by A's runtime before the browser starts, so its approval is
+//! pending.
 //!
 //! Then `node --test` runs `e2e/console/cluster.test.mjs` and the standalone files that
 //! hold in both modes (`sign-in`, `test-panel`, `history`) against the Lite dispatcher.
@@ -28,6 +32,7 @@
 
 use std::time::{Duration, Instant};
 
+use agenthooks_e2e::approvals::{install_policy, pending_id, refused_with};
 use agenthooks_e2e::console::{browser_tools, run_and_assert, test_files, workspace};
 use agenthooks_e2e::stack::{
     CALLER_AUDIENCE, DispatcherProc, bindable_role, dispatcher_service_account_kubeconfig,
@@ -46,6 +51,10 @@ const REWRITE_COMMAND: &str = "console-rewrite";
 const REWRITTEN_COMMAND: &str = "echo rewritten-by-the-console-test";
 /// The tool name only the failing http hook selects.
 const FLAKY_TOOL: &str = "console-flaky";
+/// The tool name only the approval hook selects.
+const APPROVAL_TOOL: &str = "a-deploy";
+/// Why the approval hook's endpoint asks.
+const APPROVAL_REASON: &str = "a-deploy needs a person";
 /// How long the browser tests may take in all.
 const TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -145,11 +154,13 @@ fn console_in_a_cluster_in_a_real_browser() {
     cp.create_namespace(&master, &[]);
     cp.create_namespace(&ns_a, &[("agenthooks.io/tenant", tenant_a.as_str())]);
     cp.create_namespace(&ns_b, &[]);
+    install_policy(cp);
     for (ns, sa) in [
         (&master, "platform"),
         (&ns_a, "alice"),
         (&ns_a, "bob"),
         (&ns_a, "carol"),
+        (&ns_a, "dave"),
         (&ns_a, "runtime"),
         (&ns_b, "runtime"),
     ] {
@@ -159,6 +170,9 @@ fn console_in_a_cluster_in_a_real_browser() {
     // The hooks, before the operator starts: it accepts them in its first pass.
     let (flaky_url, flaky) = switchable_hook_server(500, json!({"error": "policy service down"}));
     let (ok_url, _) = hook_server(json!({"decision": "allow"}));
+    let (ask_url, _) = hook_server(json!({"decision": "ask", "reason": APPROVAL_REASON}));
+    let mut approval_hook = http_hook(&ns_a, "a-approve", "tenant", APPROVAL_TOOL, &ask_url);
+    approval_hook["spec"]["approval"] = json!({"ttlSeconds": 3600});
     apply(
         cp,
         &[
@@ -194,6 +208,7 @@ fn console_in_a_cluster_in_a_real_browser() {
             ),
             http_hook(&master, "console-flaky", "global", FLAKY_TOOL, &flaky_url),
             http_hook(&ns_a, "a-guard", "tenant", "a-only", &ok_url),
+            approval_hook,
             http_hook(&ns_b, "b-guard", "tenant", "b-only", &ok_url),
             hook(
                 &ns_b,
@@ -280,11 +295,32 @@ fn console_in_a_cluster_in_a_real_browser() {
     rbac.push(binding("bob", Some(&ns_a), &person_role, &ns_a, "bob"));
     rbac.push(binding("bob-history", Some(&ns_a), &history, &ns_a, "bob"));
     rbac.push(binding("carol", Some(&ns_a), &person_role, &ns_a, "carol"));
+    // Approvals of A: alice answers them; dave may read and patch them, not approve.
+    rbac.push(binding(
+        "alice-approver",
+        Some(&ns_a),
+        "agenthooks-approver",
+        &ns_a,
+        "alice",
+    ));
+    rbac.push(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "approval-patcher", "namespace": ns_a},
+        "rules": [{"apiGroups": ["agenthooks.io"], "resources": ["hookapprovals"],
+                   "verbs": ["get", "list", "patch"]}],
+    }));
+    rbac.push(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "dave", "namespace": ns_a},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "approval-patcher"},
+        "subjects": [{"kind": "ServiceAccount", "name": "dave", "namespace": ns_a}],
+    }));
     apply(cp, &rbac);
     let platform_token = person_token(cp, &master, "platform");
     let platform_api_token = service_account_token(cp, &master, "platform", CALLER_AUDIENCE);
     let alice_token = person_token(cp, &ns_a, "alice");
     let bob_token = person_token(cp, &ns_a, "bob");
+    let dave_token = person_token(cp, &ns_a, "dave");
     let caller_a = service_account_token(cp, &ns_a, "runtime", CALLER_AUDIENCE);
     let caller_b = service_account_token(cp, &ns_b, "runtime", CALLER_AUDIENCE);
 
@@ -296,6 +332,7 @@ fn console_in_a_cluster_in_a_real_browser() {
         key(&master, "console-notify"),
         key(&master, "console-flaky"),
         key(&ns_a, "a-guard"),
+        key(&ns_a, "a-approve"),
         key(&ns_b, "b-guard"),
         key(&ns_b, "b-notify"),
     ];
@@ -381,6 +418,22 @@ fn console_in_a_cluster_in_a_real_browser() {
             tails(&procs)
         );
     }
+    // A's runtime calls the approval hook: the call is refused, its approval pending. dave
+    // is refused approving it by the admission policy (retried until the policy is in
+    // force), so the browser sees the policy's own refusal.
+    let approval_event = tool_event(APPROVAL_TOOL);
+    let (code, body) = dispatch(&d.url, &caller_a, &approval_event);
+    assert_eq!(code, 200, "{body}\n{}", tails(&procs));
+    let approval_id = pending_id(&body);
+    let dave = format!("system:serviceaccount:{ns_a}:dave");
+    refused_with(
+        cp,
+        &ns_a,
+        &dave,
+        &approval_id,
+        &json!({"spec": {"decision": "Approve", "decidedBy": dave}}),
+        "may not approve calls",
+    );
     println!(
         "[console-cluster] set up in {:.1}s",
         setup.elapsed().as_secs_f64()
@@ -446,6 +499,12 @@ fn console_in_a_cluster_in_a_real_browser() {
         ("CONSOLE_REVOKE_SA", format!("{ns_a}/bob")),
         ("CONSOLE_EXPIRING_SA", format!("{ns_a}/carol/{carol_uid}")),
         ("CONSOLE_SIGNING_KEY", signing_key),
+        ("CONSOLE_APPROVAL", key(&ns_a, &approval_id)),
+        ("CONSOLE_APPROVAL_HOOK", key(&ns_a, "a-approve")),
+        ("CONSOLE_APPROVAL_EVENT", approval_event.to_string()),
+        ("CONSOLE_APPROVAL_REASON", APPROVAL_REASON.into()),
+        ("CONSOLE_NON_APPROVER_TOKEN", dave_token),
+        ("CONSOLE_NON_APPROVER_USER", dave),
         ("CONSOLE_KUBECTL", kubectl),
         ("CONSOLE_KUBECONFIG", kubeconfig),
     ];
