@@ -87,7 +87,7 @@ fn refusal(e: kube::Error, ns: &str) -> KubeError {
             status: 403,
             field: "decision".into(),
             message: format!(
-                "decision: you may not answer approvals in namespace {ns:?} (Kubernetes RBAC: patch and approve on hookapprovals.agenthooks.io there; bind ClusterRole agenthooks-approver): {message}"
+                "decision: you may not answer approvals in namespace {ns:?} (Kubernetes RBAC: patch and approve on hookapprovals.agenthooks.io there: bind ClusterRole agenthooks-approver, with Helm <release>-approver): {message}"
             ),
         },
         KubeError::Refused {
@@ -146,7 +146,7 @@ mod tests {
             } => {
                 assert_eq!((status, field.as_str()), (403, "decision"));
                 assert!(
-                    message.starts_with("decision: you may not answer approvals in namespace \"a\" (Kubernetes RBAC: patch and approve on hookapprovals.agenthooks.io there; bind ClusterRole agenthooks-approver): hookapprovals.agenthooks.io \"ap-1\" is forbidden: User \"bob\" cannot patch"),
+                    message.starts_with("decision: you may not answer approvals in namespace \"a\" (Kubernetes RBAC: patch and approve on hookapprovals.agenthooks.io there: bind ClusterRole agenthooks-approver, with Helm <release>-approver): hookapprovals.agenthooks.io \"ap-1\" is forbidden: User \"bob\" cannot patch"),
                     "{message}"
                 );
             }
