@@ -526,6 +526,8 @@ test('approvals: refused for a person without approve (it stays Pending), approv
     async (page) => {
       let response = await visit(page, `/ui/hooks/${APPROVAL_HOOK}`);
       assert.equal(response.status(), 200);
+      assert.match(await text(page.getByTestId('approval')), /answerable for 3600 s/);
+      await checkPage(page, 'cluster-approval-hook-overview');
       response = await clickAndWait(page, page.getByTestId('approval').getByRole('link', { name: 'its pending approvals' }));
       assert.equal(response.status(), 200);
       const rows = await page.locator('tr[data-approval]').evaluateAll((trs) => trs.map((tr) => tr.dataset.approval));

@@ -1,4 +1,5 @@
-// The hooks list (filters, a bad filter, a narrow screen) and one hook's overview.
+// The hooks list (filters, a bad filter, a narrow screen), one hook's overview, and the
+// Approvals page, which standalone says approvals need a cluster.
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, before, test } from 'node:test';
@@ -155,3 +156,16 @@ test('overview: the fields, the tabs and the decisions chart with its table', as
     await checkPage(page, 'overview');
   });
 });
+
+test('standalone, the Approvals page says approvals need a cluster, without an error', () =>
+  withSignedIn(browser, async (page) => {
+    await visit(page, '/ui/hooks');
+    const response = await clickAndWait(page, page.locator('nav[aria-label="Main"]').getByRole('link', { name: 'Approvals' }));
+    assert.equal(response.status(), 200);
+    await checkFrame(page);
+    const note = page.getByTestId('approvals-need-a-cluster');
+    assert.match(await note.textContent(), /Approvals need a cluster/);
+    assert.match(await note.textContent(), /docs\/approvals\.md/);
+    assert.equal(await page.getByRole('alert').count(), 0, 'no error');
+    await checkPage(page, 'approvals-standalone');
+  }));
