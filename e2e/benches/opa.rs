@@ -23,7 +23,7 @@
 //! `AGENTHOOKS_BENCH_IN_PROCESS_SECS` (3: per engine, set and input size, over all
 //! rounds), `AGENTHOOKS_BENCH_SECS` (3: per server, set, input size and connection count),
 //! `AGENTHOOKS_BENCH_HTTP` (`0`: the in-process phase only), `AGENTHOOKS_BENCH_REPORT_DIR`
-//! (default `bench/`).
+//! (default `bench/`), `AGENTHOOKS_BENCH_PIN` (`0`: no CPU pinning; see [`Pinning`]).
 //!
 //! Run: `make bench-opa`, or `bash e2e/opa/build.sh && cargo build --release -p
 //! agenthooks-dispatcher && cargo bench -p agenthooks-e2e --bench opa`. Without `--bench`
@@ -43,6 +43,83 @@ use agenthooks_e2e::procs::{Proc, bin, free_port};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+/// Where the processes of the HTTP phase run (`AGENTHOOKS_BENCH_PIN`, on by default with
+/// two cores or more): every server (the ceiling, ours, OPA) on the last core, started
+/// under `taskset`, and the load generator — this process's threads, the in-process
+/// phase and OPA's in-process driver included — on the others. Unpinned, the generator
+/// and the server under test share every core, so a server's throughput measures the
+/// machine split between them: on two cores the bare ceiling itself reached only ~2.7×
+/// OPA, which bounded every "≥ 3× OPA" cell whatever our server did. Pinned, each server
+/// gets one whole core of its own and the figures compare the servers' cost per request.
+#[derive(Clone, Debug)]
+struct Pinning {
+    server: usize,
+    generator: Vec<usize>,
+}
+
+impl Pinning {
+    fn from_env() -> Option<Pinning> {
+        if std::env::var("AGENTHOOKS_BENCH_PIN").is_ok_and(|v| v == "0") {
+            return None;
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        (cores >= 2).then(|| Pinning {
+            server: cores - 1,
+            generator: (0..cores - 1).collect(),
+        })
+    }
+
+    /// Pins the calling thread to the generator's cores (threads and children it starts
+    /// afterwards inherit it).
+    fn pin_generator_thread(&self) {
+        // SAFETY: a cpu_set_t zeroed, filled with CPU_SET and passed with its own size to
+        // sched_setaffinity(2) for the calling thread (pid 0).
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            for &c in &self.generator {
+                libc::CPU_SET(c, &mut set);
+            }
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        }
+    }
+
+    /// `bin args` as started on the server core (`taskset -c N bin args`).
+    fn server_command(&self, bin: &Path, args: &[String]) -> (PathBuf, Vec<String>) {
+        let mut all = vec![
+            "-c".to_string(),
+            self.server.to_string(),
+            bin.display().to_string(),
+        ];
+        all.extend(args.iter().cloned());
+        (PathBuf::from("taskset"), all)
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "Servers pinned to core {} (`taskset`), the load generator to core(s) {:?} (`AGENTHOOKS_BENCH_PIN=0` shares every core).",
+            self.server, self.generator
+        )
+    }
+}
+
+/// Starts a server of the HTTP phase, on the server core when pinned.
+fn start_server(
+    pin: Option<&Pinning>,
+    name: &str,
+    bin: &Path,
+    args: &[String],
+    env: &[(&str, &str)],
+    logs: &Path,
+) -> Proc {
+    match pin {
+        Some(p) => {
+            let (bin, args) = p.server_command(bin, args);
+            Proc::start(name, &bin, &args, env, logs)
+        }
+        None => Proc::start(name, bin, args, env, logs),
+    }
+}
+
 /// Knobs of one run.
 #[derive(Clone)]
 struct Config {
@@ -55,6 +132,7 @@ struct Config {
     /// Run the HTTP phase (`AGENTHOOKS_BENCH_HTTP=0`: in process only).
     with_http: bool,
     report_dir: PathBuf,
+    pin: Option<Pinning>,
 }
 
 impl Config {
@@ -88,6 +166,7 @@ impl Config {
                 http: Duration::from_millis(100),
                 with_http: true,
                 report_dir,
+                pin: None,
             };
         }
         Config {
@@ -99,6 +178,7 @@ impl Config {
             http: Duration::from_secs_f64(num("AGENTHOOKS_BENCH_SECS", 3.0)),
             with_http: std::env::var("AGENTHOOKS_BENCH_HTTP").as_deref() != Ok("0"),
             report_dir,
+            pin: Pinning::from_env(),
         }
     }
 
@@ -656,7 +736,9 @@ async fn over_http(
     // The ceiling, with the bodies of the first set's timed events.
     let port = free_port();
     let exe = std::env::current_exe().expect("current exe");
-    let mut ceiling = Proc::start(
+    let pin = cfg.pin.as_ref();
+    let mut ceiling = start_server(
+        pin,
         "ceiling",
         &exe,
         &["--serve-ceiling".into(), format!("127.0.0.1:{port}")],
@@ -704,7 +786,8 @@ async fn over_http(
     for (s, p) in prepared.iter().enumerate() {
         let port = free_port();
         let name = format!("dispatcher-{}", p.set.len());
-        let mut ours = Proc::start(
+        let mut ours = start_server(
+            pin,
             &name,
             &dispatcher,
             &[
@@ -732,7 +815,8 @@ async fn over_http(
         });
         procs.push(ours);
         let port = free_port();
-        let mut opa = Proc::start(
+        let mut opa = start_server(
+            pin,
             &format!("opa-{}", p.set.len()),
             &opa_bin,
             &[
@@ -1009,7 +1093,8 @@ fn report(
         o,
         "Written by `cargo bench -p agenthooks-e2e --bench opa` (`make bench-opa`; bench/README.md says how to read it) on {} at commit `{commit}`: {} cores ({}), whole run {:.1} min. {}\n",
         meta.started.format("%Y-%m-%d %H:%M UTC"),
-        cmd_out("nproc", &[]),
+        // `nproc` counts this process's cores, which pinning narrows: the machine's.
+        cmd_out("nproc", &["--all"]),
         cpu_model(),
         meta.took.as_secs_f64() / 60.0,
         meta.cfg_line
@@ -1197,8 +1282,18 @@ fn main() {
     }
     let dir = work_dir();
     let logs = dir.join("logs");
+    // The load generator (and the in-process phase) off the servers' core.
+    if let Some(p) = &cfg.pin {
+        p.pin_generator_thread();
+    }
+    let pin = cfg.pin.clone();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .on_thread_start(move || {
+            if let Some(p) = &pin {
+                p.pin_generator_thread();
+            }
+        })
         .build()
         .expect("tokio runtime");
     let hook_url = rt.block_on(blocker());
@@ -1242,10 +1337,13 @@ fn main() {
         started: started_at,
         took: started.elapsed(),
         cfg_line: format!(
-            "Knobs: {} rounds, {:.1} s per engine × set × input in process, {:.1} s per server × set × input × connections over HTTP.",
+            "Knobs: {} rounds, {:.1} s per engine × set × input in process, {:.1} s per server × set × input × connections over HTTP. {}",
             cfg.rounds,
             cfg.in_process.as_secs_f64(),
-            cfg.http.as_secs_f64()
+            cfg.http.as_secs_f64(),
+            cfg.pin
+                .as_ref()
+                .map_or("No CPU pinning: servers and the load generator share every core.".to_string(), Pinning::describe)
         ),
     };
     let text = report(&meta, &prepared, &inproc, http.as_ref());
