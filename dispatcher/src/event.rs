@@ -79,13 +79,13 @@ pub struct Event {
     )]
     #[schemars(with = "Option<Value>")]
     pub tool_output: Option<Value>,
-    /// Why `tool_output` was dropped (over [`MAX_TOOL_INPUT_BYTES`] or
-    /// [`MAX_TOOL_INPUT_DEPTH`]) instead of refusing the event: the tool already ran, and
+    /// `tool_output` was dropped for being over [`MAX_TOOL_INPUT_BYTES`] or
+    /// [`MAX_TOOL_INPUT_DEPTH`] instead of refusing the event: the tool already ran, and
     /// a hook that waits for its output must not pass it unread (the chain withholds it,
     /// [`crate::decision::chain::step`]). Not part of the wire format.
     #[serde(skip)]
     #[schemars(skip)]
-    pub tool_output_unread: Option<String>,
+    pub tool_output_unread: bool,
     /// `stop`/`subagent_stop`: how many times this session's stop was refused already since
     /// its last prompt (issue 16). Set by the dispatcher for handlers; a caller's value is
     /// read and thrown away.
@@ -325,7 +325,7 @@ impl Event {
             tool_name: None,
             tool_input: empty_object(),
             tool_output: None,
-            tool_output_unread: None,
+            tool_output_unread: false,
             stop_count: None,
             raw_input: None,
             depth: 0,
@@ -352,15 +352,15 @@ impl Event {
         Ok(self)
     }
 
-    /// A `tool_output` over the caps is dropped and the reason kept
+    /// A `tool_output` over the caps is dropped, and that noted
     /// ([`Event::tool_output_unread`]): the call already happened, so the event is still
     /// decided (a `tool_input` over the caps refuses the event instead).
     fn set_aside_oversized_output(&mut self) {
         if let Some(output) = &self.tool_output {
             let mut size = 0usize;
-            if let Err(e) = check_caps("tool_output", output, &mut Vec::new(), &mut size) {
+            if check_caps("tool_output", output, &mut Vec::new(), &mut size).is_err() {
                 self.tool_output = None;
-                self.tool_output_unread = Some(e.to_string());
+                self.tool_output_unread = true;
             }
         }
     }

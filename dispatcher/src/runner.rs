@@ -283,17 +283,15 @@ pub async fn run_matched<O: RunObserver>(
     // hook's slot, so the chain budget holds: no answer by its end is unavailable.
     let result = if result.outcome == Outcome::Ask && hook.spec.approval.is_some() {
         let left = timeout.saturating_sub(started.elapsed());
-        let ask = result.clone();
-        match tokio::time::timeout(left, observer.approval(hook, event, result)).await {
-            Ok(r) => r,
-            Err(_) => crate::approvals::apply(
-                ask,
-                Err(format!(
-                    "no answer within the hook's timeout ({} ms)",
-                    timeout.as_millis()
-                )),
-            ),
-        }
+        // Boxed: a rare path that would otherwise grow every decision's future.
+        Box::pin(approval_within(
+            observer,
+            hook,
+            event,
+            result,
+            (left, timeout),
+        ))
+        .await
     } else {
         result
     };
@@ -347,6 +345,29 @@ async fn run_handler_dry(
         timeout,
     )
     .await
+}
+
+/// The outcome of `hook`'s `ask` once its approval is asked for ([`RunObserver::approval`]),
+/// within `left` of the hook's slot (`timeout`, named in the refusal): asking counts within the hook's timeout, so the chain
+/// budget holds, and no answer by then is `ApprovalUnavailable`.
+async fn approval_within<O: RunObserver>(
+    observer: &O,
+    hook: &Arc<LoadedHook>,
+    event: &Event,
+    result: HandlerResult,
+    (left, timeout): (Duration, Duration),
+) -> HandlerResult {
+    let ask = result.clone();
+    match tokio::time::timeout(left, observer.approval(hook, event, result)).await {
+        Ok(r) => r,
+        Err(_) => crate::approvals::apply(
+            ask,
+            Err(format!(
+                "no answer within the hook's timeout ({} ms)",
+                timeout.as_millis()
+            )),
+        ),
+    }
 }
 
 /// Filters, then (when they select the event) [`run_matched`] under the live observer.

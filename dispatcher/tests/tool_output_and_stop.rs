@@ -131,7 +131,7 @@ async fn tool_output_control_and_a_bounded_stop_loop() {
     assert_eq!(body["decision"], "block", "{body}");
     assert_eq!(
         body["reason"],
-        "tool_output unread (tool_output: is larger than 262144 bytes): withheld, as agenthooks-system/redact-secrets must read it"
+        "tool_output unread (over 262144 bytes or 32 levels deep): withheld, as agenthooks-system/redact-secrets must read it"
     );
     let mut unjudged = post("Grep", "x");
     unjudged["tool_output"] = json!({"stdout": huge});

@@ -18,7 +18,7 @@ use agenthooks_crds::agenthook::{EnforcementAction, OnError, OnTimeout};
 use serde_json::Value;
 
 use crate::decision::outcome::{ErrorKind, Outcome};
-use crate::event::{Event, MAX_LOOP_DEPTH};
+use crate::event::{Event, MAX_LOOP_DEPTH, MAX_TOOL_INPUT_BYTES, MAX_TOOL_INPUT_DEPTH};
 
 /// Reason of a block for sub-agent depth over [`MAX_LOOP_DEPTH`] (CONTRACT §1.4).
 pub const LOOP_DEPTH_EXCEEDED: &str = "LoopDepthExceeded";
@@ -209,12 +209,10 @@ pub fn step(rule: &HookRule<'_>, ran: Ran<'_>, event: &Event) -> Step {
     let warn = rule.enforcement == EnforcementAction::Warn;
     // An output over the caps reached no hook: one that must judge it cannot, so the
     // output is withheld rather than let through unread.
-    if let Some(why) = &event.tool_output_unread
-        && !warn
-    {
+    if event.tool_output_unread && !warn {
         return Step::Block {
             reason: format!(
-                "tool_output unread ({why}): withheld, as {} must read it",
+                "tool_output unread (over {MAX_TOOL_INPUT_BYTES} bytes or {MAX_TOOL_INPUT_DEPTH} levels deep): withheld, as {} must read it",
                 rule.key
             ),
             budget_spent: false,
