@@ -576,6 +576,7 @@ pub fn compile_regex(pattern: &str) -> Result<regex::Regex, String> {
 pub struct LazyRegex {
     pattern: String,
     compiled: std::sync::OnceLock<regex::Regex>,
+    exact: std::sync::OnceLock<Option<Box<[String]>>>,
 }
 
 impl LazyRegex {
@@ -586,7 +587,19 @@ impl LazyRegex {
         Ok(LazyRegex {
             pattern: pattern.to_string(),
             compiled: std::sync::OnceLock::new(),
+            exact: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The names this pattern matches when it matches whole names only and nothing else
+    /// (`^Bash$`, `^(Write|Edit)$`, `\AEdit\z`): `is_match(t)` is then exactly "`t` is one
+    /// of them", so an index may look them up instead of running the regex. `None` for
+    /// any other pattern (a class, a repetition, a flag, an unanchored end). Worked out
+    /// once per pattern.
+    pub fn exact_names(&self) -> Option<&[String]> {
+        self.exact
+            .get_or_init(|| exact_names(&self.pattern).map(Vec::into_boxed_slice))
+            .as_deref()
     }
 
     /// The pattern's text.
@@ -610,6 +623,36 @@ impl LazyRegex {
     /// Whether the regex has been compiled since validation.
     pub fn is_compiled(&self) -> bool {
         self.compiled.get().is_some()
+    }
+}
+
+/// See [`LazyRegex::exact_names`].
+fn exact_names(pattern: &str) -> Option<Vec<String>> {
+    use regex_syntax::hir::{HirKind, Look};
+    let hir = regex_syntax::Parser::new().parse(pattern).ok()?;
+    let HirKind::Concat(parts) = hir.kind() else {
+        return None;
+    };
+    let [start, body, end] = parts.as_slice() else {
+        return None;
+    };
+    if !matches!(start.kind(), HirKind::Look(Look::Start))
+        || !matches!(end.kind(), HirKind::Look(Look::End))
+    {
+        return None;
+    }
+    let literal = |h: &regex_syntax::hir::Hir| match h.kind() {
+        HirKind::Literal(l) => std::str::from_utf8(&l.0).ok().map(str::to_owned),
+        _ => None,
+    };
+    let body = match body.kind() {
+        HirKind::Capture(c) => c.sub.as_ref(),
+        _ => body,
+    };
+    match body.kind() {
+        HirKind::Literal(_) => Some(vec![literal(body)?]),
+        HirKind::Alternation(alts) => alts.iter().map(literal).collect(),
+        _ => None,
     }
 }
 
@@ -1327,5 +1370,72 @@ mod tests {
             compile_regex("a{1000}{1000}").unwrap_err()
         );
         assert!(LazyRegex::new("(").is_err());
+    }
+}
+
+#[cfg(test)]
+mod exact_name_tests {
+    use super::*;
+
+    #[test]
+    fn whole_name_patterns_give_their_names_and_others_none() {
+        let names = |p: &str| LazyRegex::new(p).unwrap().exact_names().map(|n| n.to_vec());
+        assert_eq!(names("^Bash$"), Some(vec!["Bash".to_string()]));
+        assert_eq!(
+            names(r"\Amcp__fs__read\z"),
+            Some(vec!["mcp__fs__read".to_string()])
+        );
+        assert_eq!(names("^bulk-17$"), Some(vec!["bulk-17".to_string()]));
+        assert_eq!(
+            names("^(Write|Edit|MultiEdit)$"),
+            Some(vec!["Write".into(), "Edit".into(), "MultiEdit".into()])
+        );
+        for p in [
+            "Bash",
+            "^Bash",
+            "Bash$",
+            "^Ba.h$",
+            "^(?i)bash$",
+            "^Bash|Read$",
+            "^Bash+$",
+            "^[AB]$",
+            "^(?m)Bash$",
+            ".*",
+            "^mcp__.*$",
+        ] {
+            assert_eq!(names(p), None, "{p}");
+        }
+    }
+
+    #[test]
+    fn a_name_is_exact_exactly_when_the_regex_matches_it() {
+        let tools = [
+            "Bash",
+            "bash",
+            "xBash",
+            "Bashx",
+            "Write",
+            "Edit",
+            "MultiEdit",
+            "Edit2",
+            "",
+            "mcp__fs__read",
+            "bulk-17",
+            "bulk-170",
+        ];
+        for p in [
+            "^Bash$",
+            "^(Write|Edit|MultiEdit)$",
+            r"\Amcp__fs__read\z",
+            "^bulk-17$",
+            "^(Edit)$",
+        ] {
+            let re = LazyRegex::new(p).unwrap();
+            if let Some(names) = re.exact_names() {
+                for t in tools {
+                    assert_eq!(names.iter().any(|n| n == t), re.is_match(t), "{p} on {t:?}");
+                }
+            }
+        }
     }
 }

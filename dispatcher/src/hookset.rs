@@ -1269,6 +1269,10 @@ pub(crate) mod tests {
             ".",
             "(?i)bash",
             "^Note",
+            // Whole-name patterns: looked up by name, not tested (`exact_names`).
+            "^Bash$",
+            "^(Write|Edit)$",
+            r"\Amcp__github__create\z",
         ];
         const TOOLS: &[Option<&str>] = &[
             None,

@@ -1341,9 +1341,10 @@ fn main() {
             cfg.rounds,
             cfg.in_process.as_secs_f64(),
             cfg.http.as_secs_f64(),
-            cfg.pin
-                .as_ref()
-                .map_or("No CPU pinning: servers and the load generator share every core.".to_string(), Pinning::describe)
+            cfg.pin.as_ref().map_or(
+                "No CPU pinning: servers and the load generator share every core.".to_string(),
+                Pinning::describe
+            )
         ),
     };
     let text = report(&meta, &prepared, &inproc, http.as_ref());

@@ -3,11 +3,16 @@
 //!
 //! Hooks are grouped by their distinct matcher pattern (hooks with the same text share
 //! one pattern, compiled on its first use: `agenthooks_crds::expr::shared_regex`). A
-//! lookup tests each distinct pattern once — through one `RegexSet` pass when there are
-//! many, and then no hook's own regex is ever compiled — and returns
-//! the positions of the hooks whose pattern matched, plus those without a matcher, in
-//! list order. The semantics are the per-hook test's: unanchored `is_match` on the tool
-//! name, and no tool matches no matcher.
+//! pattern that matches whole names only (`^Bash$`, `^(Write|Edit)$`:
+//! `LazyRegex::exact_names`) is looked up by the tool's name in a map; the others are
+//! tested once each — through one `RegexSet` pass when there are many, and then no hook's
+//! own regex is ever compiled. A lookup returns the positions of the hooks whose pattern
+//! matched, plus those without a matcher, in list order. The semantics are the per-hook
+//! test's: unanchored `is_match` on the tool name, and no tool matches no matcher.
+//!
+//! Building is what a synced dispatcher pays on every change to the list: a map of names
+//! costs microseconds where a `RegexSet` of a thousand whole-name patterns took ~20 ms to
+//! compile (10 s of CPU per dispatcher over a 10,000-hook apply, issue 15).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,7 +35,11 @@ pub const SET_SIZE_LIMIT: usize = 32 << 20;
 pub struct MatcherIndex {
     /// Distinct patterns, in first-seen order.
     patterns: Vec<Arc<LazyRegex>>,
-    /// `patterns` as one set, when there are many.
+    /// Whole-name patterns by each name they match: the positions in `patterns`.
+    exact: HashMap<String, Vec<usize>>,
+    /// The positions in `patterns` of the others, tested one by one or through `set`.
+    tested: Vec<usize>,
+    /// `tested`'s patterns as one set, when there are many.
     set: Option<RegexSet>,
     /// For each pattern, the positions of its hooks, ascending.
     by_pattern: Vec<Vec<u32>>,
@@ -62,9 +71,21 @@ impl MatcherIndex {
                 }
             }
         }
-        let set = (patterns.len() >= SET_MIN_PATTERNS)
+        let mut exact: HashMap<String, Vec<usize>> = HashMap::new();
+        let mut tested = Vec::new();
+        for (p, re) in patterns.iter().enumerate() {
+            match re.exact_names() {
+                Some(names) => {
+                    for name in names {
+                        exact.entry(name.clone()).or_default().push(p);
+                    }
+                }
+                None => tested.push(p),
+            }
+        }
+        let set = (tested.len() >= SET_MIN_PATTERNS)
             .then(|| {
-                RegexSetBuilder::new(patterns.iter().map(|p| p.as_str()))
+                RegexSetBuilder::new(tested.iter().map(|&p| patterns[p].as_str()))
                     .size_limit(SET_SIZE_LIMIT)
                     .dfa_size_limit(SET_SIZE_LIMIT)
                     .build()
@@ -73,6 +94,8 @@ impl MatcherIndex {
             .flatten();
         Some(MatcherIndex {
             patterns,
+            exact,
+            tested,
             set,
             by_pattern,
             unfiltered,
@@ -86,15 +109,18 @@ impl MatcherIndex {
             return self.unfiltered.clone();
         };
         let mut picked = self.unfiltered.clone();
+        for &p in self.exact.get(tool).into_iter().flatten() {
+            picked.extend_from_slice(&self.by_pattern[p]);
+        }
         match &self.set {
             Some(set) => {
-                for p in set.matches(tool).iter() {
-                    picked.extend_from_slice(&self.by_pattern[p]);
+                for i in set.matches(tool).iter() {
+                    picked.extend_from_slice(&self.by_pattern[self.tested[i]]);
                 }
             }
             None => {
-                for (p, re) in self.patterns.iter().enumerate() {
-                    if re.is_match(tool) {
+                for &p in &self.tested {
+                    if self.patterns[p].is_match(tool) {
                         picked.extend_from_slice(&self.by_pattern[p]);
                     }
                 }
