@@ -209,12 +209,51 @@ pub fn approval_id(r: &ApprovalRequest) -> String {
     format!("ap-{hex}")
 }
 
+/// How far the operator's clock may be ahead of the API server's when it sets an
+/// approval's expiry ([`HookApprovalSpec::check_made_for`]).
+pub const CLOCK_SLACK_SECONDS: i64 = 60;
+
 impl HookApprovalSpec {
     /// `spec.request.expiresAt` in Unix seconds; 0 (long past) when it is not RFC 3339.
     pub fn expires_unix(&self) -> i64 {
         chrono::DateTime::parse_from_rfc3339(&self.request.expires_at)
             .map(|t| t.timestamp())
             .unwrap_or(0)
+    }
+
+    /// Whether this stored approval is the one the operator makes for `req`: the same
+    /// hook (name, uid, generation), tenant, session, tool and input hash, and an expiry
+    /// no later than `ttl_seconds` (plus [`CLOCK_SLACK_SECONDS`]) after `created_unix`, the
+    /// object's creation time as the API server set it. Anyone who may create
+    /// `HookApproval`s can make one under a call's id (the id is a hash of what the caller
+    /// knows): one that shows a person another call, or lasts past the hook's TTL, must not
+    /// answer for this call. Errors: the first field that differs.
+    pub fn check_made_for(
+        &self,
+        req: &ApprovalRequest,
+        ttl_seconds: i64,
+        created_unix: i64,
+    ) -> Result<(), &'static str> {
+        let r = &self.request;
+        let same = [
+            (
+                "hook",
+                r.hook == format!("{}/{}", req.hook_namespace, req.hook_name),
+            ),
+            ("hookUid", r.hook_uid == req.hook_uid),
+            ("hookGeneration", r.hook_generation == req.hook_generation),
+            ("tenant", r.tenant == req.tenant),
+            ("sessionId", r.session_id == req.session_id),
+            ("toolName", r.tool_name == req.tool_name),
+            ("inputHash", r.input_hash == req.input_hash),
+        ];
+        if let Some((field, _)) = same.iter().find(|(_, same)| !same) {
+            return Err(field);
+        }
+        if self.expires_unix() > created_unix + ttl_seconds + CLOCK_SLACK_SECONDS {
+            return Err("expiresAt");
+        }
+        Ok(())
     }
 
     /// Where it stands at `now_unix` ([`state_of`] at [`Self::expires_unix`]).
@@ -321,5 +360,88 @@ mod tests {
             .ttl_seconds(),
             60
         );
+    }
+}
+
+#[cfg(test)]
+mod made_for_tests {
+    use super::*;
+
+    fn req() -> ApprovalRequest {
+        ApprovalRequest {
+            dispatcher: "d1".into(),
+            hook_namespace: "team-a".into(),
+            hook_name: "approve-deploys".into(),
+            hook_uid: "uid-1".into(),
+            hook_generation: 2,
+            tenant: "acme".into(),
+            session_id: "s1".into(),
+            tool_name: "Deploy".into(),
+            input_hash: "ab".repeat(32),
+            reason: "deploys need a person".into(),
+        }
+    }
+
+    /// What the operator stores for `req`, created at 1,000,000 s with a 60 s TTL.
+    fn made() -> HookApprovalSpec {
+        let r = req();
+        HookApprovalSpec {
+            request: ApprovalRequestSpec {
+                hook: "team-a/approve-deploys".into(),
+                hook_uid: r.hook_uid,
+                hook_generation: r.hook_generation,
+                tenant: r.tenant,
+                session_id: r.session_id,
+                tool_name: r.tool_name,
+                input_hash: r.input_hash,
+                reason: r.reason,
+                requested_at: "1970-01-12T13:46:40Z".into(),
+                expires_at: "1970-01-12T13:47:40Z".into(),
+            },
+            decision: None,
+            decided_by: None,
+            note: None,
+        }
+    }
+
+    const CREATED: i64 = 1_000_000;
+
+    #[test]
+    fn the_operators_own_approval_is_made_for_its_call() {
+        assert_eq!(made().check_made_for(&req(), 60, CREATED), Ok(()));
+        // The reason and the decision are not the call: they may differ.
+        let mut decided = made();
+        decided.request.reason = "other words".into();
+        decided.decision = Some(ApprovalDecision::Approve);
+        assert_eq!(decided.check_made_for(&req(), 60, CREATED), Ok(()));
+    }
+
+    #[test]
+    fn an_approval_showing_another_call_or_outliving_the_ttl_is_not() {
+        let differs = |f: fn(&mut ApprovalRequestSpec)| {
+            let mut a = made();
+            f(&mut a.request);
+            a.check_made_for(&req(), 60, CREATED)
+        };
+        assert_eq!(differs(|r| r.tool_name = "Read".into()), Err("toolName"));
+        assert_eq!(differs(|r| r.input_hash = "0".repeat(64)), Err("inputHash"));
+        assert_eq!(differs(|r| r.session_id = "s2".into()), Err("sessionId"));
+        assert_eq!(differs(|r| r.hook_generation = 1), Err("hookGeneration"));
+        assert_eq!(
+            differs(|r| r.hook = "team-b/approve-deploys".into()),
+            Err("hook")
+        );
+        assert_eq!(differs(|r| r.tenant = "globex".into()), Err("tenant"));
+        assert_eq!(differs(|r| r.hook_uid = "uid-2".into()), Err("hookUid"));
+        // An expiry past creation + TTL (+ the clock slack) is forged.
+        assert_eq!(
+            differs(|r| r.expires_at = "2030-01-01T00:00:00Z".into()),
+            Err("expiresAt")
+        );
+        assert_eq!(
+            made().check_made_for(&req(), 60, CREATED - 61),
+            Err("expiresAt")
+        );
+        assert_eq!(made().check_made_for(&req(), 60, CREATED - 60), Ok(()));
     }
 }

@@ -43,6 +43,17 @@ fn refused_with(f: &Fleet, user: &str, id: &str, patch: &Value, needle: &str) {
     approvals::refused_with(f.cp, &f.tenant_ns, user, id, patch, needle);
 }
 
+/// `kubectl --as carol -n <tenant ns> ARGS` → (success, stderr).
+fn carol_kubectl(f: &Fleet, args: &[&str]) -> (bool, String) {
+    let mut all = vec!["--as", "carol", "-n", f.tenant_ns.as_str()];
+    all.extend_from_slice(args);
+    let out = f.cp.kubectl(&all);
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 fn decision(f: &Fleet, tool: &str, input: Value) -> Value {
     let (code, body) = f.dispatchers[0].dispatch(&event(&f.tenant, tool, input));
     assert_eq!(code, 200, "{body}");
@@ -57,9 +68,10 @@ fn approvals_are_answered_by_rbac_in_ones_own_name_and_expire() {
     let ns = f.tenant_ns.clone();
     f.cp.apply_yaml(&hook(&ns, "approve-deploys", "Deploy", 600));
     f.cp.apply_yaml(&hook(&ns, "short-lived", "Short", 3));
-    // alice answers this namespace's approvals; carol may patch them but not approve.
+    // alice answers this namespace's approvals; carol may patch, create and delete them
+    // but not approve.
     f.cp.apply_yaml(&format!(
-        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: approvers, namespace: {ns}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: agenthooks-approver}}\nsubjects: [{{kind: User, name: alice, apiGroup: rbac.authorization.k8s.io}}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: patcher, namespace: {ns}}}\nrules: [{{apiGroups: [agenthooks.io], resources: [hookapprovals], verbs: [get, patch]}}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: patcher, namespace: {ns}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: patcher}}\nsubjects: [{{kind: User, name: carol, apiGroup: rbac.authorization.k8s.io}}]\n"
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: approvers, namespace: {ns}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: agenthooks-approver}}\nsubjects: [{{kind: User, name: alice, apiGroup: rbac.authorization.k8s.io}}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: patcher, namespace: {ns}}}\nrules: [{{apiGroups: [agenthooks.io], resources: [hookapprovals], verbs: [get, patch, create, delete]}}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: patcher, namespace: {ns}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: patcher}}\nsubjects: [{{kind: User, name: carol, apiGroup: rbac.authorization.k8s.io}}]\n"
     ));
     let served = wait_for(Duration::from_secs(60), || {
         ["approve-deploys", "short-lived"].iter().all(|n| {
@@ -93,6 +105,40 @@ fn approvals_are_answered_by_rbac_in_ones_own_name_and_expire() {
     assert!(approval["spec"].get("decision").is_none());
     // Asked again: the same approval, still pending.
     assert_eq!(pending_id(&decision(&f, "Deploy", prod.clone())), id);
+
+    // carol replaces it with one of her own under the same id, showing a harmless call
+    // that lasts for years. The next ask does not take it: it is replaced by the call's own.
+    let (ok, err) = carol_kubectl(&f, &["delete", "hookapproval", &id]);
+    assert!(ok, "{err}");
+    let mut forged = approval.clone();
+    forged["metadata"] = json!({"name": id, "namespace": ns});
+    forged["spec"]["request"]["toolName"] = json!("Read");
+    forged["spec"]["request"]["reason"] = json!("reads README.md");
+    forged["spec"]["request"]["expiresAt"] = json!("2030-01-01T00:00:00Z");
+    let out = f.cp.kubectl_stdin(
+        &["--as", "carol", "-n", &ns, "create", "-f", "-"],
+        &forged.to_string(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(pending_id(&decision(&f, "Deploy", prod.clone())), id);
+    let replaced = f.cp.kubectl_json(&["-n", &ns, "get", "hookapproval", &id]);
+    assert_eq!(
+        replaced["spec"]["request"]["toolName"], "Deploy",
+        "{replaced}"
+    );
+    assert_eq!(
+        replaced["spec"]["request"]["reason"], "Deploy needs a person",
+        "{replaced}"
+    );
+    assert_ne!(
+        replaced["spec"]["request"]["expiresAt"], "2030-01-01T00:00:00Z",
+        "{replaced}"
+    );
+    let approval = replaced;
 
     let approve = |by: &str| json!({"spec": {"decision": "Approve", "decidedBy": by}});
     // bob has no RBAC on approvals at all.

@@ -150,6 +150,17 @@ fn api_unavailable(what: &str, e: kube::Error) -> Response {
     )
 }
 
+/// Deletes `approval` only: not another object made under its name meanwhile.
+fn only(approval: &HookApproval) -> DeleteParams {
+    DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: approval.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    }
+}
+
 /// Finds or creates the call's approval and says where it stands at `now`.
 async fn answer(
     client: &Client,
@@ -239,17 +250,33 @@ async fn answer(
                 Err(e) => return Err(api_unavailable("creating the approval", e)),
             }
         };
+        // Made by someone else under this call's id (it shows a person another call, or
+        // outlives the TTL): it answers nothing. Gone (only this object), and the call's
+        // own approval is made in its place.
+        let created = existing
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(0, |t| t.0.as_second());
+        if let Err(field) = existing
+            .spec
+            .check_made_for(req, policy.ttl_seconds(), created)
+        {
+            tracing::warn!(
+                target: "hooks.approval",
+                approval = %id, namespace = %req.hook_namespace, hook = %req.hook_name,
+                field, "hooks.approval: not made for this call (spec.request.{field} differs); replaced"
+            );
+            match approvals.delete(&id, &only(&existing)).await {
+                Ok(_) => continue,
+                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => continue,
+                Err(e) => return Err(api_unavailable("deleting a forged approval", e)),
+            }
+        }
         let state = existing.spec.state_at(now.timestamp());
         if state == ApprovalState::Expired {
             // The next call asks anew: this one is gone (only this object: uid precondition).
-            let dp = DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: existing.metadata.uid.clone(),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
-            };
-            if let Err(e) = approvals.delete(&id, &dp).await {
+            if let Err(e) = approvals.delete(&id, &only(&existing)).await {
                 tracing::warn!(approval = %id, error = %e, "approvals: deleting an expired approval failed");
             }
             tracing::info!(target: "hooks.approval", approval = %id, namespace = %req.hook_namespace, "hooks.approval: expired");
