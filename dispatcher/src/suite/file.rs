@@ -108,6 +108,8 @@ pub struct Expectation {
     pub reason: Option<Option<Regex>>,
     /// The rewritten `tool_input`, equal as JSON.
     pub updated_input: Option<Option<Value>>,
+    /// The rewritten `tool_output` (`post_tool_use`), equal as JSON.
+    pub updated_tool_output: Option<Option<Value>>,
     /// A regex the decision's `additionalContext` must match (unanchored).
     pub additional_context: Option<Option<Regex>>,
 }
@@ -164,6 +166,8 @@ struct ExpectDoc {
     #[serde(default, deserialize_with = "nullable")]
     updated_input: Option<Option<Value>>,
     #[serde(default, deserialize_with = "nullable")]
+    updated_tool_output: Option<Option<Value>>,
+    #[serde(default, deserialize_with = "nullable")]
     additional_context: Option<Option<String>>,
 }
 
@@ -186,6 +190,8 @@ struct StubDoc {
     additional_context: Option<String>,
     #[serde(default)]
     updated_input: Option<Value>,
+    #[serde(default)]
+    updated_tool_output: Option<Value>,
     #[serde(default)]
     error: Option<String>,
     #[serde(default)]
@@ -398,6 +404,7 @@ fn expectation(
         deciding_hook: e.deciding_hook,
         reason: regex("reason", e.reason)?,
         updated_input: e.updated_input,
+        updated_tool_output: e.updated_tool_output,
         additional_context: regex("additionalContext", e.additional_context)?,
     })
 }
@@ -451,7 +458,7 @@ fn stubs(
                     error_kind: None,
                     additional_context: s.additional_context.clone(),
                     updated_input: s.updated_input.clone(),
-                    updated_tool_output: None,
+                    updated_tool_output: s.updated_tool_output.clone(),
                     metadata: HandlerMetadata::default(),
                 }
             }
@@ -463,10 +470,14 @@ fn stubs(
                         format!("{word:?} is not an error kind: one of {}", words.join(", ")),
                     ));
                 };
-                if s.additional_context.is_some() || s.updated_input.is_some() {
+                if s.additional_context.is_some()
+                    || s.updated_input.is_some()
+                    || s.updated_tool_output.is_some()
+                {
                     return Err(ferr(
                         &at,
-                        "an error stub has no additionalContext or updatedInput".into(),
+                        "an error stub has no additionalContext, updatedInput or updatedToolOutput"
+                            .into(),
                     ));
                 }
                 HandlerResult::error(
@@ -477,11 +488,14 @@ fn stubs(
                 )
             }
             (None, None, true) => {
-                if s.reason.is_some() || s.additional_context.is_some() || s.updated_input.is_some()
+                if s.reason.is_some()
+                    || s.additional_context.is_some()
+                    || s.updated_input.is_some()
+                    || s.updated_tool_output.is_some()
                 {
                     return Err(ferr(
                         &at,
-                        "a timeout stub has no reason, additionalContext or updatedInput".into(),
+                        "a timeout stub has no reason, additionalContext, updatedInput or updatedToolOutput".into(),
                     ));
                 }
                 HandlerResult::timeout(hook.compiled.timeout_ms)

@@ -38,8 +38,9 @@ pub struct CaseResult {
 /// Decides `case` of `suite` as `POST /v1/dispatch` would, with `engine` (made for the
 /// suite: its seal key, edition, budgets): the hooks the event selects run through
 /// [`decide_with`] under [`Stubbed`] (stubs answer; `network` lets unstubbed http and
-/// prompt hooks run for real). A non-blocking event is answered `allow`, as dispatch
-/// answers it (its hooks still run, so their stubs and errors show); an `ask` is answered
+/// prompt hooks run for real). An event nothing waits for (non-blocking, and no
+/// `blocking: true` hook selects it) is answered `allow`, as dispatch answers it (its hooks
+/// still run, so their stubs and errors show); an `ask` is answered
 /// `block` unless the event has `accept: [ask]` ([`Decision::for_caller`]).
 pub async fn run_case(engine: &Engine, suite: &Suite, case: &Case, network: bool) -> CaseResult {
     let observer = Stubbed::new(case.stubs.clone(), network);
@@ -47,7 +48,9 @@ pub async fn run_case(engine: &Engine, suite: &Suite, case: &Case, network: bool
     let mut decision =
         decide_with(engine, &observer, &suite.loaded.hooks, case.event.clone()).await;
     let elapsed = started.elapsed();
-    if !case.event.event.is_blocking() {
+    // As dispatch: an event nothing waits for (a non-blocking event without a
+    // `blocking: true` hook selecting it) is answered allow.
+    if !crate::chain::waits_for(&suite.loaded.hooks, &case.event) {
         decision.decision = Verdict::Allow;
         decision.reason = None;
         decision.deciding_hook = None;
@@ -110,14 +113,23 @@ pub fn differences(expect: &Expectation, got: &Decision, refused_ask: bool) -> V
         &expect.additional_context,
         got.additional_context.as_deref(),
     );
-    if let Some(want) = &expect.updated_input
-        && want.as_ref() != got.updated_input.as_ref()
-    {
-        out.push(format!(
-            "updatedInput: expected {}, got {}",
-            json_or_none(want.as_ref()),
-            json_or_none(got.updated_input.as_ref())
-        ));
+    for (field, want, got) in [
+        ("updatedInput", &expect.updated_input, &got.updated_input),
+        (
+            "updatedToolOutput",
+            &expect.updated_tool_output,
+            &got.updated_tool_output,
+        ),
+    ] {
+        if let Some(want) = want
+            && want.as_ref() != got.as_ref()
+        {
+            out.push(format!(
+                "{field}: expected {}, got {}",
+                json_or_none(want.as_ref()),
+                json_or_none(got.as_ref())
+            ));
+        }
     }
     out
 }

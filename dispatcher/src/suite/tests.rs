@@ -139,7 +139,7 @@ fn bad_files_name_the_field_and_the_rule() {
             &format!(
                 "cases:\n- name: a\n  event: {WRITE}\n  stubs: [{{hook: tenant-acme/policy, error: transport, updatedInput: {{}}}}]\n  expect: {{decision: allow}}\n"
             ),
-            "cases[0].stubs[0]: an error stub has no additionalContext or updatedInput",
+            "cases[0].stubs[0]: an error stub has no additionalContext, updatedInput or updatedToolOutput",
         ),
         (
             "cases:\n- name: a\n  eventFile: nope.json\n  expect: {decision: allow}\n",
@@ -332,6 +332,7 @@ fn expectation(decision: Verdict) -> Expectation {
         deciding_hook: None,
         reason: None,
         updated_input: None,
+        updated_tool_output: None,
         additional_context: None,
     }
 }
@@ -352,6 +353,7 @@ fn differences_name_each_field_that_differs() {
         deciding_hook: Some(Some("a/c".into())),
         reason: Some(Some(Regex::new("^asks").unwrap())),
         updated_input: Some(Some(json!({"cmd": "ls"}))),
+        updated_tool_output: Some(Some(json!({"stdout": "[redacted]"}))),
         additional_context: Some(None),
     };
     assert_eq!(
@@ -362,6 +364,7 @@ fn differences_name_each_field_that_differs() {
             "reason: \"blocked by a/b\" does not match /^asks/",
             "additionalContext: expected none, got \"ctx\"",
             "updatedInput: expected {\"cmd\":\"ls\"}, got none",
+            "updatedToolOutput: expected {\"stdout\":\"[redacted]\"}, got none",
         ]
     );
     let want = Expectation {
@@ -518,4 +521,73 @@ fn xml_escaping_keeps_markup_out_and_every_character_in() {
     // Nothing but entities and character references follows an ampersand.
     let escaped = report::escape("&&amp;<![CDATA[]]>", true);
     assert_eq!(escaped, "&amp;&amp;amp;&lt;![CDATA[]]&gt;");
+}
+
+/// `blocking: true` hooks on `post_tool_use` and `stop` decide a case as they decide
+/// dispatch (they were answered allow, as non-blocking events, whatever they said), and a
+/// stub's `updatedToolOutput` is checked against `expect.updatedToolOutput`.
+#[tokio::test]
+async fn blocking_output_and_stop_hooks_decide_cases() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "hooks/blocking.yaml",
+        "apiVersion: agenthooks.io/v1alpha1
+kind: AgentHook
+metadata: {name: redact, namespace: agenthooks-system}
+spec:
+  event: post_tool_use
+  scope: global
+  blocking: true
+  matcher: ^Bash$
+  handler: {type: http, http: {url: 'https://redact.invalid/hook'}}
+---
+apiVersion: agenthooks.io/v1alpha1
+kind: AgentHook
+metadata: {name: tests-first, namespace: agenthooks-system}
+spec:
+  event: stop
+  scope: global
+  blocking: true
+  handler: {type: http, http: {url: 'https://stop.invalid/hook'}}
+",
+    );
+    let p = write(
+        dir.path(),
+        "b_test.yaml",
+        "apiVersion: agenthooks.io/v1alpha1
+kind: AgentHookTest
+hooks: [hooks]
+cases:
+- name: redacted
+  event: {event: post_tool_use, tenant_id: acme, tool_name: Bash, tool_input: {command: env}, tool_output: {stdout: K=1}}
+  stubs: [{hook: agenthooks-system/redact, decision: allow, updatedToolOutput: {stdout: '[r]'}}]
+  expect: {decision: allow, updatedToolOutput: {stdout: '[r]'}}
+- name: withheld
+  event: {event: post_tool_use, tenant_id: acme, tool_name: Bash, tool_input: {command: env}, tool_output: {stdout: K=1}}
+  stubs: [{hook: agenthooks-system/redact, decision: block, reason: secret}]
+  expect: {decision: block, reason: ^secret$, decidingHook: agenthooks-system/redact}
+- name: keep working
+  event: {event: stop, tenant_id: acme, session_id: s1}
+  stubs: [{hook: agenthooks-system/tests-first, decision: block, reason: run the tests}]
+  expect: {decision: block, reason: ^run the tests$}
+- name: a wrong expectation fails
+  event: {event: stop, tenant_id: acme, session_id: s1}
+  stubs: [{hook: agenthooks-system/tests-first, decision: block}]
+  expect: {decision: allow}
+",
+    );
+    let suite = load(&p, "agenthooks-system", Edition::Lite).unwrap();
+    let engine = engine(&suite);
+    let mut got = Vec::new();
+    for case in &suite.cases {
+        got.push(run_case(&engine, &suite, case, false).await);
+    }
+    for r in &got[..3] {
+        assert_eq!(r.outcome, CaseOutcome::Pass, "{}: {:?}", r.name, r.got);
+    }
+    assert_eq!(
+        got[3].outcome,
+        CaseOutcome::Fail(vec!["decision: expected allow, got block".into()])
+    );
 }
