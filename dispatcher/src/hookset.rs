@@ -227,6 +227,16 @@ pub enum Slot {
 }
 
 impl LoadedHook {
+    /// Whether an `ask` of this hook becomes an approval a person answers: it has
+    /// `spec.approval`, and its ask can decide (the event waits for it and it enforces).
+    /// A `warn` or `dryrun` hook's ask is only reported, and asks nobody.
+    pub fn asks_a_person(&self) -> bool {
+        self.spec.approval.is_some()
+            && self.compiled.waits
+            && self.compiled.enforcement_action
+                == agenthooks_crds::agenthook::EnforcementAction::Enforce
+    }
+
     /// The slot of this hook in a set.
     pub fn slot(&self) -> Slot {
         Slot::Listed {

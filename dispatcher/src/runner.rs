@@ -281,7 +281,7 @@ pub async fn run_matched<O: RunObserver>(
     // An `ask` of a hook with `spec.approval` becomes (or finds) an approval: the run is
     // what it stands at (issue 16 point 2; `crate::approvals`). Asking counts within the
     // hook's slot, so the chain budget holds: no answer by its end is unavailable.
-    let result = if result.outcome == Outcome::Ask && hook.spec.approval.is_some() {
+    let result = if result.outcome == Outcome::Ask && hook.asks_a_person() {
         let left = timeout.saturating_sub(started.elapsed());
         // Boxed: a rare path that would otherwise grow every decision's future.
         Box::pin(approval_within(

@@ -930,3 +930,28 @@ async fn an_approval_is_asked_within_the_hooks_timeout() {
     assert!(took < Duration::from_secs(2), "took {took:?}");
     drop(silent);
 }
+
+/// A `warn` or `dryrun` hook with `spec.approval` that answers ask asks nobody: a warn
+/// hook's ask is a warning ("would ask"), a dryrun hook's changes nothing, and neither
+/// reaches the operator (here there is none, which would refuse the call as unavailable).
+#[tokio::test]
+async fn a_warn_or_dryrun_hooks_ask_asks_no_person() {
+    for (action, context) in [
+        (
+            "warn",
+            Some("warning: tenant-acme/asks would ask: a person decides"),
+        ),
+        ("dryrun", None),
+    ] {
+        let s = set(vec![cmd(
+            "tenant-acme",
+            "asks",
+            10,
+            ASK,
+            &format!("enforcementAction: {action}\napproval: {{ttlSeconds: 60}}"),
+        )]);
+        let d = decide_in_place(&engine(), &s, event(json!({}))).await;
+        assert_eq!(d.decision, Verdict::Allow, "{action}: {d:?}");
+        assert_eq!(d.additional_context.as_deref(), context, "{action}");
+    }
+}

@@ -192,7 +192,8 @@ impl Step {
 /// event does not wait for (a non-blocking event's hook without `blocking: true`).
 ///
 /// `updatedToolOutput` (`post_tool_use`) follows `updatedInput`'s rules: taken only from
-/// the master namespace, within the caps, never from a `warn` hook; and it keeps the shape
+/// the master namespace (another's withholds the output), within the caps, never from a
+/// `warn` hook; and it keeps the shape
 /// of `tool_output` ([`super::output_shape`]). A `tool_output` over the caps reaches no
 /// hook ([`Event::tool_output_unread`]): an enforcing hook that waits for the event
 /// withholds it, whatever it answered.
@@ -287,7 +288,17 @@ pub fn step(rule: &HookRule<'_>, ran: Ran<'_>, event: &Event) -> Step {
     let (output_rewrite, output_denied) = match ran.updated_tool_output {
         None => (None, false),
         Some(_) if warn || event.event != agenthooks_crds::HookEvent::PostToolUse => (None, false),
-        Some(_) if !rule.master => (None, true),
+        // Only the master namespace rewrites; a tenant's hook that wanted the output
+        // changed has said it must not be shown as it is: withheld (a block it may give).
+        Some(_) if !rule.master => {
+            return Step::Block {
+                reason: format!(
+                    "updatedToolOutput refused: only a hook in the master namespace may rewrite a tool's output, and {} wanted it changed: withheld",
+                    rule.key
+                ),
+                budget_spent: false,
+            };
+        }
         Some(new_output) => {
             // In another shape the runtime would drop it and show the original.
             if let Err(e) = super::output_shape::check(event.tool_output.as_ref(), &new_output) {

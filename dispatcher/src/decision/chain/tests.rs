@@ -584,7 +584,16 @@ fn tool_output_rewrites_and_hooks_not_waited_for() {
         rewrite(MASTER, redacted.clone()),
         out(Some(redacted.clone()), false)
     );
-    assert_eq!(rewrite(TENANT, redacted.clone()), out(None, true));
+    assert_eq!(
+        rewrite(TENANT, redacted.clone()),
+        Step::Block {
+            reason: format!(
+                "updatedToolOutput refused: only a hook in the master namespace may rewrite a tool's output, and {} wanted it changed: withheld",
+                TENANT.key
+            ),
+            budget_spent: false,
+        }
+    );
     assert_eq!(
         rewrite(
             rule(EnforcementAction::Warn, OnError::Block),
