@@ -219,8 +219,10 @@ fn interpret(
 /// "block"` (block; reason `reason`, else stderr), or `"decision": "ask"` (a person should
 /// decide). Any other `decision` is an error (`bad_decision`), as for an http hook.
 fn on_success(stdout: &[u8], stderr: &str) -> HandlerResult {
-    let Ok(Value::Object(obj)) = serde_json::from_slice::<Value>(stdout) else {
-        return HandlerResult::allow();
+    let obj = match super::answer_object(stdout) {
+        Ok(Some(obj)) => obj,
+        Ok(None) => return HandlerResult::allow(),
+        Err(broken) => return broken,
     };
     let text = |k: &str| {
         obj.get(k)
@@ -286,8 +288,10 @@ fn on_success(stdout: &[u8], stderr: &str) -> HandlerResult {
 /// `updatedInput`; a value Claude Code would refuse (`decision: "allow"`) is an error, as
 /// there. Plain-text stdout allows.
 pub fn claude_code_output(stdout: &[u8], stderr: &str) -> HandlerResult {
-    let Ok(Value::Object(obj)) = serde_json::from_slice::<Value>(stdout) else {
-        return HandlerResult::allow();
+    let obj = match super::answer_object(stdout) {
+        Ok(Some(obj)) => obj,
+        Ok(None) => return HandlerResult::allow(),
+        Err(broken) => return broken,
     };
     let text = |v: Option<&Value>| {
         v.and_then(Value::as_str)
@@ -634,12 +638,17 @@ mod tests {
             r#"echo '{"continue": "false"}'"#,
             "echo 'just text'",
             "echo '[false]'",
-            "echo '{\"continue\": fals'",
         ] {
             let r = run_cmd(out).await;
             assert_eq!(r.outcome, Outcome::Allow, "{out}");
             assert_eq!(r.reason, None, "{out}");
         }
+        // Cut short, it is a broken answer, not plain text.
+        let r = run_cmd("echo '{\"continue\": fals'").await;
+        assert_eq!(
+            (r.outcome, r.error_kind),
+            (Outcome::Error, Some(ErrorKind::BadDecision))
+        );
     }
 
     #[tokio::test]

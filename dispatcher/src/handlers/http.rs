@@ -102,7 +102,8 @@ impl HttpCaller {
     /// * SSRF refusal (URL rule, or any resolved address denied) → `Error` kind
     ///   `ssrf_blocked`, logged on target `security.hook.ssrf_block`; nothing is sent.
     /// * 2xx: body read up to 1 MiB (more → `Error` kind `response_too_large`). Empty or
-    ///   non-JSON or non-object body → `Allow`. Object: `decision` `"block"` → `Block`
+    ///   non-JSON or non-object body → `Allow`; one that starts as a JSON object and does
+    ///   not parse → `Error` kind `bad_decision` ([`super::answer_object`]). Object: `decision` `"block"` → `Block`
     ///   (reason from a `reason` string), `"allow"` → `Allow`, any other value → `Error`
     ///   kind `bad_decision`; no `decision` and `"continue": false` → `Block`.
     ///   `additionalContext` (string) and `updatedInput` (non-null JSON) are carried.
@@ -337,8 +338,10 @@ pub(crate) async fn read_body(mut resp: reqwest::Response) -> Result<Vec<u8>, Bo
 
 /// A 2xx body to an outcome (CONTRACT §5 http.4).
 fn interpret_body(body: &[u8]) -> HandlerResult {
-    let Ok(Value::Object(obj)) = serde_json::from_slice::<Value>(body) else {
-        return HandlerResult::allow();
+    let obj = match super::answer_object(body) {
+        Ok(Some(obj)) => obj,
+        Ok(None) => return HandlerResult::allow(),
+        Err(broken) => return broken,
     };
     let reason = || {
         ["reason", "stopReason"]

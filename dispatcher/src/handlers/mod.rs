@@ -15,3 +15,51 @@ pub mod ssrf;
 pub use crate::decision::outcome::{
     ErrorKind, HandlerMetadata, HandlerResult, MAX_OUTPUT_BYTES, MAX_REASON_BYTES, Outcome, cut,
 };
+
+/// A hook's answer (an http hook's 2xx body, a command hook's stdout) as the JSON object
+/// it holds: `Ok(None)` for an answer that is no JSON object — empty, plain text, or
+/// other JSON (CONTRACT §5: it allows) — and an error (`bad_decision`) for one that starts
+/// as an object and does not parse: a cut or malformed answer is a failed one, which a
+/// blocking event must not take as silence (`{"decision": "block", "reason": "no` was an
+/// allow).
+pub fn answer_object(
+    answer: &[u8],
+) -> Result<Option<serde_json::Map<String, serde_json::Value>>, HandlerResult> {
+    let starts_as_object = answer
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|b| *b == b'{');
+    match serde_json::from_slice::<serde_json::Value>(answer) {
+        Ok(serde_json::Value::Object(obj)) => Ok(Some(obj)),
+        Err(e) if starts_as_object => Err(HandlerResult::error(
+            ErrorKind::BadDecision,
+            format!("the answer starts as a JSON object and is not one: {e}"),
+        )),
+        _ => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod answer_tests {
+    use super::*;
+
+    #[test]
+    fn a_broken_object_is_an_error_and_anything_else_not_an_object_is_none() {
+        assert!(
+            answer_object(br#" {"decision": "block"} "#)
+                .unwrap()
+                .is_some()
+        );
+        for silent in [&b""[..], b"OK", b"null", b"[]", b"\"block\"", b"  \n"] {
+            assert_eq!(answer_object(silent).unwrap(), None, "{silent:?}");
+        }
+        for broken in [&br#"{"decision":"block","reason":"no"#[..], b"{", b" {x}"] {
+            let e = answer_object(broken).unwrap_err();
+            assert_eq!(
+                (e.outcome, e.error_kind),
+                (Outcome::Error, Some(ErrorKind::BadDecision)),
+                "{broken:?}"
+            );
+        }
+    }
+}
