@@ -2,14 +2,15 @@
 //! a tool result only with a value its output schema accepts (sdk-tools.d.ts: Bash's
 //! `{stdout, stderr, interrupted, …}`, Read's `{type, file: {content, …}}`, an MCP tool's
 //! string, content blocks or object) and shows the *original* otherwise. So a withheld
-//! output keeps the original's shape: what carries the tool's words is emptied, the
-//! withholding text goes in the first text slot, and the rest (kinds, flags, numbers,
-//! short tags such as `type`) stays as the tool gave it.
+//! output keeps the original's shape: every string is emptied but a tag, every array
+//! emptied, the withholding text goes in the first text slot, and flags and numbers stay.
 //!
-//! Emptied: the values of [`CONTENT_KEYS`] (strings to `""`, arrays to `[]`, objects
-//! emptied the same way) and every array elsewhere. A shape with no text slot (a bare
-//! number, an object without one) has no [`Withholding`]: the caller refuses to go on
-//! instead.
+//! A tag is what an enum field holds (`text`, `files_with_matches`, `image/png`,
+//! `completed`): a lowercase word of letters, `_`, `-` or `/`, at most 32 bytes, no digit
+//! and not under one of [`CONTENT_KEYS`]; kept, so the schema's enums still match. Anything
+//! else — paths (a saved copy's `persistedOutputPath`), tokens, text — is emptied. A shape
+//! with no text slot (a bare number, an object without one) has no [`Withholding`]: the
+//! caller refuses to go on instead.
 
 use serde_json::{Map, Value};
 
@@ -69,12 +70,20 @@ fn emptied(o: &Map<String, Value>) -> Map<String, Value> {
             let v = match v {
                 Value::Array(_) => Value::Array(Vec::new()),
                 Value::Object(inner) => Value::Object(emptied(inner)),
-                Value::String(_) if content => Value::String(String::new()),
+                Value::String(s) if content || !is_tag(s) => Value::String(String::new()),
                 other => other.clone(),
             };
             (k.clone(), v)
         })
         .collect()
+}
+
+/// An enum's value, kept (module docs).
+fn is_tag(s: &str) -> bool {
+    s.len() <= 32
+        && s.starts_with(|c: char| c.is_ascii_lowercase())
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || matches!(c, '_' | '-' | '/'))
 }
 
 /// The pointer of the text slot: breadth first, [`TEXT_SLOTS`] in order on each level.
@@ -114,12 +123,14 @@ mod tests {
     fn bash_keeps_its_shape_with_the_text_in_stdout() {
         let bash = json!({"stdout": "AWS_SECRET=abc", "stderr": "warn: abc", "interrupted": false,
                           "isImage": false, "structuredContent": ["abc"],
-                          "returnCodeInterpretation": "ok"});
+                          "returnCodeInterpretation": "ok",
+                          "persistedOutputPath": "/home/u/.claude/projects/p/tool-results/t1.txt"});
         let w = Withholding::of(Some(&bash)).unwrap();
         assert_eq!(
             w.with_text(TEXT),
             json!({"stdout": TEXT, "stderr": "", "interrupted": false, "isImage": false,
-                   "structuredContent": [], "returnCodeInterpretation": "ok"})
+                   "structuredContent": [], "returnCodeInterpretation": "ok",
+                   "persistedOutputPath": ""})
         );
     }
 
@@ -130,8 +141,16 @@ mod tests {
         let w = Withholding::of(Some(&read)).unwrap();
         assert_eq!(
             w.with_text(TEXT),
-            json!({"type": "text", "file": {"filePath": "/repo/.env", "content": TEXT,
+            json!({"type": "text", "file": {"filePath": "", "content": TEXT,
                    "numLines": 1, "startLine": 1, "totalLines": 1}})
+        );
+        // Fields that are no text slot lose what is not a tag: tokens, nested secrets.
+        let mcp = json!({"text": "hello", "token": "sk-live-XYZ", "meta": {"auth": "sk-live-2",
+                         "kind": "bearer"}, "mime": "image/png"});
+        assert_eq!(
+            Withholding::of(Some(&mcp)).unwrap().with_text(TEXT),
+            json!({"text": TEXT, "token": "", "meta": {"auth": "", "kind": "bearer"},
+                   "mime": "image/png"})
         );
         // Grep: the mode stays, the matches go.
         let grep =
