@@ -67,9 +67,11 @@ impl ApprovalPolicy {
     printcolumn(name = "Tool", type_ = "string", json_path = ".spec.request.toolName"),
     printcolumn(name = "Decision", type_ = "string", json_path = ".spec.decision"),
     printcolumn(name = "By", type_ = "string", json_path = ".spec.decidedBy"),
+    // A timestamp, not a `date` column: kubectl shows a `date` as the time since, which
+    // for a future expiry is `<invalid>` and for a past one reads like a countdown.
     printcolumn(
         name = "Expires",
-        type_ = "date",
+        type_ = "string",
         json_path = ".spec.request.expiresAt"
     ),
     printcolumn(
