@@ -404,7 +404,7 @@ impl RuntimeRun {
                         "headers": {"Authorization": "Bearer $AGENTHOOKS_TOKEN"},
                         "allowedEnvVars": ["AGENTHOOKS_TOKEN"],
                         "onFailure": "block",
-                        "timeout": 10,
+                        "timeout": 15,
                     }),
                     _ => json!({"type": "command", "command": self.hook_command(), "timeout": 30}),
                 };

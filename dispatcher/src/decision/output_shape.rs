@@ -8,8 +8,10 @@
 //!
 //! The rule, over JSON kinds (null, boolean, number, string, array, object): the rewrite
 //! has the original's kind; an object keeps every key whose original value is not null,
-//! each under the same rule (added keys are allowed, as optional fields are); an array or a
-//! scalar is free within its kind. No original (the runtime sent none) leaves any value.
+//! each under the same rule (added keys are allowed, as optional fields are); each element
+//! of an array keeps the shape of one of the original's elements (of the first
+//! [`ELEMENT_SHAPES`] distinct ones; an empty original takes any); a scalar is free within
+//! its kind. No original (the runtime sent none) leaves any value.
 
 use serde_json::Value;
 
@@ -53,12 +55,70 @@ fn at(path: String, original: &Value, rewrite: Option<&Value>) -> Result<(), Sha
             found: kind(rewrite),
         });
     }
-    if let (Value::Object(o), Value::Object(r)) = (original, rewrite) {
-        for (key, value) in o.iter().filter(|(_, v)| !v.is_null()) {
-            at(format!("{path}.{key}"), value, r.get(key))?;
+    match (original, rewrite) {
+        (Value::Object(o), Value::Object(r)) => {
+            for (key, value) in o.iter().filter(|(_, v)| !v.is_null()) {
+                at(format!("{path}.{key}"), value, r.get(key))?;
+            }
         }
+        (Value::Array(o), Value::Array(r)) if !o.is_empty() => {
+            let shapes = element_shapes(o);
+            for (i, element) in r.iter().enumerate() {
+                let here = format!("{path}[{i}]");
+                let mut first_error = None;
+                for shape in &shapes {
+                    match at(here.clone(), shape, Some(element)) {
+                        Ok(()) => {
+                            first_error = None;
+                            break;
+                        }
+                        Err(e) => {
+                            first_error.get_or_insert(e);
+                        }
+                    }
+                }
+                if let Some(e) = first_error {
+                    return Err(e);
+                }
+            }
+        }
+        _ => {}
     }
     Ok(())
+}
+
+/// How many distinct element shapes of an original array a rewrite's elements are
+/// checked against (a bound on the work an agent's output can cause).
+pub const ELEMENT_SHAPES: usize = 8;
+
+/// The first [`ELEMENT_SHAPES`] elements of `elements` that differ in kind or, for
+/// objects, in their set of non-null keys.
+fn element_shapes(elements: &[Value]) -> Vec<&Value> {
+    fn key(v: &Value) -> (&'static str, Vec<&str>) {
+        let keys = v
+            .as_object()
+            .map(|o| {
+                o.iter()
+                    .filter(|(_, v)| !v.is_null())
+                    .map(|(k, _)| k.as_str())
+                    .collect()
+            })
+            .unwrap_or_default();
+        (kind(v), keys)
+    }
+    let mut seen = Vec::new();
+    let mut shapes = Vec::new();
+    for e in elements {
+        let k = key(e);
+        if !seen.contains(&k) {
+            seen.push(k);
+            shapes.push(e);
+            if shapes.len() == ELEMENT_SHAPES {
+                break;
+            }
+        }
+    }
+    shapes
 }
 
 /// A JSON value's kind, as the error names it.
@@ -93,7 +153,7 @@ mod tests {
                           "backgroundTaskId": 7, "note": "x"});
         assert_eq!(check(Some(&bash()), &more), Ok(()));
         assert_eq!(check(Some(&json!("text")), &json!("other text")), Ok(()));
-        assert_eq!(check(Some(&json!([1, 2])), &json!(["a"])), Ok(()));
+        assert_eq!(check(Some(&json!([1, 2])), &json!([3])), Ok(()));
         assert_eq!(check(None, &json!(42)), Ok(()));
     }
 
@@ -112,6 +172,28 @@ mod tests {
             err.to_string(),
             "$ must stay an object like the tool's output, not a string"
         );
+    }
+
+    #[test]
+    fn each_array_element_keeps_the_shape_of_an_original_one() {
+        let blocks = json!([{"type": "text", "text": "sk-live"},
+                            {"type": "image", "data": "…", "mimeType": "image/png"}]);
+        let ok = json!([{"type": "text", "text": "[redacted]"},
+                        {"type": "image", "data": "", "mimeType": "image/png"}]);
+        assert_eq!(check(Some(&blocks), &ok), Ok(()));
+        assert_eq!(check(Some(&blocks), &json!([])), Ok(()));
+        assert_eq!(
+            check(Some(&blocks), &json!([1])).unwrap_err().to_string(),
+            "$[0] must stay an object like the tool's output, not a number"
+        );
+        assert_eq!(
+            check(Some(&blocks), &json!([{"type": "text"}]))
+                .unwrap_err()
+                .path,
+            "$[0].text"
+        );
+        // An empty original array takes any elements.
+        assert_eq!(check(Some(&json!([])), &json!([1, "a"])), Ok(()));
     }
 
     #[test]

@@ -272,10 +272,7 @@ fn on_success(stdout: &[u8], stderr: &str) -> HandlerResult {
         .and_then(Value::as_str)
         .map(str::to_owned);
     result.updated_input = obj.get("updatedInput").filter(|v| !v.is_null()).cloned();
-    result.updated_tool_output = obj
-        .get("updatedToolOutput")
-        .filter(|v| !v.is_null())
-        .cloned();
+    result.updated_tool_output = super::output_rewrite(&obj);
     result
 }
 

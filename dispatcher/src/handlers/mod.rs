@@ -39,6 +39,17 @@ pub fn answer_object(
     }
 }
 
+/// A hook answer's output rewrite: `updatedToolOutput`, else Claude Code's older
+/// `updatedMCPToolOutput` (read too, as docs/decisions.md says); `null` is none.
+pub fn output_rewrite(
+    obj: &serde_json::Map<String, serde_json::Value>,
+) -> Option<serde_json::Value> {
+    ["updatedToolOutput", "updatedMCPToolOutput"]
+        .iter()
+        .find_map(|k| obj.get(*k).filter(|v| !v.is_null()))
+        .cloned()
+}
+
 #[cfg(test)]
 mod answer_tests {
     use super::*;
@@ -53,6 +64,21 @@ mod answer_tests {
         for silent in [&b""[..], b"OK", b"null", b"[]", b"\"block\"", b"  \n"] {
             assert_eq!(answer_object(silent).unwrap(), None, "{silent:?}");
         }
+        let obj = |v: serde_json::Value| v.as_object().unwrap().clone();
+        assert_eq!(
+            output_rewrite(&obj(serde_json::json!({"updatedMCPToolOutput": "r"}))),
+            Some(serde_json::json!("r"))
+        );
+        assert_eq!(
+            output_rewrite(&obj(
+                serde_json::json!({"updatedToolOutput": "a", "updatedMCPToolOutput": "b"})
+            )),
+            Some(serde_json::json!("a"))
+        );
+        assert_eq!(
+            output_rewrite(&obj(serde_json::json!({"updatedToolOutput": null}))),
+            None
+        );
         for broken in [&br#"{"decision":"block","reason":"no"#[..], b"{", b" {x}"] {
             let e = answer_object(broken).unwrap_err();
             assert_eq!(
