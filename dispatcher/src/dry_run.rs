@@ -65,7 +65,8 @@ pub struct DryRunReport {
     pub decision: Option<Outcome>,
     /// What the chain would answer if this were the only hook (CONTRACT §4): `block`
     /// for a block, an error, a blocking timeout (`onTimeout`), an over-cap rewrite or a
-    /// depth over 3; always `allow` on a non-blocking event (CONTRACT §1.2).
+    /// depth over 3; always `allow` on a non-blocking event (CONTRACT §1.2) unless the
+    /// hook is `blocking: true` (issue 16), which the event then waits for.
     pub verdict: Verdict,
     /// The hook's reason (a block's or an error's), or the chain's.
     pub reason: Option<String>,
@@ -95,6 +96,9 @@ pub struct DryRunReport {
     /// `updatedInput` the hook proposed (shown even when the chain would drop it).
     #[schemars(with = "Option<serde_json::Map<String, Value>>")]
     pub updated_input: Option<Value>,
+    /// `updatedToolOutput` as the chain would give it (`post_tool_use`; a rewrite the chain
+    /// refuses withholds the output instead: `verdict` `block`).
+    pub updated_tool_output: Option<Value>,
     /// RFC 6902 JSON Patch from the sample's `tool_input` to `updatedInput`.
     #[schemars(with = "Option<Vec<serde_json::Map<String, Value>>>")]
     pub diff: Option<Value>,
@@ -118,7 +122,9 @@ pub async fn dry_run(
     options: DryRunOptions,
 ) -> DryRunReport {
     let spec = &hook.spec;
-    let blocking = event.event.is_blocking();
+    // As dispatch: the event waits for this hook when it is a blocking event's, or a
+    // `blocking: true` hook of an event that may wait (issue 16).
+    let blocking = event.event.is_blocking() || (event.event.may_wait() && hook.compiled.waits);
     let event_matched = spec.event == event.event;
     let scope_matched = hook.admits(&event.tenant_id, &event.agent_id);
     let matcher_matched = match &hook.compiled.matcher {
@@ -191,6 +197,7 @@ pub async fn dry_run(
         status_code: None,
         additional_context: None,
         updated_input: None,
+        updated_tool_output: None,
         diff: None,
         mutation_denied: false,
         error: None,
@@ -256,6 +263,7 @@ fn fill_result(report: &mut DryRunReport, event: &Event, decision: Decision, blo
         report.error = run.reason.clone();
     }
     report.reason = decision.reason.or(run.reason);
+    report.updated_tool_output = decision.updated_tool_output;
     report.verdict = if blocking {
         decision.decision
     } else {

@@ -529,3 +529,57 @@ async fn tool_facts_and_tool_kinds_select_as_in_dispatch() {
         Some(r#"toolKinds ["shell"] do not include this call's kind "file_read""#)
     );
 }
+
+/// A `blocking: true` post-tool-use or stop hook is waited for, so its dry run answers as
+/// dispatch does: a refused rewrite or a block is `block`, a redaction shows the output
+/// the chain would give (they were all `allow`, with no output shown).
+#[tokio::test]
+async fn blocking_output_and_stop_hooks_answer_as_dispatch() {
+    let e = engine(Edition::Lite);
+    let post = |command: &str| {
+        build(
+            &manifest(
+                MASTER,
+                command,
+                json!({"event": "post_tool_use", "scope": "global", "blocking": true}),
+            ),
+            Edition::Lite,
+        )
+        .unwrap()
+    };
+    let output = event(json!({"event": "post_tool_use", "tool_output": {"stdout": "K=1"}}));
+    let redact = post(r#"echo '{"updatedToolOutput": {"stdout": "[r]"}}'"#);
+    let r = dry_run(&e, &redact, &output, DryRunOptions::default()).await;
+    assert_eq!(r.verdict, Verdict::Allow, "{r:?}");
+    assert_eq!(r.updated_tool_output, Some(json!({"stdout": "[r]"})));
+    let wrong_shape = post(r#"echo '{"updatedToolOutput": "[r]"}'"#);
+    let r = dry_run(&e, &wrong_shape, &output, DryRunOptions::default()).await;
+    assert_eq!(r.verdict, Verdict::Block, "{r:?}");
+    assert_eq!(
+        r.reason.as_deref(),
+        Some(
+            "updatedToolOutput refused: $ must stay an object like the tool's output, not a string"
+        )
+    );
+    let stop = build(
+        &manifest(
+            MASTER,
+            "echo keep going >&2; exit 2",
+            json!({"event": "stop", "scope": "global", "blocking": true}),
+        ),
+        Edition::Lite,
+    )
+    .unwrap();
+    let r = dry_run(
+        &e,
+        &stop,
+        &event(json!({"event": "stop"})),
+        DryRunOptions::default(),
+    )
+    .await;
+    assert_eq!(
+        (r.verdict, r.reason.as_deref()),
+        (Verdict::Block, Some("keep going")),
+        "{r:?}"
+    );
+}

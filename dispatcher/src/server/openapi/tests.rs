@@ -323,7 +323,7 @@ fn responses_require_the_keys_always_written() {
         .collect();
     assert_eq!(
         report.len(),
-        24,
+        25,
         "every key of a dry run report is always present"
     );
     assert_eq!(
