@@ -86,6 +86,9 @@ export KUBECONFIG="$DIR/cp/kubeconfig"
 kubectl apply --server-side -f "$ROOT/config/crd/agenthooks.yaml" >/dev/null
 kubectl wait --for=condition=Established crd/agenthooks.agenthooks.io crd/tenanthookbudgets.agenthooks.io --timeout=60s >/dev/null
 kubectl create namespace agenthooks-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+# Who may answer approvals: the admission policy and the approver ClusterRole
+# (docs/approvals.md), as the chart installs them.
+kubectl apply -k "$ROOT/config/approvals" >/dev/null
 [[ -f "$DIR/seal.key" ]] || head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$DIR/seal.key"
 [[ -f "$DIR/admin.token" ]] || (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$DIR/admin.token")
 mkdir -p "$DIR/logs"
