@@ -64,6 +64,7 @@ pub const DEFAULT_MAX_INVOCATIONS_PER_TURN: u32 = 5;
 #[x_kube(validation = Rule::new("self.scope != 'agent' || size(self.agentIds) > 0").message("spec.agentIds: scope agent needs at least one agent id").field_path(".agentIds"))]
 #[x_kube(validation = Rule::new("self.scope == 'agent' || size(self.agentIds) == 0").message("spec.agentIds: only scope agent takes agent ids").field_path(".agentIds"))]
 #[x_kube(validation = Rule::new("self.handler.type != 'prompt' || self.matcher != '' || self.ifExpr != '' || (has(self.toolKinds) && size(self.toolKinds) > 0)").message("spec.matcher/spec.toolKinds/spec.ifExpr: a prompt hook needs a non-empty matcher, toolKinds or ifExpr (runaway-cost guard)").field_path(".matcher"))]
+#[x_kube(validation = Rule::new("!has(self.blocking) || !self.blocking || self.event in ['post_tool_use', 'stop', 'subagent_stop']").message("spec.blocking: only post_tool_use, stop and subagent_stop hooks take blocking: true (the others always wait or never can)").field_path(".blocking"))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AgentHookSpec {
     /// The lifecycle event this hook runs at.

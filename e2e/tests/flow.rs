@@ -380,6 +380,11 @@ fn the_api_server_refuses_what_the_schema_can_say() {
             "  event: pre_tool_use\n  toolKinds: [bash]\n  handler: {type: http, http: {url: 'https://a.example'}}\n",
             "toolKinds",
         ),
+        (
+            "blocking-pre",
+            "  event: pre_tool_use\n  blocking: true\n  handler: {type: http, http: {url: 'https://a.example'}}\n",
+            "spec.blocking: only post_tool_use, stop and subagent_stop",
+        ),
     ];
     for (name, body, needle) in cases {
         let out = s.cp.try_apply_yaml(&hook_yaml(&s.tenant_ns, name, body));
