@@ -88,6 +88,13 @@ fn check(req: &ApprovalRequest) -> Result<(), (&'static str, String)> {
     Ok(())
 }
 
+/// A character that makes text display as something else: control characters (but tab
+/// and newline) and the bidirectional embeddings, overrides, isolates and marks.
+fn is_deceptive(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t')
+        || matches!(c, '\u{200E}' | '\u{200F}' | '\u{061C}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
 fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
@@ -120,6 +127,15 @@ async fn post_approval(
     }
     if let Err((field, message)) = check(&req) {
         return refuse(StatusCode::BAD_REQUEST, Some(field), message);
+    }
+    // What a person reads must say what it shows: no bidirectional overrides or control
+    // characters (a reason could otherwise render as another text).
+    if req.reason.chars().any(is_deceptive) {
+        req.reason = req
+            .reason
+            .chars()
+            .map(|c| if is_deceptive(c) { '\u{FFFD}' } else { c })
+            .collect();
     }
     if req.reason.len() > MAX_REASON_LEN {
         let mut cut = MAX_REASON_LEN;
@@ -323,5 +339,15 @@ mod tests {
         assert_eq!(bad(|r| r.tenant = "a\nb".into()), "tenant");
         assert_eq!(bad(|r| r.input_hash = "x".repeat(300)), "inputHash");
         assert_eq!(bad(|r| r.hook_generation = 0), "hookGeneration");
+    }
+
+    #[test]
+    fn deceptive_characters_are_the_bidi_controls_and_control_characters() {
+        for c in ['\u{202E}', '\u{2066}', '\u{200F}', '\u{0007}', '\r'] {
+            assert!(is_deceptive(c), "{c:?}");
+        }
+        for c in ['a', 'é', '\n', '\t', '→', '日'] {
+            assert!(!is_deceptive(c), "{c:?}");
+        }
     }
 }
