@@ -363,30 +363,9 @@ mod tests {
             60
         );
     }
-}
-
-#[cfg(test)]
-mod made_for_tests {
-    use super::*;
-
-    fn req() -> ApprovalRequest {
-        ApprovalRequest {
-            dispatcher: "d1".into(),
-            hook_namespace: "team-a".into(),
-            hook_name: "approve-deploys".into(),
-            hook_uid: "uid-1".into(),
-            hook_generation: 2,
-            tenant: "acme".into(),
-            session_id: "s1".into(),
-            tool_name: "Deploy".into(),
-            input_hash: "ab".repeat(32),
-            reason: "deploys need a person".into(),
-        }
-    }
-
-    /// What the operator stores for `req`, created at 1,000,000 s with a 60 s TTL.
+    /// What the operator stores for [`request`], created at 1,000,000 s with a 60 s TTL.
     fn made() -> HookApprovalSpec {
-        let r = req();
+        let r = request();
         HookApprovalSpec {
             request: ApprovalRequestSpec {
                 hook: "team-a/approve-deploys".into(),
@@ -410,12 +389,12 @@ mod made_for_tests {
 
     #[test]
     fn the_operators_own_approval_is_made_for_its_call() {
-        assert_eq!(made().check_made_for(&req(), 60, CREATED), Ok(()));
+        assert_eq!(made().check_made_for(&request(), 60, CREATED), Ok(()));
         // The reason and the decision are not the call: they may differ.
         let mut decided = made();
         decided.request.reason = "other words".into();
         decided.decision = Some(ApprovalDecision::Approve);
-        assert_eq!(decided.check_made_for(&req(), 60, CREATED), Ok(()));
+        assert_eq!(decided.check_made_for(&request(), 60, CREATED), Ok(()));
     }
 
     #[test]
@@ -423,7 +402,7 @@ mod made_for_tests {
         let differs = |f: fn(&mut ApprovalRequestSpec)| {
             let mut a = made();
             f(&mut a.request);
-            a.check_made_for(&req(), 60, CREATED)
+            a.check_made_for(&request(), 60, CREATED)
         };
         assert_eq!(differs(|r| r.tool_name = "Read".into()), Err("toolName"));
         assert_eq!(differs(|r| r.input_hash = "0".repeat(64)), Err("inputHash"));
@@ -441,9 +420,9 @@ mod made_for_tests {
             Err("expiresAt")
         );
         assert_eq!(
-            made().check_made_for(&req(), 60, CREATED - 61),
+            made().check_made_for(&request(), 60, CREATED - 61),
             Err("expiresAt")
         );
-        assert_eq!(made().check_made_for(&req(), 60, CREATED - 60), Ok(()));
+        assert_eq!(made().check_made_for(&request(), 60, CREATED - 60), Ok(()));
     }
 }

@@ -138,7 +138,6 @@ fn approvals_are_answered_by_rbac_in_ones_own_name_and_expire() {
         replaced["spec"]["request"]["expiresAt"], "2030-01-01T00:00:00Z",
         "{replaced}"
     );
-    let approval = replaced;
 
     let approve = |by: &str| json!({"spec": {"decision": "Approve", "decidedBy": by}});
     // bob has no RBAC on approvals at all.

@@ -222,7 +222,7 @@ fn on_success(stdout: &[u8], stderr: &str) -> HandlerResult {
     let obj = match super::answer_object(stdout) {
         Ok(Some(obj)) => obj,
         Ok(None) => return HandlerResult::allow(),
-        Err(broken) => return broken,
+        Err(broken) => return *broken,
     };
     let text = |k: &str| {
         obj.get(k)
@@ -288,7 +288,7 @@ pub fn claude_code_output(stdout: &[u8], stderr: &str) -> HandlerResult {
     let obj = match super::answer_object(stdout) {
         Ok(Some(obj)) => obj,
         Ok(None) => return HandlerResult::allow(),
-        Err(broken) => return broken,
+        Err(broken) => return *broken,
     };
     let text = |v: Option<&Value>| {
         v.and_then(Value::as_str)

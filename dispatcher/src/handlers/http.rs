@@ -341,7 +341,7 @@ fn interpret_body(body: &[u8]) -> HandlerResult {
     let obj = match super::answer_object(body) {
         Ok(Some(obj)) => obj,
         Ok(None) => return HandlerResult::allow(),
-        Err(broken) => return broken,
+        Err(broken) => return *broken,
     };
     let reason = || {
         ["reason", "stopReason"]

@@ -18,23 +18,23 @@ pub use crate::decision::outcome::{
 
 /// A hook's answer (an http hook's 2xx body, a command hook's stdout) as the JSON object
 /// it holds: `Ok(None)` for an answer that is no JSON object — empty, plain text, or
-/// other JSON (CONTRACT §5: it allows) — and an error (`bad_decision`) for one that starts
-/// as an object and does not parse: a cut or malformed answer is a failed one, which a
-/// blocking event must not take as silence (`{"decision": "block", "reason": "no` was an
-/// allow).
+/// other JSON (CONTRACT §5: it allows) — and the run's error (`bad_decision`) for one that
+/// starts as an object and does not parse: a cut or malformed answer is a failed one,
+/// which a blocking event must not take as silence (`{"decision": "block", "reason": "no`
+/// was an allow).
 pub fn answer_object(
     answer: &[u8],
-) -> Result<Option<serde_json::Map<String, serde_json::Value>>, HandlerResult> {
+) -> Result<Option<serde_json::Map<String, serde_json::Value>>, Box<HandlerResult>> {
     let starts_as_object = answer
         .iter()
         .find(|b| !b.is_ascii_whitespace())
         .is_some_and(|b| *b == b'{');
     match serde_json::from_slice::<serde_json::Value>(answer) {
         Ok(serde_json::Value::Object(obj)) => Ok(Some(obj)),
-        Err(e) if starts_as_object => Err(HandlerResult::error(
+        Err(e) if starts_as_object => Err(Box::new(HandlerResult::error(
             ErrorKind::BadDecision,
             format!("the answer starts as a JSON object and is not one: {e}"),
-        )),
+        ))),
         _ => Ok(None),
     }
 }
