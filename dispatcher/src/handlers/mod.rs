@@ -25,6 +25,8 @@ pub use crate::decision::outcome::{
 pub fn answer_object(
     answer: &[u8],
 ) -> Result<Option<serde_json::Map<String, serde_json::Value>>, Box<HandlerResult>> {
+    // A UTF-8 byte order mark (Windows tools write one) is not part of the answer.
+    let answer = answer.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(answer);
     let starts_as_object = answer
         .iter()
         .find(|b| !b.is_ascii_whitespace())
@@ -58,6 +60,11 @@ mod answer_tests {
     fn a_broken_object_is_an_error_and_anything_else_not_an_object_is_none() {
         assert!(
             answer_object(br#" {"decision": "block"} "#)
+                .unwrap()
+                .is_some()
+        );
+        assert!(
+            answer_object(b"\xEF\xBB\xBF{\"decision\": \"block\"}")
                 .unwrap()
                 .is_some()
         );
