@@ -211,6 +211,13 @@ pub fn approval_id(r: &ApprovalRequest) -> String {
     format!("ap-{hex}")
 }
 
+/// An RFC 3339 time in Unix seconds; 0 when it is not one.
+fn unix_seconds(rfc3339: &str) -> i64 {
+    chrono::DateTime::parse_from_rfc3339(rfc3339)
+        .map(|t| t.timestamp())
+        .unwrap_or(0)
+}
+
 /// How far the operator's clock may be ahead of the API server's when it sets an
 /// approval's expiry ([`HookApprovalSpec::check_made_for`]).
 pub const CLOCK_SLACK_SECONDS: i64 = 60;
@@ -218,9 +225,12 @@ pub const CLOCK_SLACK_SECONDS: i64 = 60;
 impl HookApprovalSpec {
     /// `spec.request.expiresAt` in Unix seconds; 0 (long past) when it is not RFC 3339.
     pub fn expires_unix(&self) -> i64 {
-        chrono::DateTime::parse_from_rfc3339(&self.request.expires_at)
-            .map(|t| t.timestamp())
-            .unwrap_or(0)
+        unix_seconds(&self.request.expires_at)
+    }
+
+    /// `spec.request.requestedAt` in Unix seconds; 0 when it is not RFC 3339.
+    pub fn requested_unix(&self) -> i64 {
+        unix_seconds(&self.request.requested_at)
     }
 
     /// Whether this stored approval is the one the operator makes for `req`: the same

@@ -131,6 +131,13 @@ impl TenantMap {
         out
     }
 
+    /// Every namespace known, sorted.
+    pub fn namespaces(&self) -> Vec<String> {
+        let mut out: Vec<String> = self.by_namespace.keys().cloned().collect();
+        out.sort();
+        out
+    }
+
     /// The tenant of `namespace`: `Ok(None)` for a namespace not known (yet),
     /// [`TenantConflict`] for one that lost its claim.
     pub fn tenant_of(&self, namespace: &str) -> Result<Option<&str>, TenantConflict> {

@@ -444,7 +444,8 @@ impl Filters {
     }
 }
 
-fn bad(field: &str, message: String) -> BadParam {
+/// A [`BadParam`] naming `field`.
+pub(crate) fn bad(field: &str, message: String) -> BadParam {
     BadParam {
         field: field.to_owned(),
         message,

@@ -630,7 +630,7 @@ pub async fn execution(
     let title = format!("Execution {id}");
     // Only the audit trail is read here, authorized by RBAC on the person's name, which
     // outlives a revoked token: the API server is asked whether the token still holds.
-    if let (Some(kube), Principal::Kubernetes(_)) = (&c.kube, &s.principal) {
+    if let Some(kube) = c.kube_for(&s) {
         match kube.check(&s).await {
             Ok(()) => {}
             Err(KubeError::Unauthorized) => return c.expired(&headers, &uri),
@@ -898,11 +898,7 @@ pub async fn new_submit(
         )
         .await;
     }
-    let in_cluster = match (&c.kube, &s.principal) {
-        (Some(kube), Principal::Kubernetes(_)) => Some(kube),
-        _ => None,
-    };
-    if let Some(kube) = in_cluster {
+    if let Some(kube) = c.kube_for(&s) {
         // The API server's own checks (schema, CEL rules, admission policies, RBAC) as
         // the person, before anything is written.
         let dry_run = action != "apply";
@@ -982,7 +978,7 @@ pub async fn new_submit(
         }
         return r;
     }
-    let note = if in_cluster.is_some() {
+    let note = if c.kube_for(&s).is_some() {
         "Valid: the API server accepted it in a dry run as you."
     } else {
         "Valid. Apply serves it on this dispatcher until it restarts (the hooks files stay as they are); Download YAML keeps it."
@@ -1030,7 +1026,7 @@ pub async fn validate_live(State(c): C, headers: HeaderMap, uri: Uri, body: Byte
     if let Err(errors) = validate(&c, &manifest) {
         return live(StatusCode::OK, &errors, None);
     }
-    if let (Some(kube), Principal::Kubernetes(_)) = (&c.kube, &s.principal) {
+    if let Some(kube) = c.kube_for(&s) {
         match kube.apply(&s, &manifest, true, form.editing).await {
             Ok(()) => {}
             Err(KubeError::Unauthorized) => {

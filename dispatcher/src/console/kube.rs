@@ -138,7 +138,7 @@ impl KubeConsole {
         s: &Session,
         tenants: &TenantMap,
     ) -> Result<KubeCatalog, KubeError> {
-        let namespaces: Vec<String> = tenants.entries().into_iter().map(|e| e.namespace).collect();
+        let namespaces = tenants.namespaces();
         let client = self.session_client(s)?;
         let mut notes = Vec::new();
         let hooks: Listed<AgentHook> = list_visible(&client, &namespaces).await?;

@@ -145,6 +145,15 @@ impl axum::extract::FromRequestParts<Arc<Console>> for SignedIn {
 }
 
 impl Console {
+    /// The API server as the person of `s`: when the console runs in a cluster and they
+    /// signed in with a Kubernetes token (`None` standalone, or with the admin token).
+    pub(crate) fn kube_for(&self, s: &Session) -> Option<&kube::KubeConsole> {
+        match (&self.kube, &s.principal) {
+            (Some(kube), crate::server::Principal::Kubernetes(_)) => Some(kube),
+            _ => None,
+        }
+    }
+
     /// The session of this request, or the redirect to sign-in (with `next` = this page,
     /// and why when the session ended).
     fn session(&self, headers: &HeaderMap, uri: &Uri) -> Result<Arc<Session>, Redirect> {

@@ -22,7 +22,6 @@ use super::kube::{KubeConsole, KubeError};
 use super::session::Session;
 use super::views::{approvals as view, layout};
 use super::{Console, SignedIn, check_post, html};
-use crate::server::Principal;
 use summary::{ApprovalFilters, ApprovalSummary};
 
 type C = State<Arc<Console>>;
@@ -30,25 +29,12 @@ type C = State<Arc<Console>>;
 /// The page title of the list.
 const TITLE: &str = "Approvals";
 
-/// The API server as the person, when the console runs in a cluster and the person signed
-/// in with a Kubernetes token.
-fn in_cluster<'a>(c: &'a Console, s: &Session) -> Option<&'a KubeConsole> {
-    match (&c.kube, &s.principal) {
-        (Some(kube), Principal::Kubernetes(_)) => Some(kube),
-        _ => None,
-    }
-}
-
 /// The namespaces the dispatcher knows (its snapshot's tenant map): where the list asks
 /// one by one when the person may not list cluster-wide.
 fn known_namespaces(c: &Console) -> Vec<String> {
-    c.app.hooks().map_or_else(Vec::new, |set| {
-        set.tenants
-            .entries()
-            .into_iter()
-            .map(|e| e.namespace)
-            .collect()
-    })
+    c.app
+        .hooks()
+        .map_or_else(Vec::new, |set| set.tenants.namespaces())
 }
 
 fn now_unix() -> i64 {
@@ -101,7 +87,7 @@ pub async fn list(
     uri: Uri,
     RawQuery(q): RawQuery,
 ) -> Response {
-    let Some(kube) = in_cluster(&c, &s) else {
+    let Some(kube) = c.kube_for(&s) else {
         return standalone(&s, StatusCode::OK);
     };
     let listed = match kube::list(kube, &s, &known_namespaces(&c)).await {
@@ -204,7 +190,7 @@ pub async fn detail(
     uri: Uri,
     Path((ns, id)): Path<(String, String)>,
 ) -> Response {
-    let Some(kube) = in_cluster(&c, &s) else {
+    let Some(kube) = c.kube_for(&s) else {
         return standalone(&s, StatusCode::NOT_FOUND);
     };
     match one(&c, kube, &s, &headers, &uri, &ns, &id).await {
@@ -232,7 +218,7 @@ pub async fn decide(
     if let Err((field, message)) = only(&p, &["csrf", "decision", "note"]) {
         return error_page(Some(&s), StatusCode::BAD_REQUEST, &title, &field, &message);
     }
-    let Some(kube) = in_cluster(&c, &s) else {
+    let Some(kube) = c.kube_for(&s) else {
         return standalone(&s, StatusCode::NOT_FOUND);
     };
     let a = match one(&c, kube, &s, &headers, &uri, &ns, &id).await {

@@ -1,6 +1,7 @@
 //! What the Approvals pages show of a `HookApproval`, and the list's filters. Pure: the
 //! state is the CRD's own rule ([`HookApprovalSpec::state_at`]), read at a given time.
 
+use crate::console::catalog::{BadParam, bad};
 use agenthooks_crds::approval::{
     ApprovalDecision, ApprovalRequestSpec, ApprovalState, HookApproval, HookApprovalSpec,
 };
@@ -34,9 +35,7 @@ impl ApprovalSummary {
             decision: spec.decision,
             decided_by: spec.decided_by.clone(),
             note: spec.note.clone(),
-            requested_unix: chrono::DateTime::parse_from_rfc3339(&spec.request.requested_at)
-                .map(|t| t.timestamp())
-                .unwrap_or(0),
+            requested_unix: spec.requested_unix(),
         }
     }
 
@@ -81,13 +80,6 @@ impl Default for ApprovalFilters {
     }
 }
 
-/// A refused filter: the parameter and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BadFilter {
-    pub field: String,
-    pub message: String,
-}
-
 /// The `state` filter's values, in the order the form offers them.
 pub const STATES: [(&str, Option<ApprovalState>); 5] = [
     ("pending", Some(ApprovalState::Pending)),
@@ -99,7 +91,7 @@ pub const STATES: [(&str, Option<ApprovalState>); 5] = [
 
 impl ApprovalFilters {
     /// From the query's pairs: only `state`, `namespace` and `hook`, each at most once.
-    pub fn parse(pairs: &[(String, String)]) -> Result<ApprovalFilters, BadFilter> {
+    pub fn parse(pairs: &[(String, String)]) -> Result<ApprovalFilters, BadParam> {
         let mut f = ApprovalFilters::default();
         let mut seen: Vec<&str> = Vec::new();
         for (k, v) in pairs {
@@ -147,13 +139,6 @@ impl ApprovalFilters {
         self.state.is_none_or(|s| s == a.state)
             && (self.namespace.is_empty() || self.namespace == a.namespace)
             && (self.hook.is_empty() || self.hook == a.request.hook)
-    }
-}
-
-fn bad(field: &str, message: String) -> BadFilter {
-    BadFilter {
-        field: field.to_owned(),
-        message,
     }
 }
 
@@ -270,7 +255,7 @@ mod tests {
         assert_eq!(kept(&hook), ["ap-b"]);
         assert_eq!(
             ApprovalFilters::parse(&p(&[("state", "done")])),
-            Err(BadFilter {
+            Err(BadParam {
                 field: "state".into(),
                 message: "state: \"done\" is not one of pending, approved, rejected, expired, all"
                     .into()
