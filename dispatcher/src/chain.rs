@@ -151,11 +151,16 @@ pub async fn decide_in_place(engine: &Engine, set: &HookSet, event: Event) -> De
 /// Whether the caller waits for hooks on `event`: a blocking event always; a
 /// non-blocking one when a hook declared `blocking: true` selects it (issue 16).
 pub fn waits_for(set: &HookSet, event: &Event) -> bool {
-    event.event.is_blocking()
-        || (event.event.may_wait()
-            && set
-                .select(event.event, &event.tenant_id, &event.agent_id, event.tool())
-                .any(|h| h.compiled.waits))
+    waits_for_any(
+        event,
+        set.select(event.event, &event.tenant_id, &event.agent_id, event.tool())
+            .map(|h| &**h),
+    )
+}
+
+/// [`waits_for`]'s rule over the hooks that select `event` (a dry run's one hook).
+pub fn waits_for_any<'a>(event: &Event, mut hooks: impl Iterator<Item = &'a LoadedHook>) -> bool {
+    event.event.is_blocking() || (event.event.may_wait() && hooks.any(|h| h.compiled.waits))
 }
 
 /// [`decide`] under `observer`: the hooks of `set` that `event` selects, through

@@ -124,7 +124,7 @@ pub async fn dry_run(
     let spec = &hook.spec;
     // As dispatch: the event waits for this hook when it is a blocking event's, or a
     // `blocking: true` hook of an event that may wait (issue 16).
-    let blocking = event.event.is_blocking() || (event.event.may_wait() && hook.compiled.waits);
+    let blocking = crate::chain::waits_for_any(event, std::iter::once(&**hook));
     let event_matched = spec.event == event.event;
     let scope_matched = hook.admits(&event.tenant_id, &event.agent_id);
     let matcher_matched = match &hook.compiled.matcher {

@@ -356,12 +356,13 @@ impl Event {
     /// ([`Event::tool_output_unread`]): the call already happened, so the event is still
     /// decided (a `tool_input` over the caps refuses the event instead).
     fn set_aside_oversized_output(&mut self) {
-        if let Some(output) = &self.tool_output {
-            let mut size = 0usize;
-            if check_caps("tool_output", output, &mut Vec::new(), &mut size).is_err() {
-                self.tool_output = None;
-                self.tool_output_unread = true;
-            }
+        if self
+            .tool_output
+            .as_ref()
+            .is_some_and(|o| check_tool_output(o).is_err())
+        {
+            self.tool_output = None;
+            self.tool_output_unread = true;
         }
     }
 
@@ -421,11 +422,9 @@ impl Event {
                 "must not contain '#' (it is reserved in audit dedup keys)",
             ));
         }
-        let mut size = 0usize;
-        check_caps("tool_input", &self.tool_input, &mut Vec::new(), &mut size)?;
+        check_tool_input(&self.tool_input)?;
         if let Some(output) = &self.tool_output {
-            let mut size = 0usize;
-            check_caps("tool_output", output, &mut Vec::new(), &mut size)?;
+            check_tool_output(output)?;
         }
         Ok(())
     }
@@ -514,6 +513,18 @@ fn strip_position(msg: &str) -> String {
         Some(i) => msg[..i].to_string(),
         None => msg.to_string(),
     }
+}
+
+/// `tool_input`'s caps ([`MAX_TOOL_INPUT_BYTES`], [`MAX_TOOL_INPUT_DEPTH`] and the rest
+/// of [`Event::check`]'s size rules), alone: what a rewrite is checked against without
+/// copying the event. Errors name the place inside it.
+pub fn check_tool_input(v: &Value) -> Result<(), EventError> {
+    check_caps("tool_input", v, &mut Vec::new(), &mut 0)
+}
+
+/// `tool_output`'s caps, which are `tool_input`'s ([`check_tool_input`]).
+pub fn check_tool_output(v: &Value) -> Result<(), EventError> {
+    check_caps("tool_output", v, &mut Vec::new(), &mut 0)
 }
 
 /// One step of a path inside `tool_input` (or `tool_output`), kept as borrowed parts and

@@ -348,8 +348,9 @@ async fn run_handler_dry(
 }
 
 /// The outcome of `hook`'s `ask` once its approval is asked for ([`RunObserver::approval`]),
-/// within `left` of the hook's slot (`timeout`, named in the refusal): asking counts within the hook's timeout, so the chain
-/// budget holds, and no answer by then is `ApprovalUnavailable`.
+/// within `left` of the hook's slot (`timeout`, named in the refusal): asking counts
+/// within the hook's timeout, so the chain budget holds, and no answer by then is
+/// `ApprovalUnavailable`.
 async fn approval_within<O: RunObserver>(
     observer: &O,
     hook: &Arc<LoadedHook>,

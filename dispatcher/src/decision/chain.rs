@@ -272,22 +272,20 @@ pub fn step(rule: &HookRule<'_>, ran: Ran<'_>, event: &Event) -> Step {
         Some(_) if !rule.master => (None, true),
         Some(new_input) if new_input.is_object() => {
             // A rewrite over the caps is refused like any oversized input.
-            let mut candidate = event.clone();
-            candidate.tool_input = new_input;
-            if let Err(e) = candidate.check() {
+            if let Err(e) = crate::event::check_tool_input(&new_input) {
                 return Step::Block {
                     reason: format!("updatedInput refused: {e}"),
                     budget_spent: false,
                 };
             }
-            (Some(candidate.tool_input), false)
+            (Some(new_input), false)
         }
         // Not an object: not a tool input; ignored.
         Some(_) => (None, false),
     };
-    let (output_rewrite, output_denied) = match ran.updated_tool_output {
-        None => (None, false),
-        Some(_) if warn || event.event != agenthooks_crds::HookEvent::PostToolUse => (None, false),
+    let output_rewrite = match ran.updated_tool_output {
+        None => None,
+        Some(_) if warn || event.event != agenthooks_crds::HookEvent::PostToolUse => None,
         // Only the master namespace rewrites; a tenant's hook that wanted the output
         // changed has said it must not be shown as it is: withheld (a block it may give).
         Some(_) if !rule.master => {
@@ -307,21 +305,19 @@ pub fn step(rule: &HookRule<'_>, ran: Ran<'_>, event: &Event) -> Step {
                     budget_spent: false,
                 };
             }
-            let mut candidate = event.clone();
-            candidate.tool_output = Some(new_output);
-            if let Err(e) = candidate.check() {
+            if let Err(e) = crate::event::check_tool_output(&new_output) {
                 return Step::Block {
                     reason: format!("updatedToolOutput refused: {e}"),
                     budget_spent: false,
                 };
             }
-            (candidate.tool_output, false)
+            Some(new_output)
         }
     };
     Step::Continue {
         context,
         rewrite,
-        mutation_denied: mutation_denied || output_denied,
+        mutation_denied,
         ask,
         output_rewrite,
     }
