@@ -1431,10 +1431,11 @@ mod exact_name_tests {
             "^(Edit)$",
         ] {
             let re = LazyRegex::new(p).unwrap();
-            if let Some(names) = re.exact_names() {
-                for t in tools {
-                    assert_eq!(names.iter().any(|n| n == t), re.is_match(t), "{p} on {t:?}");
-                }
+            let names = re
+                .exact_names()
+                .unwrap_or_else(|| panic!("{p} names names"));
+            for t in tools {
+                assert_eq!(names.iter().any(|n| n == t), re.is_match(t), "{p} on {t:?}");
             }
         }
     }

@@ -933,9 +933,17 @@ async fn an_approval_is_asked_within_the_hooks_timeout() {
 
 /// A `warn` or `dryrun` hook with `spec.approval` that answers ask asks nobody: a warn
 /// hook's ask is a warning ("would ask"), a dryrun hook's changes nothing, and neither
-/// reaches the operator (here there is none, which would refuse the call as unavailable).
+/// reaches the operator (no connection is ever made to it).
 #[tokio::test]
 async fn a_warn_or_dryrun_hooks_ask_asks_no_person() {
+    let operator = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    operator.set_nonblocking(true).unwrap();
+    let url = format!("http://{}", operator.local_addr().unwrap());
+    let mut e = engine();
+    e.approvals = Some(Arc::new(crate::approvals::ApprovalClient::new(
+        Arc::new(crate::operator_urls::OperatorUrls::parse(&[url.as_str()]).unwrap()),
+        "dispatcher-0".into(),
+    )));
     for (action, context) in [
         (
             "warn",
@@ -950,8 +958,12 @@ async fn a_warn_or_dryrun_hooks_ask_asks_no_person() {
             ASK,
             &format!("enforcementAction: {action}\napproval: {{ttlSeconds: 60}}"),
         )]);
-        let d = decide_in_place(&engine(), &s, event(json!({}))).await;
+        let d = decide_in_place(&e, &s, event(json!({}))).await;
         assert_eq!(d.decision, Verdict::Allow, "{action}: {d:?}");
         assert_eq!(d.additional_context.as_deref(), context, "{action}");
+        assert!(
+            operator.accept().is_err(),
+            "{action}: the operator was asked"
+        );
     }
 }
